@@ -29,7 +29,7 @@ class WrongSessionError(ObservationalMemoryError):
 
 
 class AmbiguousInputError(InvalidInputError):
-    """A request that names more than one mutually exclusive operation (e.g. ``id`` and ``cursor``)."""
+    """A request naming more than one exclusive operation (e.g. ``id`` and ``cursor``)."""
 
 
 class UnknownCursorError(ObservationalMemoryError, LookupError):
@@ -50,3 +50,79 @@ class CapExceededError(ObservationalMemoryError):
 
 class WorkerLimitError(InvalidInputError):
     """A worker limit that is not a positive integer within its hard cap."""
+
+
+class ScriptExhaustedError(ObservationalMemoryError):
+    """A :class:`~om_core.provider.ScriptedProvider` was asked for more turns than scripted."""
+
+
+class WorkerRunError(ObservationalMemoryError):
+    """A worker run failed closed and recorded nothing; the message is redacted and bounded."""
+
+
+class WorkerProtocolError(WorkerRunError):
+    """A tool call broke the protocol: unknown tool, call overflow, bad arguments or result."""
+
+
+class WorkerCitationError(WorkerProtocolError):
+    """A record cites a source entry or observation the run may not cite."""
+
+
+class WorkerTranscriptOverflowError(WorkerRunError):
+    """The worker transcript would grow past ``maxWorkerMessageBytes``."""
+
+
+class WorkerOutputRejectedError(WorkerRunError):
+    """A guard rejected the run's output (empty/not smaller reflections, degenerate text)."""
+
+
+class WorkerProviderError(WorkerRunError):
+    """The provider call raised or answered with something that is not an assistant message."""
+
+
+class AppendNotVisibleError(ObservationalMemoryError):
+    """An appended memory entry is not the session leaf: the append went to another branch."""
+
+
+class InvalidTriggerError(InvalidInputError):
+    """A compact-when ``trigger`` of unknown type, or a ``should_compact`` that is not callable."""
+
+
+class ScopeError(ObservationalMemoryError):
+    """Root of every work-scope, shared-scope and grant failure; nothing was appended."""
+
+
+class InvalidScopeInputError(ScopeError, InvalidInputError):
+    """Malformed scope input: an id off ``[A-Za-z0-9._:/-]{1,128}`` or with ``..``, a bad
+    reference, principal, label, kind, ``include`` or ``closed`` value."""
+
+
+class ReservedScopeError(ScopeError, InvalidInputError):
+    """An operation the implicit ``session`` root cannot take (open, close, grant, revoke)."""
+
+
+class UnknownScopeError(ScopeError, LookupError):
+    """A scope id that is not in the branch's work-scope map."""
+
+
+class DuplicateScopeError(ScopeError):
+    """Opening a scope id that the branch already opened (open or closed: ids are never reused)."""
+
+
+class ScopeStateError(ScopeError):
+    """An operation the scope's state forbids: a closed parent, a closed grant target, entering
+    under a closed lineage, closing a closed or entered scope."""
+
+
+class ScopeCapError(ScopeError, CapExceededError):
+    """A work-scope cap (scopes, depth, stack, binds, principals, label/kind length) would be
+    exceeded."""
+
+
+class UnknownMemoryRefError(ScopeError, LookupError):
+    """A bind/unbind reference to an observation or reflection the branch's ledger never
+    recorded."""
+
+
+class ScopeOwnershipError(ScopeError, WrongSessionError):
+    """Entries that belong to another session, or an append that landed off this branch."""

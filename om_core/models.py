@@ -8,7 +8,7 @@ Python attributes are snake_case; both spellings are accepted on input, and
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -18,10 +18,10 @@ from om_core.ids import is_memory_id
 Role = Literal["user", "assistant", "tool", "system"]
 ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
 
-OBSERVATIONS_RECORDED = "om.observations.recorded"
-REFLECTIONS_RECORDED = "om.reflections.recorded"
-OBSERVATIONS_DROPPED = "om.observations.dropped"
-FOLDED = "om.folded"
+OBSERVATIONS_RECORDED: Final = "om.observations.recorded"
+REFLECTIONS_RECORDED: Final = "om.reflections.recorded"
+OBSERVATIONS_DROPPED: Final = "om.observations.dropped"
+FOLDED: Final = "om.folded"
 
 
 class Frozen(BaseModel):

@@ -30,6 +30,15 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Remove every secret occurrence; unlike :func:`redact` the text never grows."""
+    ordered = normalize_secrets(secrets)
+    while any(s in text for s in ordered):
+        for secret in ordered:
+            text = text.replace(secret, "")
+    return text
+
+
 def redact_value(value: Any, secrets: Iterable[str]) -> Any:
     """Redact every string (keys included) inside a JSON-like value."""
     ordered = normalize_secrets(secrets)

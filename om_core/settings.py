@@ -39,7 +39,6 @@ REMOVED_FLAT_KEYS: Mapping[str, str] = {
 }
 
 
-
 class WorkerSettings(Frozen):
     """What every worker group may name: provider, model, instructions, thinking level."""
 
@@ -133,8 +132,11 @@ def _legacy_target_tokens(settings: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(context, Mapping):
         return settings
     legacy = next(
-        (context[k] for k in ("observationsPoolTargetTokens", "observations_pool_target_tokens")
-         if k in context),
+        (
+            context[k]
+            for k in ("observationsPoolTargetTokens", "observations_pool_target_tokens")
+            if k in context
+        ),
         None,
     )
     if legacy is None:
