@@ -1,0 +1,434 @@
+"""``ObservationalMemoryRuntime``: the in-process flush pipeline of one session.
+
+``flush()`` reads the current branch and runs, in order: observe (chunked backlog, each chunk
+its own coverage), reflect, drop, bind new ids to the leaf work scope, and the compaction gate.
+Each step appends at most one entry per chunk/run, and every append is checked to be the
+session leaf before the next step reads the branch again. Exactly one flush runs at a time
+per runtime; a concurrent call returns at once with the ``busy`` skip.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from om_core.errors import AppendNotVisibleError
+from om_core.ids import create_memory_id
+from om_core.ledger import (
+    Record,
+    fold_ledger,
+    is_eligible_observation_source,
+    observations_uncovered_by_reflection,
+    unscanned_entries,
+)
+from om_core.limits import WorkerLimits
+from om_core.models import Frozen, ObservationsDropped, SessionEntry
+from om_core.provider import Provider
+from om_core.redaction import normalize_secrets
+from om_core.scopes import ScopeBound, fold_work_scope_map
+from om_core.settings import ObservationalMemorySettings, resolve_settings
+from om_core.tokens import estimate_entry_tokens
+from om_core.work_memory import has_host_scopes
+from om_core.workers.chunking import max_sources_per_chunk, plan_chunks, prompt_budget
+from om_core.workers.dropper import drop_lowest_relevance, observation_tokens, run_dropper
+from om_core.workers.jsonvalue import bounded_error
+from om_core.workers.observer import observer_system, run_observer
+from om_core.workers.reflector import run_reflector
+from om_core.workers.selection import (
+    CredentialResolver,
+    ResolvedWorker,
+    WorkerConfig,
+    resolve_worker,
+)
+
+AppendEntry = Callable[[SessionEntry], object]
+DebugSink = Callable[[str, Mapping[str, Any]], None]
+DEFAULT_BACKOFF_AFTER = 3
+BUSY = "busy"
+BACKOFF = "backoff"
+BELOW_THRESHOLD = "below_threshold"
+HOST_SCOPES = "host_scopes"
+
+
+class SessionSource(Protocol):
+    """What the runtime reads: the session id and its current branch, root to leaf."""
+
+    @property
+    def id(self) -> str: ...
+
+    def get_entries(self) -> Sequence[SessionEntry]: ...
+
+
+class WorkerSkip(Frozen):
+    """A step that did not run, and why (``missing_model``, ``below_threshold`` ...)."""
+
+    worker: str
+    reason: str
+
+
+class FlushResult(Frozen):
+    """What one flush did. ``error`` (redacted, bounded) is set when a step failed closed."""
+
+    ran: tuple[str, ...] = ()
+    appended_entry_ids: tuple[str, ...] = ()
+    observation_ids: tuple[str, ...] = ()
+    reflection_ids: tuple[str, ...] = ()
+    dropped_observation_ids: tuple[str, ...] = ()
+    skipped: tuple[WorkerSkip, ...] = ()
+    compacted: bool = False
+    error: str | None = None
+
+    @property
+    def advanced(self) -> bool:
+        """True when the flush appended any memory entry."""
+        return bool(self.appended_entry_ids) or self.compacted
+
+
+class _Flush:
+    """Accumulates one flush's result."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.appended: list[str] = []
+        self.observations: list[str] = []
+        self.reflections: list[str] = []
+        self.dropped: list[str] = []
+        self.skipped: list[WorkerSkip] = []
+        self.compacted = False
+        self.error: str | None = None
+
+    def skip(self, worker: str, reason: str) -> None:
+        self.skipped.append(WorkerSkip(worker=worker, reason=reason))
+
+    def result(self) -> FlushResult:
+        return FlushResult(
+            ran=tuple(self.ran),
+            appended_entry_ids=tuple(self.appended),
+            observation_ids=tuple(self.observations),
+            reflection_ids=tuple(self.reflections),
+            dropped_observation_ids=tuple(self.dropped),
+            skipped=tuple(self.skipped),
+            compacted=self.compacted,
+            error=self.error,
+        )
+
+
+class ObservationalMemoryRuntime:
+    """Explicit flush of one session's observational memory (see the module docstring).
+
+    ``append_entry`` must append to the same branch ``session.get_entries()`` reads; an append
+    that does not become the leaf fails the flush closed (:class:`AppendNotVisibleError`,
+    reported in ``FlushResult.error`` and ``last_error``). ``providers`` resolves provider
+    names from settings groups; the reflector and dropper fall back to the observer's provider.
+    ``compact`` (with ``should_compact`` deciding, else ``context.compactAfterTokens``) is the
+    compaction step. After ``backoff_after`` consecutive flushes that ran a worker but did not
+    advance, flushes skip with ``backoff`` until the branch leaf changes.
+    """
+
+    def __init__(
+        self,
+        session: SessionSource,
+        *,
+        append_entry: AppendEntry,
+        settings: ObservationalMemorySettings | Mapping[str, Any] | None = None,
+        observation: WorkerConfig | None = None,
+        reflection: WorkerConfig | None = None,
+        dropper: WorkerConfig | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        session_model: str | None = None,
+        limits: WorkerLimits | None = None,
+        secrets: Iterable[str] = (),
+        credentials: CredentialResolver | None = None,
+        backoff_after: int = DEFAULT_BACKOFF_AFTER,
+        compact: Callable[[], object] | None = None,
+        should_compact: Callable[[Sequence[SessionEntry]], bool] | None = None,
+        now: Callable[[], str] | None = None,
+        new_entry_id: Callable[[], str] = create_memory_id,
+        debug: DebugSink | None = None,
+    ) -> None:
+        self.session = session
+        self.settings = (
+            settings
+            if isinstance(settings, ObservationalMemorySettings)
+            else resolve_settings(settings)
+        )
+        self.limits = limits or WorkerLimits(max_turns=self.settings.agent_max_turns)
+        self.secrets = normalize_secrets(secrets)
+        self._append = append_entry
+        self._configs = {
+            "observer": observation or WorkerConfig(),
+            "reflector": reflection or WorkerConfig(),
+            "dropper": dropper or WorkerConfig(),
+        }
+        self._providers = dict(providers or {})
+        self._session_model = session_model
+        self._credentials = credentials
+        self._backoff_after = max(1, backoff_after)
+        self._compact = compact
+        self._should_compact = should_compact
+        self._now = now
+        self._new_entry_id = new_entry_id
+        self._debug = debug
+        self._lock = threading.Lock()
+        self._stalled = 0
+        self._stalled_leaf: str | None = None
+        self.last_error: str | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """True while a flush holds the pipeline."""
+        return self._lock.locked()
+
+    def flush(self, full_reflection_rebuild: bool = False) -> FlushResult:
+        """Run the pipeline once; never raises for worker, provider or append failures.
+
+        ``full_reflection_rebuild`` reflects over every active observation instead of only
+        those recorded after the last reflection coverage.
+        """
+        if not self._lock.acquire(blocking=False):
+            return FlushResult(skipped=(WorkerSkip(worker="flush", reason=BUSY),))
+        try:
+            return self._flush_locked(full_reflection_rebuild)
+        finally:
+            self._lock.release()
+
+    def _flush_locked(self, full_rebuild: bool) -> FlushResult:
+        state = _Flush()
+        leaf = self._leaf_id()
+        if self._stalled >= self._backoff_after and leaf == self._stalled_leaf:
+            state.skip("flush", BACKOFF)
+            return state.result()
+        try:
+            self._observe(state)
+            self._reflect(state, full_rebuild)
+            self._drop(state)
+            self._bind(state)
+            self._compaction_gate(state)
+        except Exception as exc:  # fail closed: report, keep what was already appended
+            state.error = bounded_error(
+                f"{type(exc).__name__}: {exc}", self.secrets, self.limits.max_error_bytes
+            )
+            self.last_error = state.error
+            self._emit("observational-memory:flush-error", {"error": state.error})
+        self._track_progress(state)
+        return state.result()
+
+    def _track_progress(self, state: _Flush) -> None:
+        workers_ran = any(name != "compaction" for name in state.ran)
+        if state.appended and state.error is None:
+            self._stalled = 0
+        elif workers_ran or state.error is not None:
+            self._stalled += 1
+            self._stalled_leaf = self._leaf_id()
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _observe(self, state: _Flush) -> None:
+        entries = self._entries()
+        backlog = unscanned_entries(entries, fold_ledger(entries))
+        pending = sum(
+            estimate_entry_tokens(e) for e in backlog if is_eligible_observation_source(e)
+        )
+        if pending < self.settings.observation.message_tokens:
+            state.skip("observer", BELOW_THRESHOLD)
+            return
+        worker = self._worker("observer", state)
+        if worker is None:
+            return
+        system = observer_system(worker.instructions, self.limits)
+        chunks = plan_chunks(
+            backlog,
+            budget_bytes=prompt_budget(self.limits, system),
+            max_sources=max_sources_per_chunk(self.limits),
+            secrets=self.secrets,
+        )
+        state.ran.append("observer")
+        for chunk in chunks:
+            record = run_observer(
+                worker.provider,
+                chunk,
+                session_id=self.session.id,
+                model=worker.model,
+                limits=self.limits,
+                secrets=self.secrets,
+                instructions=worker.instructions,
+                options=worker.options,
+                credential=worker.credential,
+                observed_at=self._now() if self._now else None,
+            )
+            self._append_record(record, state)
+            state.observations.extend(o.id for o in record.observations)
+
+    def _reflect(self, state: _Flush, full_rebuild: bool) -> None:
+        entries = self._entries()
+        ledger = fold_ledger(entries)
+        window = ledger.active_observations if full_rebuild else None
+        window = window if window is not None else observations_uncovered_by_reflection(ledger)
+        if not window or observation_tokens(window) < self.settings.reflection.observation_tokens:
+            state.skip("reflector", BELOW_THRESHOLD)
+            return
+        worker = self._worker("reflector", state)
+        if worker is None:
+            return
+        state.ran.append("reflector")
+        record = run_reflector(
+            worker.provider,
+            window,
+            active=ledger.active_observations,
+            session_id=self.session.id,
+            model=worker.model,
+            limits=self.limits,
+            secrets=self.secrets,
+            instructions=worker.instructions,
+            options=worker.options,
+            credential=worker.credential,
+            reflected_at=self._now() if self._now else None,
+            covers_up_to_id=entries[-1].id if entries else None,
+        )
+        self._append_record(record, state)
+        state.reflections.extend(r.id for r in record.reflections)
+
+    def _drop(self, state: _Flush) -> None:
+        entries = self._entries()
+        active = fold_ledger(entries).active_observations
+        if observation_tokens(active) <= self.settings.context.observations_pool_max_tokens:
+            state.skip("dropper", BELOW_THRESHOLD)
+            return
+        if has_host_scopes(fold_work_scope_map(entries)):
+            state.skip("dropper", HOST_SCOPES)
+            return
+        target = self.settings.dropper.target_tokens
+        record: ObservationsDropped | None
+        if self.settings.dropper.policy == "lowest-relevance":
+            state.ran.append("dropper")
+            record = drop_lowest_relevance(active, target)
+        else:
+            worker = self._worker("dropper", state)
+            if worker is None:
+                return
+            state.ran.append("dropper")
+            record = run_dropper(
+                worker.provider,
+                active,
+                target_tokens=target,
+                session_id=self.session.id,
+                model=worker.model,
+                limits=self.limits,
+                secrets=self.secrets,
+                instructions=worker.instructions,
+                options=worker.options,
+                credential=worker.credential,
+            )
+        if record is not None:
+            self._append_record(record, state)
+            state.dropped.extend(record.observation_ids)
+
+    def _bind(self, state: _Flush) -> None:
+        """Bind this flush's new ids, once, to the current leaf scope (when scopes exist)."""
+        refs = [f"om:{oid}" for oid in state.observations]
+        refs += [f"reflection:{rid}" for rid in state.reflections]
+        if not refs:
+            return
+        scope_map = fold_work_scope_map(self._entries())
+        if not has_host_scopes(scope_map):
+            return
+        self._append_payload(ScopeBound(scope_id=scope_map.leaf, refs=tuple(refs)), state)
+
+    def _compaction_gate(self, state: _Flush) -> None:
+        if self._compact is None:
+            return
+        entries = self._entries()
+        try:
+            due = (
+                self._should_compact(entries)
+                if self._should_compact is not None
+                else default_compaction_due(entries, self.settings)
+            )
+        except Exception as exc:  # a raising gate decides "no" and says so, never a guess
+            text = bounded_error(str(exc), self.secrets, self.limits.max_error_bytes)
+            self._emit("observational-memory:compaction-trigger-error", {"error": text})
+            due = False
+        if due:
+            self._compact()
+            state.ran.append("compaction")
+            state.compacted = True
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _worker(self, name: str, state: _Flush) -> ResolvedWorker | None:
+        groups = {
+            "observer": self.settings.observation,
+            "reflector": self.settings.reflection,
+            "dropper": self.settings.dropper,
+        }
+        resolved = resolve_worker(
+            self._configs[name],
+            groups[name],
+            providers=self._providers,
+            fallback_provider=self._configs["observer"].provider,
+            session_model=self._session_model,
+            credentials=self._credentials,
+        )
+        if isinstance(resolved, str):
+            state.skip(name, resolved)
+            return None
+        return resolved
+
+    def _entries(self) -> Sequence[SessionEntry]:
+        return self.session.get_entries()
+
+    def _leaf_id(self) -> str | None:
+        entries = self._entries()
+        return entries[-1].id if entries else None
+
+    def _append_record(self, record: Record, state: _Flush) -> None:
+        self._append_payload(record, state)
+
+    def _append_payload(self, payload: Record | ScopeBound, state: _Flush) -> None:
+        """Append one custom entry at the leaf, then check it is the leaf (else fail closed)."""
+        parent = self._leaf_id()
+        entry = SessionEntry(
+            id=self._new_entry_id(),
+            session_id=self.session.id,
+            parent_id=parent,
+            kind="custom",
+            created_at=self._now() if self._now else None,
+            data=payload.to_json_dict(),
+        )
+        self._append(entry)
+        if self._leaf_id() != entry.id:
+            raise AppendNotVisibleError(
+                f"appended entry {entry.id!r} is not the leaf of session {self.session.id!r}"
+            )
+        state.appended.append(entry.id)
+
+    def _emit(self, event: str, data: Mapping[str, Any]) -> None:
+        if self._debug is not None:
+            self._debug(event, data)
+
+
+def default_compaction_due(
+    entries: Sequence[SessionEntry], settings: ObservationalMemorySettings
+) -> bool:
+    """The seed's token gate: tokens from the latest compaction on reach ``compactAfterTokens``."""
+    return estimated_input_tokens(entries) >= settings.context.compact_after_tokens
+
+
+def estimated_input_tokens(entries: Sequence[SessionEntry]) -> int:
+    """:func:`estimate_entry_tokens` summed from the latest compaction entry (inclusive) on."""
+    start = 0
+    for index in range(len(entries) - 1, -1, -1):
+        if entries[index].kind == "compaction":
+            start = index
+            break
+    return sum(estimate_entry_tokens(e) for e in entries[start:])
+
+
+__all__ = [
+    "FlushResult",
+    "ObservationalMemoryRuntime",
+    "SessionSource",
+    "WorkerConfig",
+    "WorkerSkip",
+]
