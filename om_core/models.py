@@ -7,6 +7,7 @@ Python attributes are snake_case; both spellings are accepted on input, and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Final, Literal
 
@@ -240,6 +241,15 @@ class ObservationalMemoryLedger(Frozen):
     @cached_property
     def dropped(self) -> frozenset[str]:
         return frozenset(self.dropped_observation_ids)
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> ObservationalMemoryLedger:
+        """A copy whose id maps are rebuilt (a plain copy would keep stale cached maps)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("observations_by_id", "reflections_by_id", "dropped"):
+            copy.__dict__.pop(cached, None)
+        return copy
 
     @property
     def active_observations(self) -> tuple[Observation, ...]:

@@ -67,11 +67,13 @@ def recall_memory(
         replayed = fold_ledger(entries, from_snapshot=False)
         if bare in replayed.observations_by_id:
             obs = replayed.observations_by_id[bare]
-            folded = folded.model_copy(
-                update={
-                    "observations": (*folded.observations, obs),
-                    "dropped_observation_ids": (*folded.dropped_observation_ids, obs.id),
-                }
+            # A new model, not model_copy: copies would keep the stale cached id maps.
+            folded = ObservationalMemoryLedger(
+                observations=(*folded.observations, obs),
+                reflections=folded.reflections,
+                dropped_observation_ids=tuple(
+                    dict.fromkeys((*folded.dropped_observation_ids, obs.id))
+                ),
             )
     bad_observations, bad_reflections = invalidated_memory(folded, invalidated_ids)
     if bare in folded.observations_by_id:

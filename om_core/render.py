@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
 from om_core.limits import MAX_RENDERED_MEMORY_BYTES
@@ -66,8 +67,34 @@ def _omitted_note(count: int) -> str:
     return f"({count} memories omitted to fit the size cap; recall them by id)"
 
 
-def _size(line: str) -> int:
-    return len(line.encode("utf-8")) + 1
+def _bytes(line: str) -> int:
+    return len(line.encode("utf-8"))
+
+
+@dataclass
+class _Layout:
+    """Exact byte size of the rendering for the items still kept, updated per removal."""
+
+    outline: list[int]
+    ref_bytes: int
+    ref_count: int
+    obs_bytes: int
+    obs_count: int
+    omitted: int = 0
+
+    def size(self) -> int:
+        # Each section is a blank line, its heading and its lines; all joined by newlines.
+        parts = [_bytes(MEMORY_HEADING)]
+        for heading, count, total in (
+            (OUTLINE_HEADING, len(self.outline), sum(self.outline)),
+            (REFLECTIONS_HEADING, self.ref_count, self.ref_bytes),
+            (OBSERVATIONS_HEADING, self.obs_count, self.obs_bytes),
+        ):
+            if count:
+                parts += [0, _bytes(heading), total + count - 1]
+        if self.omitted:
+            parts += [0, _bytes(_omitted_note(self.omitted))]
+        return sum(parts) + len(parts) - 1
 
 
 def _omit_to_fit(
@@ -78,27 +105,32 @@ def _omit_to_fit(
     max_bytes: int,
 ) -> int:
     """Blank out items (in place) until the rendering fits; return how many were left out."""
-    headings = MEMORY_HEADING, OUTLINE_HEADING, REFLECTIONS_HEADING, OBSERVATIONS_HEADING
-    fixed = sum(_size(h) + 1 for h in headings) + sum(_size(line) for line in outline)
-    total = fixed + sum(_size(x) for x in refs if x) + sum(_size(x) for x in obs if x)
-    budget = max_bytes - _size(_omitted_note(len(refs) + len(obs)))
-    if total <= max_bytes:
-        return 0
-    # Lowest relevance first; among equals the oldest first.
+    layout = _Layout(
+        outline=[_bytes(line) for line in outline],
+        ref_bytes=sum(_bytes(x) for x in refs if x),
+        ref_count=len(refs),
+        obs_bytes=sum(_bytes(x) for x in obs if x),
+        obs_count=len(obs),
+    )
+    # Lowest relevance first; among equals the oldest; then the oldest reflections.
     order = sorted(range(len(obs)), key=lambda i: (observations[i].relevance, i))
     victims: list[tuple[list[str | None], int]] = [(obs, i) for i in order]
     victims += [(refs, i) for i in range(len(refs))]
-    omitted = 0
     for lines, index in victims:
-        if total <= budget:
+        if layout.size() <= max_bytes:
             break
         line = lines[index]
         assert line is not None
-        total -= _size(line)
+        if lines is obs:
+            layout.obs_bytes -= _bytes(line)
+            layout.obs_count -= 1
+        else:
+            layout.ref_bytes -= _bytes(line)
+            layout.ref_count -= 1
         lines[index] = None
-        omitted += 1
-    if total > budget:
-        # Only the outline is left and it alone is too large: cut it, never the cap.
-        while outline and total > budget:
-            total -= _size(outline.pop())
-    return omitted
+        layout.omitted += 1
+    # Only an outline too large on its own is left: cut it rather than break the cap.
+    while outline and layout.size() > max_bytes:
+        outline.pop()
+        layout.outline.pop()
+    return layout.omitted

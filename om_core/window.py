@@ -110,7 +110,7 @@ def render_recent_message_window(
         for unit in tool_units([e for e in entries if e.message is not None])
     ]
     sizes = [sum(len(text.encode("utf-8")) + 1 for _, text in unit) for unit in units]
-    total = sum(sizes)
+    total = sum(sizes) - 1  # lines are joined by newlines, not ended by them
     while len(units) > 1 and total > max_bytes:
         units.pop(0)
         total -= sizes.pop(0)
