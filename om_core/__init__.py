@@ -1,4 +1,87 @@
 """Observational memory, pure core: models, fold, projection, context, recall, compaction.
 
-Nothing here does I/O: every function is a pure function of the entries it is given.
+Nothing here does I/O: every function is a pure function of the entries it is given. The
+names below are the public contract (see CONTRACT.md); each maps to one seed export.
 """
+
+from om_core.commands import MemoryStatus, memory_status, memory_view
+from om_core.compaction import (
+    CompactionResult,
+    ObservationalMemoryCompactionStrategy,
+    create_folded_memory_details,
+)
+from om_core.context import build_context_blocks
+from om_core.errors import ObservationalMemoryError
+from om_core.ids import create_memory_id, is_memory_id
+from om_core.ledger import (
+    eligible_observation_sources,
+    fold_ledger,
+    is_eligible_observation_source,
+    merge_ledgers,
+    observations_uncovered_by_reflection,
+    unscanned_entries,
+)
+from om_core.limits import WorkerLimits, resolve_worker_limits
+from om_core.models import (
+    CompactionEntry,
+    ContextBlock,
+    FoldedMemory,
+    Message,
+    Observation,
+    ObservationalMemoryLedger,
+    Reflection,
+    SessionEntry,
+    ToolCall,
+)
+from om_core.paging import BranchPage, recall_branch_page
+from om_core.projection import ObservationalMemoryProjection, build_projection
+from om_core.recall import RecallResult, recall_memory
+from om_core.recall_tool import RecallMemoryTool
+from om_core.render import render_observational_memory
+from om_core.settings import ObservationalMemorySettings, resolve_settings
+from om_core.tokens import estimate_entry_tokens, estimate_message_tokens
+from om_core.window import render_recent_message_window, select_recent_message_entries
+
+__all__ = [
+    "BranchPage",
+    "CompactionEntry",
+    "CompactionResult",
+    "ContextBlock",
+    "FoldedMemory",
+    "MemoryStatus",
+    "Message",
+    "Observation",
+    "ObservationalMemoryCompactionStrategy",
+    "ObservationalMemoryError",
+    "ObservationalMemoryLedger",
+    "ObservationalMemoryProjection",
+    "ObservationalMemorySettings",
+    "RecallMemoryTool",
+    "RecallResult",
+    "Reflection",
+    "SessionEntry",
+    "ToolCall",
+    "WorkerLimits",
+    "build_context_blocks",
+    "build_projection",
+    "create_folded_memory_details",
+    "create_memory_id",
+    "eligible_observation_sources",
+    "estimate_entry_tokens",
+    "estimate_message_tokens",
+    "fold_ledger",
+    "is_eligible_observation_source",
+    "is_memory_id",
+    "memory_status",
+    "memory_view",
+    "merge_ledgers",
+    "observations_uncovered_by_reflection",
+    "recall_branch_page",
+    "recall_memory",
+    "render_observational_memory",
+    "render_recent_message_window",
+    "resolve_settings",
+    "resolve_worker_limits",
+    "select_recent_message_entries",
+    "unscanned_entries",
+]
