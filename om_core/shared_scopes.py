@@ -20,13 +20,14 @@ Decisions where the seed is silent:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
+from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, parse_memory_ref
 from om_core.ledger import fold_ledger, merge_ledgers
 from om_core.models import Frozen, ObservationalMemoryLedger, SessionEntry
+from om_core.recall import RecallResult, recall_memory
 from om_core.scopes import (
     ScopeBinding,
     WorkScopeMap,
@@ -73,9 +74,11 @@ class SharedScopeAccessEvent(Frozen):
 
 
 class SharedBranch(Frozen):
-    """A foreign branch that contributed: its session id and entries (for source recall only)."""
+    """A foreign branch that contributed: its session id, the bare memory ids it shared, and
+    its entries (for exact-id source recall on that branch only)."""
 
     session_id: str
+    memory_ids: tuple[str, ...]
     entries: tuple[SessionEntry, ...]
 
 
@@ -222,9 +225,11 @@ def _collect(
         bound = branch_map.refs(scope_id)
         if not bound:
             continue
-        ledgers.append(_bound_ledger(fold_ledger(entries), bound))
+        shared = _bound_ledger(fold_ledger(entries), bound)
+        ledgers.append(shared)
         refs.update(dict.fromkeys(sorted(bound)))
-        branches.append(SharedBranch(session_id=session_id, entries=entries))
+        memory_ids = (*(o.id for o in shared.observations), *(r.id for r in shared.reflections))
+        branches.append(SharedBranch(session_id=session_id, memory_ids=memory_ids, entries=entries))
     return SharedScopeMemory(
         scope_id=scope_id,
         owner_session_id=owner,
@@ -253,4 +258,28 @@ def merge_shared_memory(
     for memory in shared:
         binds.setdefault(memory.scope_id, {}).update(dict.fromkeys(memory.refs))
     bindings = tuple(ScopeBinding(scope_id=s, refs=tuple(r)) for s, r in binds.items() if r)
-    return merged, scope_map.model_copy(update={"binds": bindings})
+    # A new model, not model_copy: a copy would keep the stale cached lookups.
+    return merged, WorkScopeMap(
+        scopes=scope_map.scopes, binds=bindings, stack=scope_map.stack, grants=scope_map.grants
+    )
+
+
+def recall_shared_memory(
+    shared: Sequence[SharedScopeMemory],
+    memory_id: str,
+    invalidated_ids: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+) -> RecallResult:
+    """Exact-id recall of shared memory, on the one foreign branch that recorded it.
+
+    Only ids bound to a resolved shared scope are found; sources resolve on that branch alone
+    (entry lists are never concatenated). Answers ``found=False, reason="not_found"`` when no
+    shared scope holds the id. Raises :class:`~om_core.errors.InvalidMemoryIdError` for a
+    malformed id before any lookup.
+    """
+    bare = parse_memory_ref(memory_id)
+    for memory in shared:
+        for branch in memory.branches:
+            if bare in branch.memory_ids:
+                return recall_memory(branch.entries, bare, invalidated_ids, secrets)
+    return RecallResult(id=bare, found=False, reason="not_found")
