@@ -20,7 +20,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict om_core
+	$(BIN)/mypy --strict om_core om_workers
 
 clean:
 	rm -rf $(VENV) build *.egg-info

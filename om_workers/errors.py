@@ -1,0 +1,94 @@
+"""One exception tree for ``om_workers``, rooted at :class:`OMWorkersError`.
+
+Database driver and SQLAlchemy errors never leave the store: the store translates them at its
+boundary into :class:`StoreUnavailableError` (the database could not be reached or stayed
+locked; retrying later may succeed) or :class:`StoreError` (anything else). Lookup errors also
+subclass :class:`LookupError` and bad input :class:`ValueError`, so callers that do not know
+this package still catch them sensibly.
+"""
+
+from __future__ import annotations
+
+
+class OMWorkersError(Exception):
+    """Root of every error raised by ``om_workers``."""
+
+
+class ConfigError(OMWorkersError, ValueError):
+    """An ``OM_*`` setting that cannot be used (for example an unsupported database URL)."""
+
+
+class StoreError(OMWorkersError):
+    """A session-store operation failed; nothing it was asked to write was written."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached, or stayed locked past the busy timeout."""
+
+
+class MigrationError(StoreError):
+    """Applying the schema migrations failed."""
+
+
+class NotFoundError(StoreError, LookupError):
+    """Something that does not exist, or that belongs to another tenant."""
+
+
+class TenantNotFoundError(NotFoundError):
+    """No tenant with this id."""
+
+
+class SessionNotFoundError(NotFoundError):
+    """No session with this id for this tenant (another tenant's session is reported the same)."""
+
+
+class EntryNotFoundError(NotFoundError):
+    """No entry with this id in this session (or not on its current branch, where that matters)."""
+
+
+class FlushRunNotFoundError(NotFoundError):
+    """No flush run with this id for this tenant."""
+
+
+class AlreadyExistsError(StoreError):
+    """A create call for an id that is already taken."""
+
+
+class TenantExistsError(AlreadyExistsError):
+    """A tenant with this id already exists."""
+
+
+class SessionExistsError(AlreadyExistsError):
+    """This tenant already has a session with this id."""
+
+
+class InvalidApiKeyError(StoreError):
+    """An API key that is unknown or revoked."""
+
+
+class InvalidEntryError(StoreError, ValueError):
+    """An entry that cannot be appended: wrong session, unknown parent, repeated id in a batch."""
+
+
+class EntryConflictError(StoreError):
+    """An entry id that is already stored with other content (or in another session)."""
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"entry id {entry_id!r} is already stored with different content")
+        self.entry_id = entry_id
+
+
+class StaleEpochError(StoreError):
+    """A fenced memory write whose epoch is no longer the session's: a newer pass began."""
+
+    def __init__(self, session_id: str, epoch: int, current: int) -> None:
+        super().__init__(
+            f"stale epoch {epoch} for session {session_id!r}: a newer pass holds epoch {current}"
+        )
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current = current
+
+
+class InvalidRunStateError(StoreError, ValueError):
+    """A flush-run state change the run's current state does not allow."""

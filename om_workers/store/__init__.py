@@ -1,0 +1,42 @@
+"""The SQL session store (SQLAlchemy 2.x; SQLite by default, PostgreSQL via psycopg 3).
+
+``SqlStore`` is the store; ``upgrade(database_url)`` migrates a database to the schema it
+needs; ``SqlSessionHandle`` binds one tenant's session to the entry sink/source and tombstone
+ports of ``om_core``.
+"""
+
+from om_workers.store.engine import create_store_engine, normalize_database_url
+from om_workers.store.migrate import current_revision, head_revision, upgrade
+from om_workers.store.ports import SqlSessionHandle
+from om_workers.store.records import (
+    AppendResult,
+    BranchPage,
+    ContextState,
+    CreatedApiKey,
+    FlushRun,
+    RunState,
+    SessionInfo,
+    Tenant,
+    Tombstone,
+)
+from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
+
+__all__ = [
+    "MAX_PAGE_LIMIT",
+    "AppendResult",
+    "BranchPage",
+    "ContextState",
+    "CreatedApiKey",
+    "FlushRun",
+    "RunState",
+    "SessionInfo",
+    "SqlSessionHandle",
+    "SqlStore",
+    "Tenant",
+    "Tombstone",
+    "create_store_engine",
+    "current_revision",
+    "head_revision",
+    "normalize_database_url",
+    "upgrade",
+]

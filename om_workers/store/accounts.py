@@ -1,0 +1,113 @@
+"""Tenants and API keys. A key is shown once; the store keeps only its SHA-256.
+
+SHA-256 without a salt is enough here because keys are 256-bit random tokens, not passwords:
+there is nothing to guess, and the hash stays an indexed exact-match lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from om_workers.errors import InvalidApiKeyError, TenantExistsError, TenantNotFoundError
+from om_workers.store.base import StoreBase
+from om_workers.store.records import CreatedApiKey, Tenant, as_utc
+from om_workers.store.schema import api_keys, tenants
+
+API_KEY_PREFIX = "om_"
+_MAX_KEY_LENGTH = 512
+
+
+def hash_api_key(plaintext: str) -> str:
+    """The stored form of a key: lowercase hex SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+
+
+def require_tenant(connection: Connection, tenant_id: str) -> None:
+    """Raise :class:`TenantNotFoundError` unless the tenant exists."""
+    found = connection.execute(select(tenants.c.id).where(tenants.c.id == tenant_id)).first()
+    if found is None:
+        raise TenantNotFoundError(f"no tenant {tenant_id!r}")
+
+
+class AccountsMixin(StoreBase):
+    """Tenant and API-key operations of :class:`~om_workers.store.SqlStore`."""
+
+    def create_tenant(self, tenant_id: str, name: str | None = None) -> Tenant:
+        """Create a tenant. Raises :class:`TenantExistsError` when the id is taken."""
+
+        def create() -> Tenant:
+            now = self._now()
+            with self._write() as connection:
+                taken = connection.execute(
+                    select(tenants.c.id).where(tenants.c.id == tenant_id)
+                ).first()
+                if taken is not None:
+                    raise TenantExistsError(f"tenant {tenant_id!r} already exists")
+                connection.execute(
+                    insert(tenants).values(id=tenant_id, name=name or tenant_id, created_at=now)
+                )
+            return Tenant(id=tenant_id, name=name or tenant_id, created_at=now)
+
+        return self._retrying(create)
+
+    def get_tenant(self, tenant_id: str) -> Tenant:
+        """The tenant. Raises :class:`TenantNotFoundError`."""
+        with self._read() as connection:
+            row = connection.execute(select(tenants).where(tenants.c.id == tenant_id)).first()
+        if row is None:
+            raise TenantNotFoundError(f"no tenant {tenant_id!r}")
+        return Tenant(id=row.id, name=row.name, created_at=as_utc(row.created_at))
+
+    def create_api_key(self, tenant_id: str, label: str = "") -> CreatedApiKey:
+        """A new key for the tenant; its plaintext is in the result and nowhere else.
+
+        Raises :class:`TenantNotFoundError`.
+        """
+        key_id = secrets.token_hex(8)
+        plaintext = f"{API_KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+        with self._write() as connection:
+            require_tenant(connection, tenant_id)
+            connection.execute(
+                insert(api_keys).values(
+                    id=key_id,
+                    tenant_id=tenant_id,
+                    key_hash=hash_api_key(plaintext),
+                    label=label,
+                    created_at=self._now(),
+                    revoked_at=None,
+                )
+            )
+        return CreatedApiKey(key_id=key_id, tenant_id=tenant_id, plaintext=plaintext)
+
+    def resolve_api_key(self, plaintext: str) -> str:
+        """The tenant id a key belongs to.
+
+        Raises :class:`InvalidApiKeyError` when the key is unknown or revoked.
+        """
+        if not plaintext or len(plaintext) > _MAX_KEY_LENGTH:
+            raise InvalidApiKeyError("invalid API key")
+        with self._read() as connection:
+            row = connection.execute(
+                select(api_keys.c.tenant_id).where(
+                    api_keys.c.key_hash == hash_api_key(plaintext),
+                    api_keys.c.revoked_at.is_(None),
+                )
+            ).first()
+        if row is None:
+            raise InvalidApiKeyError("invalid API key")
+        return str(row.tenant_id)
+
+    def revoke_api_key(self, tenant_id: str, key_id: str) -> None:
+        """Revoke one of the tenant's keys (idempotent). Raises :class:`InvalidApiKeyError` if
+        the tenant has no such key."""
+        with self._write() as connection:
+            result = connection.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id, api_keys.c.tenant_id == tenant_id)
+                .values(revoked_at=func.coalesce(api_keys.c.revoked_at, self._now()))
+            )
+            if result.rowcount == 0:
+                raise InvalidApiKeyError(f"no API key {key_id!r} for this tenant")

@@ -1,0 +1,253 @@
+"""Appending entries inside one write transaction: parent defaults, idempotency, seq and runs.
+
+The caller has locked the session row (``lock_session``), so the leaf, the entry count and
+the epoch it reads stay the session's until commit; every check here happens before the first
+write, so a batch that fails writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from om_core.ledger import is_eligible_observation_source
+from om_core.models import SessionEntry
+from om_core.tokens import estimate_entry_tokens
+from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotFoundError
+from om_workers.store.branch import MEMORY_KINDS
+from om_workers.store.records import AppendResult
+from om_workers.store.schema import entries, sessions
+from om_workers.store.snapshot import refresh_memory_state
+
+# Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class LockedSession:
+    """The session row as read under the write lock."""
+
+    pk: int
+    tenant_id: str
+    id: str
+    leaf_id: str | None
+    epoch: int
+    entry_count: int
+
+
+def lock_session(connection: Connection, tenant_id: str, session_id: str) -> LockedSession:
+    """Read and lock the tenant's session row until the transaction ends.
+
+    PostgreSQL takes a row lock (``FOR UPDATE``); SQLite's ``BEGIN IMMEDIATE`` already holds
+    the database's write lock. Raises :class:`SessionNotFoundError` when the tenant has no
+    such session.
+    """
+    query = select(
+        sessions.c.pk,
+        sessions.c.tenant_id,
+        sessions.c.id,
+        sessions.c.leaf_id,
+        sessions.c.epoch,
+        sessions.c.entry_count,
+    ).where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+    if connection.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = connection.execute(query).first()
+    if row is None:
+        raise SessionNotFoundError(f"no session {session_id!r}")
+    return LockedSession(
+        pk=int(row.pk),
+        tenant_id=row.tenant_id,
+        id=row.id,
+        leaf_id=row.leaf_id,
+        epoch=int(row.epoch),
+        entry_count=int(row.entry_count),
+    )
+
+
+def wire(entry: SessionEntry) -> dict[str, Any]:
+    """The entry's wire form: what is stored as the payload and compared for idempotency."""
+    return entry.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def iso_timestamp(moment: datetime) -> str:
+    """``moment`` as JavaScript's ``toISOString`` writes it (UTC, milliseconds, ``Z``)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class _Existing:
+    session_pk: int
+    seq: int
+    run_start: int
+    payload: dict[str, Any]
+
+
+def _load_existing(connection: Connection, ids: Sequence[str]) -> dict[str, _Existing]:
+    found: dict[str, _Existing] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        rows = connection.execute(
+            select(
+                entries.c.id,
+                entries.c.session_pk,
+                entries.c.seq,
+                entries.c.run_start,
+                entries.c.payload,
+            ).where(entries.c.id.in_(chunk))
+        )
+        for row in rows:
+            found[row.id] = _Existing(
+                int(row.session_pk), int(row.seq), int(row.run_start), row.payload
+            )
+    return found
+
+
+def _load_positions(
+    connection: Connection, session_pk: int, ids: set[str]
+) -> dict[str, tuple[int, int]]:
+    wanted = sorted(ids)
+    positions: dict[str, tuple[int, int]] = {}
+    for start in range(0, len(wanted), _IN_CHUNK):
+        rows = connection.execute(
+            select(entries.c.id, entries.c.seq, entries.c.run_start).where(
+                entries.c.session_pk == session_pk,
+                entries.c.id.in_(wanted[start : start + _IN_CHUNK]),
+            )
+        )
+        for row in rows:
+            positions[row.id] = (int(row.seq), int(row.run_start))
+    return positions
+
+
+def _check_batch(session: LockedSession, batch: Sequence[SessionEntry]) -> None:
+    if not batch:
+        raise InvalidEntryError("an append needs at least one entry")
+    seen: set[str] = set()
+    for entry in batch:
+        if entry.session_id != session.id:
+            raise InvalidEntryError(
+                f"entry {entry.id!r} names session {entry.session_id!r}, not {session.id!r}"
+            )
+        if entry.id in seen:
+            raise InvalidEntryError(f"entry id {entry.id!r} appears twice in one batch")
+        seen.add(entry.id)
+
+
+def append_locked(
+    connection: Connection,
+    session: LockedSession,
+    batch: Sequence[SessionEntry],
+    *,
+    now: datetime,
+) -> AppendResult:
+    """Append ``batch`` to the locked session, in order, and move the leaf.
+
+    An entry without ``parent_id`` goes after the entry before it in the batch (the first after
+    the current leaf); an explicit parent must be an entry of this session appended before it.
+    An id already stored with the same content is reported as a duplicate and not written
+    again (a missing ``parent_id``/``created_at`` matches whatever the store filled in); with
+    other content, or in another session, it raises :class:`EntryConflictError`. Wrong session
+    ids, repeated ids and unknown parents raise :class:`InvalidEntryError`. Either every new
+    entry is written or none is.
+    """
+    _check_batch(session, batch)
+    ids = [entry.id for entry in batch]
+    existing = _load_existing(connection, ids)
+    wanted = {e.parent_id for e in batch if e.parent_id is not None and e.parent_id not in existing}
+    if session.leaf_id is not None:
+        wanted.add(session.leaf_id)
+    positions = _load_positions(connection, session.pk, wanted - set(ids))
+
+    stamp = iso_timestamp(now)
+    leaf = session.leaf_id
+    running_parent = session.leaf_id
+    next_seq = session.entry_count + 1
+    straight = True  # every new entry went right after the leaf of its moment
+    memory = False
+    new_tokens = 0
+    rows: list[dict[str, Any]] = []
+    stored: list[SessionEntry] = []
+    appended: list[str] = []
+    duplicates: list[str] = []
+
+    for entry in batch:
+        old = existing.get(entry.id)
+        if old is not None:
+            if old.session_pk != session.pk:
+                raise EntryConflictError(entry.id)
+            kept = SessionEntry.model_validate(old.payload)
+            candidate = entry.model_copy(
+                update={
+                    "parent_id": entry.parent_id if entry.parent_id is not None else kept.parent_id,
+                    "created_at": entry.created_at
+                    if entry.created_at is not None
+                    else kept.created_at,
+                }
+            )
+            if wire(candidate) != old.payload:
+                raise EntryConflictError(entry.id)
+            positions[entry.id] = (old.seq, old.run_start)
+            running_parent = entry.id
+            stored.append(kept)
+            duplicates.append(entry.id)
+            continue
+
+        parent = entry.parent_id if entry.parent_id is not None else running_parent
+        seq = next_seq
+        if parent is None:
+            run_start = seq
+        else:
+            position = positions.get(parent)
+            if position is None:
+                raise InvalidEntryError(
+                    f"entry {entry.id!r}: parent {parent!r} is not an earlier entry of this session"
+                )
+            # A run continues only when the parent is the entry appended just before.
+            run_start = position[1] if position[0] == seq - 1 else seq
+        straight = straight and parent == leaf
+        resolved = entry.model_copy(
+            update={"parent_id": parent, "created_at": entry.created_at or stamp}
+        )
+        tokens = estimate_entry_tokens(entry) if is_eligible_observation_source(entry) else 0
+        rows.append(
+            {
+                "id": entry.id,
+                "session_pk": session.pk,
+                "parent_id": parent,
+                "seq": seq,
+                "run_start": run_start,
+                "kind": entry.kind,
+                "eligible_tokens": tokens,
+                "payload": wire(resolved),
+                "created_at": now,
+            }
+        )
+        positions[entry.id] = (seq, run_start)
+        next_seq += 1
+        leaf = entry.id
+        running_parent = entry.id
+        memory = memory or entry.kind in MEMORY_KINDS
+        new_tokens += tokens
+        stored.append(resolved)
+        appended.append(entry.id)
+
+    if rows:
+        connection.execute(insert(entries), rows)
+        values: dict[str, Any] = {"leaf_id": leaf, "entry_count": next_seq - 1, "updated_at": now}
+        if straight and not memory:
+            # Messages after the leaf change no ledger and leave the snapshot valid.
+            values["unobserved_tokens"] = sessions.c.unobserved_tokens + new_tokens
+        connection.execute(update(sessions).where(sessions.c.pk == session.pk).values(**values))
+        if memory or not straight:
+            refresh_memory_state(connection, session.pk, leaf, now=now)
+    return AppendResult(
+        entries=tuple(stored),
+        appended_ids=tuple(appended),
+        duplicate_ids=tuple(duplicates),
+        leaf_id=leaf,
+    )

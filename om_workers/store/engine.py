@@ -1,0 +1,101 @@
+"""Engines for the store: URL normalisation, SQLite pragmas and write transactions.
+
+SQLite allows one writer at a time. Every write transaction here starts with ``BEGIN
+IMMEDIATE``, which takes the write lock up front: two writers queue on the busy timeout instead
+of both reading the same leaf and one failing on upgrade (a deferred transaction that later
+writes gets ``SQLITE_BUSY`` at once, busy timeout or not). WAL lets readers go on while one
+writes. PostgreSQL writers serialise per session with ``SELECT ... FOR UPDATE`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from om_workers.errors import ConfigError
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_BEGIN_OPTION = "om_sqlite_begin"
+
+
+def normalize_database_url(url: str) -> str:
+    """The URL with PostgreSQL pinned to psycopg v3 (``postgresql://`` -> ``postgresql+psycopg``).
+
+    Raises :class:`ConfigError` for a URL SQLAlchemy cannot parse or a backend other than
+    SQLite and PostgreSQL.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"invalid database URL: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        if parsed.get_driver_name() != "psycopg":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend != "sqlite":
+        raise ConfigError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def create_store_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for the store (pragmas and begin mode on SQLite).
+
+    Raises :class:`ConfigError` for an unusable URL. Connecting happens lazily, on first use.
+    """
+    normalized = normalize_database_url(url)
+    if make_url(normalized).get_backend_name() == "sqlite":
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+        engine = create_engine(normalized, connect_args=connect_args, **kwargs)
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(normalized, pool_pre_ping=True, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    in_memory = engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to the "begin" hook below: pysqlite's own implicit BEGIN
+        # is deferred and is not emitted before SELECTs.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            # Durable at every checkpoint, and much faster than FULL in WAL mode.
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that may write; committed on success, rolled back on error.
+
+    On SQLite the transaction begins IMMEDIATE (takes the write lock first).
+    """
+    with engine.connect() as connection:
+        connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+        with connection.begin():
+            yield connection
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a read transaction: one consistent view for several queries."""
+    with engine.connect() as connection, connection.begin():
+        yield connection

@@ -1,0 +1,124 @@
+"""Immutable values the store returns; none of them holds a connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from om_core.models import ObservationalMemoryLedger, SessionEntry
+
+RunState = Literal["queued", "running", "succeeded", "failed", "skipped"]
+RUN_STATES: tuple[RunState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
+FINAL_RUN_STATES: frozenset[str] = frozenset({"succeeded", "failed", "skipped"})
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (SQLite hands back naive ones; they are UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def as_utc_or_none(value: datetime | None) -> datetime | None:
+    """:func:`as_utc`, passing ``None`` through."""
+    return None if value is None else as_utc(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant: the ownership scope every session and key belongs to."""
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedApiKey:
+    """A new API key. ``plaintext`` is shown once: only its hash is stored."""
+
+    key_id: str
+    tenant_id: str
+    plaintext: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens."""
+
+    tenant_id: str
+    id: str
+    leaf_id: str | None
+    epoch: int
+    entry_count: int
+    unobserved_tokens: int
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append did.
+
+    ``entries`` are the batch's entries as stored (parent and ``created_at`` filled in), in
+    batch order; ``appended_ids`` were written now, ``duplicate_ids`` were already stored with
+    the same content and were not written again. ``leaf_id`` is the session's leaf afterwards.
+    """
+
+    entries: tuple[SessionEntry, ...]
+    appended_ids: tuple[str, ...]
+    duplicate_ids: tuple[str, ...]
+    leaf_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BranchPage:
+    """Current-branch entries after a cursor; ``next_cursor`` is ``None`` on the last page."""
+
+    entries: tuple[SessionEntry, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextState:
+    """What building context needs, without re-folding the whole branch.
+
+    ``ledger`` equals ``fold_ledger(current_branch)``. It is the stored snapshot (covering the
+    branch up to ``snapshot_entry_id``) folded forward over ``entries``: the current-branch
+    entries after that point, in order. With no memory on the branch there is no snapshot,
+    ``snapshot_entry_id`` is ``None`` and ``entries`` is the whole branch.
+    """
+
+    ledger: ObservationalMemoryLedger
+    snapshot_entry_id: str | None
+    entries: tuple[SessionEntry, ...]
+    leaf_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRun:
+    """One flush run: state, timings, counts and the redacted error of a failed run."""
+
+    id: str
+    tenant_id: str
+    session_id: str
+    state: RunState
+    force: bool
+    full_reflection_rebuild: bool
+    attempts: int
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """An entry id one scope withholds; ``corrected`` ones stay withheld."""
+
+    tenant_id: str
+    scope: str
+    entry_id: str
+    corrected: bool
+    created_at: datetime

@@ -1,0 +1,183 @@
+"""The store's tables (SQLAlchemy Core), the single source the migrations are checked against.
+
+Why these shapes:
+
+- ``sessions.pk`` is a surrogate key: session ids are chosen by clients and are unique only
+  within a tenant, so another tenant may reuse an id without learning that it exists.
+- ``entries.id`` is the primary key: entry ids are unique across the whole store (the seed's
+  rule), which is what makes appends idempotent by id.
+- ``entries.seq`` numbers a session's entries in append order; a parent always has a smaller
+  seq than its child, so a branch read in seq order is in branch order. ``(session_pk, seq)``
+  is unique and indexed, so every read of a session is a range scan of that session alone.
+- ``entries.run_start`` is the seq where the entry's *run* begins: a run is a stretch of
+  consecutive seqs in which each entry's parent is the entry just before it. A branch is then
+  a handful of seq ranges (one per fork on it), found by a recursive query over runs instead
+  of one step per entry.
+- ``entries.eligible_tokens`` is the entry's token estimate when it is an observable message,
+  else 0, so the unobserved-token count is a sum over the branch tail.
+- ``snapshots`` keeps one folded ledger per session, covering its current branch up to
+  ``seq``; context reads fold only what follows it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID_LENGTH = 256
+KIND_LENGTH = 64
+TENANT_ID_LENGTH = 128
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# SQLite only aliases the rowid (and so autoincrements) for a column typed exactly INTEGER.
+SurrogateKey = BigInteger().with_variant(Integer(), "sqlite")
+# JSONB on PostgreSQL: compact, and queryable by later features without a migration of data.
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", String(TENANT_ID_LENGTH), primary_key=True),
+    Column("name", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column(
+        "tenant_id",
+        String(TENANT_ID_LENGTH),
+        ForeignKey("tenants.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("label", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("pk", SurrogateKey, primary_key=True, autoincrement=True),
+    Column(
+        "tenant_id",
+        String(TENANT_ID_LENGTH),
+        ForeignKey("tenants.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("id", String(ID_LENGTH), nullable=False),
+    Column("leaf_id", String(ID_LENGTH), nullable=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("entry_count", BigInteger, nullable=False),
+    Column("unobserved_tokens", BigInteger, nullable=False),
+    Column("meta", Json, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("tenant_id", "id", name="uq_sessions_tenant_id_id"),
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column(
+        "session_pk",
+        SurrogateKey,
+        ForeignKey("sessions.pk", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("parent_id", String(ID_LENGTH), nullable=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("run_start", BigInteger, nullable=False),
+    Column("kind", String(KIND_LENGTH), nullable=False),
+    Column("eligible_tokens", BigInteger, nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("session_pk", "seq", name="uq_entries_session_pk_seq"),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column(
+        "session_pk",
+        SurrogateKey,
+        ForeignKey("sessions.pk", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("entry_id", String(ID_LENGTH), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("ledger", Json, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+flush_runs = Table(
+    "flush_runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column(
+        "tenant_id",
+        String(TENANT_ID_LENGTH),
+        ForeignKey("tenants.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column(
+        "session_pk",
+        SurrogateKey,
+        ForeignKey("sessions.pk", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("state", String(16), nullable=False),
+    Column("force", Boolean, nullable=False),
+    Column("full_reflection_rebuild", Boolean, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("queued_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("counts", Json, nullable=False),
+    Column("error", Text, nullable=True),
+    Index("ix_flush_runs_session_pk_queued_at", "session_pk", "queued_at"),
+    Index("ix_flush_runs_state_started_at", "state", "started_at"),
+)
+
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column(
+        "tenant_id",
+        String(TENANT_ID_LENGTH),
+        ForeignKey("tenants.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("scope", String(ID_LENGTH), primary_key=True),
+    Column("entry_id", String(ID_LENGTH), primary_key=True),
+    Column("corrected", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,137 @@
+"""The per-session folded-ledger snapshot and the unobserved-token count.
+
+Invariant, kept by every write that moves a leaf or appends memory: when a session has a
+snapshot row, its entry lies on the current branch and every ``custom``/``compaction`` entry
+(the only kinds the fold reads) on that branch is at or before it; without a row, the branch
+has no such entry. So the ledger of the current branch is the snapshot's ledger folded over
+the entries after it, and those are plain messages in the common case: context reads never
+re-fold a long session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from om_core.ledger import fold_ledger
+from om_core.models import ObservationalMemoryLedger
+from om_workers.store.branch import (
+    MEMORY_KINDS,
+    Segment,
+    branch_segments,
+    entry_position,
+    read_branch_payloads,
+    seq_on_branch,
+    sum_eligible_tokens,
+    to_entries,
+)
+from om_workers.store.schema import sessions, snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A stored fold of one branch up to (and including) entry ``entry_id`` at ``seq``."""
+
+    entry_id: str
+    seq: int
+    ledger: ObservationalMemoryLedger
+
+
+def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
+    """The session's snapshot row, or ``None``."""
+    row = connection.execute(
+        select(snapshots.c.entry_id, snapshots.c.seq, snapshots.c.ledger).where(
+            snapshots.c.session_pk == session_pk
+        )
+    ).first()
+    if row is None:
+        return None
+    return Snapshot(
+        entry_id=row.entry_id,
+        seq=int(row.seq),
+        ledger=ObservationalMemoryLedger.model_validate(row.ledger),
+    )
+
+
+def valid_snapshot(snapshot: Snapshot | None, segments: list[Segment]) -> Snapshot | None:
+    """The snapshot when it lies on the branch the segments describe, else ``None``."""
+    if snapshot is not None and seq_on_branch(snapshot.seq, segments):
+        return snapshot
+    return None
+
+
+def refresh_memory_state(
+    connection: Connection, session_pk: int, leaf_id: str | None, *, now: datetime
+) -> ObservationalMemoryLedger:
+    """Bring the snapshot and unobserved-token count in line with the branch ending at the leaf.
+
+    Call inside the write transaction that appended memory entries or moved the leaf off the
+    straight line (fork, explicit parent). Reads only memory entries after a still-valid
+    snapshot, or all memory entries of the branch when the leaf left the snapshot's branch.
+    Returns the branch's ledger.
+    """
+    segments = branch_segments(connection, session_pk, leaf_id)
+    stored = read_snapshot(connection, session_pk)
+    base = valid_snapshot(stored, segments)
+    rows = read_branch_payloads(
+        connection,
+        session_pk,
+        leaf_id,
+        after_seq=base.seq if base is not None else 0,
+        kinds=MEMORY_KINDS,
+    )
+    if rows:
+        ledger = fold_ledger(to_entries(rows), initial=base.ledger if base is not None else None)
+        assert leaf_id is not None  # rows come from a branch, so there is a leaf
+        _write_snapshot(connection, session_pk, leaf_id, segments[-1][1], ledger, now, stored)
+    elif base is not None:
+        ledger = base.ledger
+    else:
+        ledger = ObservationalMemoryLedger()
+        if stored is not None:
+            connection.execute(delete(snapshots).where(snapshots.c.session_pk == session_pk))
+    connection.execute(
+        update(sessions)
+        .where(sessions.c.pk == session_pk)
+        .values(unobserved_tokens=_unobserved_tokens(connection, session_pk, leaf_id, ledger))
+    )
+    return ledger
+
+
+def _write_snapshot(
+    connection: Connection,
+    session_pk: int,
+    entry_id: str,
+    seq: int,
+    ledger: ObservationalMemoryLedger,
+    now: datetime,
+    stored: Snapshot | None,
+) -> None:
+    values = {"entry_id": entry_id, "seq": seq, "ledger": ledger.to_json_dict(), "updated_at": now}
+    if stored is None:
+        connection.execute(insert(snapshots).values(session_pk=session_pk, **values))
+    else:
+        connection.execute(
+            update(snapshots).where(snapshots.c.session_pk == session_pk).values(**values)
+        )
+
+
+def _unobserved_tokens(
+    connection: Connection,
+    session_pk: int,
+    leaf_id: str | None,
+    ledger: ObservationalMemoryLedger,
+) -> int:
+    # Same rule as om_core's unscanned_entries: a cursor off the branch means nothing on this
+    # branch was scanned.
+    after_seq = 0
+    cursor = ledger.observation_covers_up_to_id
+    if cursor is not None:
+        position = entry_position(connection, session_pk, cursor)
+        if position is not None:
+            segments = branch_segments(connection, session_pk, leaf_id)
+            if seq_on_branch(position[0], segments):
+                after_seq = position[0]
+    return sum_eligible_tokens(connection, session_pk, leaf_id, after_seq=after_seq)

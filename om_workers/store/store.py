@@ -1,0 +1,339 @@
+"""The SQL session store: sessions, entries, branches, fenced memory writes, context state."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, insert, select, update
+
+from om_core.ledger import fold_ledger
+from om_core.models import ObservationalMemoryLedger, SessionEntry
+from om_workers.config import Settings, get_settings
+from om_workers.errors import (
+    EntryNotFoundError,
+    InvalidEntryError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StaleEpochError,
+)
+from om_workers.store.accounts import AccountsMixin, require_tenant
+from om_workers.store.append import append_locked, lock_session
+from om_workers.store.base import utc_now
+from om_workers.store.branch import (
+    MEMORY_KINDS,
+    branch_segments,
+    entry_position,
+    read_branch_payloads,
+    seq_on_branch,
+    to_entries,
+)
+from om_workers.store.engine import create_store_engine
+from om_workers.store.ports import SqlSessionHandle
+from om_workers.store.records import (
+    AppendResult,
+    BranchPage,
+    ContextState,
+    SessionInfo,
+    as_utc,
+)
+from om_workers.store.runs import RunsMixin
+from om_workers.store.schema import ID_LENGTH, sessions
+from om_workers.store.snapshot import read_snapshot, refresh_memory_state, valid_snapshot
+
+MAX_PAGE_LIMIT = 1000
+
+
+def _to_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        tenant_id=row.tenant_id,
+        id=row.id,
+        leaf_id=row.leaf_id,
+        epoch=int(row.epoch),
+        entry_count=int(row.entry_count),
+        unobserved_tokens=int(row.unobserved_tokens),
+        metadata=dict(row.meta),
+        created_at=as_utc(row.created_at),
+        updated_at=as_utc(row.updated_at),
+    )
+
+
+def _session_row(connection: Connection, tenant_id: str, session_id: str) -> Row[Any]:
+    row: Row[Any] | None = connection.execute(
+        select(sessions).where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+    ).first()
+    if row is None:
+        # The same answer whether the session is missing or another tenant's.
+        raise SessionNotFoundError(f"no session {session_id!r}")
+    return row
+
+
+def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[SessionEntry]:
+    return (entries,) if isinstance(entries, SessionEntry) else entries
+
+
+class SqlStore(AccountsMixin, RunsMixin):
+    """The durable store the API and the workers share (SQLite or PostgreSQL).
+
+    Every method is scoped by ``tenant_id``: another tenant's session raises
+    :class:`SessionNotFoundError`, exactly like a missing one. Every method runs in its own
+    transaction and either completes or writes nothing. Database failures surface as
+    :class:`~om_workers.errors.StoreUnavailableError` (unreachable or locked; retry later) or
+    :class:`~om_workers.errors.StoreError`; the schema must have been migrated
+    (:func:`om_workers.store.upgrade`).
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = utc_now) -> None:
+        super().__init__(engine, clock=clock)
+
+    @classmethod
+    def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
+        """A store on ``database_url``. Raises :class:`~om_workers.errors.ConfigError`."""
+        return cls(create_store_engine(database_url, **engine_kwargs))
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> SqlStore:
+        """A store on ``OM_DATABASE_URL`` (or the given settings' ``database_url``)."""
+        return cls.from_url((settings or get_settings()).database_url)
+
+    # Sessions ---------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        tenant_id: str,
+        session_id: str | None = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionInfo:
+        """Create an empty session (a random id when none is given).
+
+        Raises :class:`~om_workers.errors.TenantNotFoundError`, :class:`SessionExistsError`
+        when the tenant already has this id, :class:`InvalidEntryError` for an empty or
+        over-long id.
+        """
+        new_id = session_id if session_id is not None else uuid.uuid4().hex
+        if not new_id or len(new_id) > ID_LENGTH:
+            raise InvalidEntryError(f"a session id has 1 to {ID_LENGTH} characters")
+
+        def create() -> SessionInfo:
+            now = self._now()
+            with self._write() as connection:
+                require_tenant(connection, tenant_id)
+                taken = connection.execute(
+                    select(sessions.c.pk).where(
+                        sessions.c.tenant_id == tenant_id, sessions.c.id == new_id
+                    )
+                ).first()
+                if taken is not None:
+                    raise SessionExistsError(f"session {new_id!r} already exists")
+                connection.execute(
+                    insert(sessions).values(
+                        tenant_id=tenant_id,
+                        id=new_id,
+                        leaf_id=None,
+                        epoch=0,
+                        entry_count=0,
+                        unobserved_tokens=0,
+                        meta=dict(metadata or {}),
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                return _to_info(_session_row(connection, tenant_id, new_id))
+
+        return self._retrying(create)
+
+    def get_session(self, tenant_id: str, session_id: str) -> SessionInfo:
+        """The session's bookkeeping. Raises :class:`SessionNotFoundError`."""
+        with self._read() as connection:
+            return _to_info(_session_row(connection, tenant_id, session_id))
+
+    # Appends and forks ------------------------------------------------------------------
+
+    def append_entries(
+        self, tenant_id: str, session_id: str, entries: SessionEntry | Sequence[SessionEntry]
+    ) -> AppendResult:
+        """Append one entry or a batch atomically, in order; the leaf moves to the last new one.
+
+        A missing ``parent_id`` means "after the previous entry" (the first: after the current
+        leaf). Idempotent by entry id: an id stored with the same content is reported in
+        ``duplicate_ids`` and not written again. Raises :class:`SessionNotFoundError`,
+        :class:`~om_workers.errors.EntryConflictError` (id stored with other content, or in
+        another session), :class:`InvalidEntryError` (empty batch, an entry naming another
+        session, an id twice in the batch, a parent that is not an earlier entry of this
+        session). On any error nothing of the batch is written.
+        """
+        batch = _as_batch(entries)
+
+        def append() -> AppendResult:
+            with self._write() as connection:
+                session = lock_session(connection, tenant_id, session_id)
+                return append_locked(connection, session, batch, now=self._now())
+
+        return self._retrying(append)
+
+    def begin_pass(self, tenant_id: str, session_id: str) -> int:
+        """Start a memory pass: raise the session's epoch and return it.
+
+        Every earlier epoch is stale from now on, so a worker that lost its lock can no longer
+        write. Raises :class:`SessionNotFoundError`.
+        """
+        with self._write() as connection:
+            epoch = connection.execute(
+                update(sessions)
+                .where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+                .values(epoch=sessions.c.epoch + 1, updated_at=self._now())
+                .returning(sessions.c.epoch)
+            ).scalar()
+            if epoch is None:
+                raise SessionNotFoundError(f"no session {session_id!r}")
+            return int(epoch)
+
+    def append_memory(
+        self,
+        tenant_id: str,
+        session_id: str,
+        entries: SessionEntry | Sequence[SessionEntry],
+        epoch: int,
+    ) -> AppendResult:
+        """A fenced append: commits only while ``epoch`` is still the session's epoch.
+
+        The epoch check and the append happen in one transaction under the session's write
+        lock. Raises :class:`StaleEpochError` (nothing written) when a newer pass began, and
+        everything :meth:`append_entries` raises.
+        """
+        batch = _as_batch(entries)
+
+        def append() -> AppendResult:
+            with self._write() as connection:
+                session = lock_session(connection, tenant_id, session_id)
+                if session.epoch != epoch:
+                    raise StaleEpochError(session_id, epoch, session.epoch)
+                return append_locked(connection, session, batch, now=self._now())
+
+        return self._retrying(append)
+
+    def fork(self, tenant_id: str, session_id: str, entry_id: str) -> SessionInfo:
+        """Move the leaf to ``entry_id``, an entry of this session; the next append branches there.
+
+        Raises :class:`SessionNotFoundError`, or :class:`EntryNotFoundError` when the entry is
+        not in this session.
+        """
+        with self._write() as connection:
+            session = lock_session(connection, tenant_id, session_id)
+            if entry_position(connection, session.pk, entry_id) is None:
+                raise EntryNotFoundError(f"no entry {entry_id!r} in session {session_id!r}")
+            now = self._now()
+            connection.execute(
+                update(sessions)
+                .where(sessions.c.pk == session.pk)
+                .values(leaf_id=entry_id, updated_at=now)
+            )
+            refresh_memory_state(connection, session.pk, entry_id, now=now)
+            return _to_info(_session_row(connection, tenant_id, session_id))
+
+    # Reads ------------------------------------------------------------------------------
+
+    def read_branch(self, tenant_id: str, session_id: str) -> tuple[SessionEntry, ...]:
+        """The current branch, root to leaf. Raises :class:`SessionNotFoundError`."""
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            rows = read_branch_payloads(connection, int(row.pk), row.leaf_id)
+        return to_entries(rows)
+
+    def read_page(
+        self, tenant_id: str, session_id: str, *, after: str | None = None, limit: int = 100
+    ) -> BranchPage:
+        """Up to ``limit`` current-branch entries after entry ``after`` (from the root if None).
+
+        Raises :class:`SessionNotFoundError`, :class:`EntryNotFoundError` when ``after`` is
+        not on the current branch, :class:`InvalidEntryError` for ``limit`` outside
+        ``1..MAX_PAGE_LIMIT``.
+        """
+        if not 1 <= limit <= MAX_PAGE_LIMIT:
+            raise InvalidEntryError(f"limit must be within 1..{MAX_PAGE_LIMIT}")
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            session_pk = int(row.pk)
+            after_seq = 0
+            if after is not None:
+                position = entry_position(connection, session_pk, after)
+                segments = branch_segments(connection, session_pk, row.leaf_id)
+                if position is None or not seq_on_branch(position[0], segments):
+                    raise EntryNotFoundError(f"entry {after!r} is not on the current branch")
+                after_seq = position[0]
+            rows = read_branch_payloads(
+                connection, session_pk, row.leaf_id, after_seq=after_seq, limit=limit + 1
+            )
+        page = to_entries(rows[:limit])
+        return BranchPage(
+            entries=page, next_cursor=page[-1].id if len(rows) > limit and page else None
+        )
+
+    def read_tail(self, tenant_id: str, session_id: str, limit: int) -> tuple[SessionEntry, ...]:
+        """The last ``limit`` entries of the current branch, in branch order.
+
+        Raises :class:`SessionNotFoundError`, :class:`InvalidEntryError` for ``limit`` < 1.
+        """
+        if limit < 1:
+            raise InvalidEntryError("limit must be at least 1")
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            rows = read_branch_payloads(
+                connection, int(row.pk), row.leaf_id, limit=limit, newest_first=True
+            )
+        return to_entries(rows)
+
+    def read_context_state(self, tenant_id: str, session_id: str) -> ContextState:
+        """The branch's ledger from the stored snapshot plus the entries after it.
+
+        ``result.ledger == fold_ledger(read_branch(...))`` without reading the branch before the
+        snapshot. Raises :class:`SessionNotFoundError`.
+        """
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            session_pk = int(row.pk)
+            segments = branch_segments(connection, session_pk, row.leaf_id)
+            stored = read_snapshot(connection, session_pk)
+            snapshot = valid_snapshot(stored, segments)
+            if snapshot is None and stored is not None:
+                # Writes keep the snapshot on the branch; should one not be, fold the branch's
+                # memory entries rather than answer from another branch.
+                memory = to_entries(
+                    read_branch_payloads(connection, session_pk, row.leaf_id, kinds=MEMORY_KINDS)
+                )
+                return ContextState(
+                    ledger=fold_ledger(memory),
+                    snapshot_entry_id=row.leaf_id,
+                    entries=(),
+                    leaf_id=row.leaf_id,
+                )
+            rows = read_branch_payloads(
+                connection,
+                session_pk,
+                row.leaf_id,
+                after_seq=snapshot.seq if snapshot is not None else 0,
+            )
+        after = to_entries(rows)
+        initial = snapshot.ledger if snapshot is not None else None
+        ledger = fold_ledger(after, initial=initial) if after else initial
+        return ContextState(
+            ledger=ledger if ledger is not None else ObservationalMemoryLedger(),
+            snapshot_entry_id=snapshot.entry_id if snapshot is not None else None,
+            entries=after,
+            leaf_id=row.leaf_id,
+        )
+
+    # Ports ------------------------------------------------------------------------------
+
+    def session(
+        self, tenant_id: str, session_id: str, *, epoch: int | None = None
+    ) -> SqlSessionHandle:
+        """An entry sink/source and tombstone source bound to one tenant's session.
+
+        With ``epoch`` every append through it is fenced (:meth:`append_memory`). Creating
+        the handle does no I/O; its methods raise what the store's methods raise.
+        """
+        return SqlSessionHandle(self, tenant_id, session_id, epoch=epoch)

@@ -1,0 +1,68 @@
+"""Fixtures for the store tests: a real SQLite file always, PostgreSQL when
+``OM_TEST_DATABASE_URL`` is set. Each PostgreSQL test gets a fresh schema (via the URL's
+``search_path``, so child processes reach the same tables) and drops it afterwards."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+
+from om_workers.store import SqlStore, normalize_database_url, upgrade
+
+PG_URL = os.environ.get("OM_TEST_DATABASE_URL")
+BACKENDS = ["sqlite", *(["postgresql"] if PG_URL else [])]
+
+
+def _pg_schema_url(base: str, schema: str) -> str:
+    url = make_url(normalize_database_url(base))
+    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+        hide_password=False
+    )
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file in tmp_path, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'om.db'}"
+        return
+    assert PG_URL is not None
+    schema = f"om_t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(normalize_database_url(PG_URL))
+    try:
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        yield _pg_schema_url(PG_URL, schema)
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def migrated_url(database_url: str) -> str:
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def store(migrated_url: str) -> Iterator[SqlStore]:
+    instance = SqlStore.from_url(migrated_url)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def tenant(store: SqlStore) -> str:
+    return store.create_tenant("acme").id
+
+
+@pytest.fixture
+def session_id(store: SqlStore, tenant: str) -> str:
+    return store.create_session(tenant, "s1").id

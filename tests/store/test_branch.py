@@ -1,0 +1,89 @@
+"""Branches: forks, explicit parents, pages after a cursor, the tail, against a naive walk."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from om_workers.errors import EntryNotFoundError, InvalidEntryError
+from om_workers.store import SqlStore
+
+from entries import message
+
+
+def test_fork_moves_the_leaf_and_the_next_append_branches(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, [message(i) for i in "abcd"])
+    info = store.fork(tenant, session_id, "b")
+    assert info.leaf_id == "b"
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b"]
+    appended = store.append_entries(tenant, session_id, [message("e"), message("f")])
+    assert appended.entries[0].parent_id == "b"
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b", "e", "f"]
+    # Back to the old branch: it is intact.
+    store.fork(tenant, session_id, "d")
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b", "c", "d"]
+    with pytest.raises(EntryNotFoundError):
+        store.fork(tenant, session_id, "missing")
+
+
+def test_random_trees_read_like_a_walk_from_the_leaf(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    rng = random.Random(7)
+    parents: dict[str, str | None] = {}
+    leaf: str | None = None
+    for index in range(300):
+        entry_id = f"e{index}"
+        roll = rng.random()
+        if leaf is not None and roll < 0.1:
+            leaf = rng.choice(sorted(parents))
+            store.fork(tenant, session_id, leaf)
+        if leaf is not None and roll > 0.95:
+            parent: str | None = rng.choice(sorted(parents))
+            store.append_entries(tenant, session_id, message(entry_id, parent_id=parent))
+        else:
+            parent = leaf
+            store.append_entries(tenant, session_id, message(entry_id))
+        parents[entry_id] = parent
+        leaf = entry_id
+        if index % 25 == 0:
+            walk: list[str] = []
+            cursor: str | None = leaf
+            while cursor is not None:
+                walk.append(cursor)
+                cursor = parents[cursor]
+            walk.reverse()
+            assert [e.id for e in store.read_branch(tenant, session_id)] == walk
+
+
+def test_pages_after_a_cursor_cover_the_branch_once(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, [message(f"m{i}") for i in range(10)])
+    store.fork(tenant, session_id, "m4")
+    store.append_entries(tenant, session_id, [message(f"n{i}") for i in range(5)])
+    expected = [e.id for e in store.read_branch(tenant, session_id)]
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = store.read_page(tenant, session_id, after=cursor, limit=3)
+        seen.extend(e.id for e in page.entries)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == expected
+    assert [e.id for e in store.read_tail(tenant, session_id, 3)] == expected[-3:]
+    with pytest.raises(EntryNotFoundError):
+        store.read_page(tenant, session_id, after="m7")  # on the other branch
+    with pytest.raises(InvalidEntryError):
+        store.read_page(tenant, session_id, limit=0)
+
+
+def test_empty_session_reads_empty(store: SqlStore, tenant: str, session_id: str) -> None:
+    assert store.read_branch(tenant, session_id) == ()
+    assert store.read_page(tenant, session_id).entries == ()
+    state = store.read_context_state(tenant, session_id)
+    assert state.entries == () and state.leaf_id is None
