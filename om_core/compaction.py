@@ -12,9 +12,11 @@ from om_core.limits import MAX_FOLDED_PAYLOAD_BYTES
 from om_core.models import CompactionEntry, FoldedMemory, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import project_ledger, snapshot_of
 from om_core.render import render_observational_memory
+from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.tokens import estimate_text_tokens
 from om_core.window import select_recent_message_entries
+from om_core.work_memory import leaf_memory
 
 STRATEGY_NAME = "observational-memory"
 
@@ -147,16 +149,24 @@ class ObservationalMemoryCompactionStrategy:
         trigger: str = "manual",
         invalidated_ids: Iterable[str] = (),
         secrets: Iterable[str] = (),
+        scope_map: WorkScopeMap | None = None,
     ) -> CompactionResult:
         """Compact one current branch. Raises :class:`CapExceededError` (see
-        :func:`create_folded_memory_details`) when the memory cannot fit its cap."""
+        :func:`create_folded_memory_details`) when the memory cannot fit its cap.
+
+        With host work scopes the summary renders the current leaf's ``self+ancestors``
+        projection, like the context block; ``data.memory`` still keeps every observation.
+        ``scope_map`` defaults to the fold of ``entries``."""
         ledger = fold_ledger(entries)
         kept = select_recent_message_entries(entries, self.keep_recent_entries)
         through = _through_entry_id(entries, kept)
         projection = project_ledger(ledger, invalidated_ids)
-        summary = render_observational_memory(
-            projection.reflections, projection.observations, secrets=secrets
+        reflections, observations, outline = leaf_memory(
+            scope_map if scope_map is not None else fold_work_scope_map(entries),
+            projection.reflections,
+            projection.observations,
         )
+        summary = render_observational_memory(reflections, observations, outline, secrets=secrets)
         return CompactionResult(
             summary=summary,
             data=CompactionEntry(

@@ -8,8 +8,11 @@ from om_core.ledger import fold_ledger
 from om_core.models import ContextBlock, Observation, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import ObservationalMemoryProjection, project_ledger
 from om_core.render import render_observational_memory
+from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
+from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.window import render_recent_message_window, select_recent_message_entries
+from om_core.work_memory import leaf_memory
 
 MEMORY_BLOCK_ID = "observational-memory"
 RECENT_BLOCK_ID = "recent-messages"
@@ -30,12 +33,20 @@ def build_context_blocks(
     secrets: Iterable[str] = (),
     *,
     ledger: ObservationalMemoryLedger | None = None,
+    scope_map: WorkScopeMap | None = None,
+    shared: Sequence[SharedScopeMemory] = (),
 ) -> tuple[ContextBlock, ContextBlock]:
     """Render the ``observational-memory`` and ``recent-messages`` blocks of one branch.
 
     ``entries`` is the current branch (at least from the latest snapshot on, and covering
     the recent window); pass ``ledger`` when it is already folded (a store keeps one) so
     nothing is folded again. Both blocks are always returned; their text may be empty.
+
+    With host work scopes the memory block renders the current leaf's ``self+ancestors``
+    projection (Scope Outline, Reflections, Observations). The scope map is folded from
+    ``entries`` unless ``scope_map`` is given (a store that reads from a snapshot on must
+    pass it: snapshots do not carry scope records). ``shared`` (from
+    :func:`~om_core.shared_scopes.resolve_shared_scopes`) joins for rendering only.
     """
     resolved = settings or resolve_settings()
     recent = select_recent_message_entries(
@@ -44,14 +55,16 @@ def build_context_blocks(
         resolved.context.recent_message_max_tokens,
     )
     recent_text, recent_ids = render_recent_message_window(recent, secrets)
-    projection = project_ledger(
-        ledger if ledger is not None else fold_ledger(entries), invalidated_ids
+    memory, scopes = merge_shared_memory(
+        ledger if ledger is not None else fold_ledger(entries),
+        scope_map if scope_map is not None else fold_work_scope_map(entries),
+        shared,
     )
-    memory_text = render_observational_memory(
-        projection.reflections,
-        visible_observations(projection, recent_ids),
-        secrets=secrets,
+    projection = project_ledger(memory, invalidated_ids)
+    reflections, observations, outline = leaf_memory(
+        scopes, projection.reflections, visible_observations(projection, recent_ids)
     )
+    memory_text = render_observational_memory(reflections, observations, outline, secrets=secrets)
     return (
         ContextBlock(id=MEMORY_BLOCK_ID, text=memory_text),
         ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),

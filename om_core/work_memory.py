@@ -149,3 +149,26 @@ def project_work_memory(
             for s in scopes
         ),
     )
+
+
+def leaf_memory(
+    scope_map: WorkScopeMap,
+    reflections: Iterable[Reflection],
+    observations: Iterable[Observation],
+) -> tuple[tuple[Reflection, ...], tuple[Observation, ...], tuple[str, ...] | None]:
+    """The current leaf's ``self+ancestors`` view of memory that is already visible.
+
+    Context blocks and the compaction summary render this, so the full ledger never rides into
+    the prefix while the folded payload keeps everything. Without host scopes the input comes
+    back unchanged with no outline (``None``). Never raises: the leaf is always in the map.
+    """
+    reflections, observations = tuple(reflections), tuple(observations)
+    if not scope_map.has_host_scopes:
+        return reflections, observations, None
+    view = project_work_memory(
+        ObservationalMemoryLedger(observations=observations, reflections=reflections),
+        scope_map,
+        from_=scope_map.leaf,
+        include="self+ancestors",
+    )
+    return view.reflections, view.observations, view.outline_lines
