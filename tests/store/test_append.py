@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from store_factories import message
 
 from om_core.models import SessionEntry
 from om_workers.errors import (
@@ -11,8 +12,6 @@ from om_workers.errors import (
     SessionNotFoundError,
 )
 from om_workers.store import SqlStore
-
-from entries import message
 
 
 def test_single_and_batch_appends_chain_from_the_leaf(
@@ -55,9 +54,7 @@ def test_retried_batch_with_one_new_entry_appends_only_that_one(
     assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b", "c"]
 
 
-def test_same_id_other_content_is_a_conflict(
-    store: SqlStore, tenant: str, session_id: str
-) -> None:
+def test_same_id_other_content_is_a_conflict(store: SqlStore, tenant: str, session_id: str) -> None:
     store.append_entries(tenant, session_id, message("a", text="one"))
     with pytest.raises(EntryConflictError) as caught:
         store.append_entries(tenant, session_id, message("a", text="two"))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from store_factories import message
 
 from om_workers.errors import EntryNotFoundError, InvalidEntryError
 from om_workers.store import SqlStore
-
-from entries import message
 
 
 def test_fork_moves_the_leaf_and_the_next_append_branches(

@@ -1,0 +1,62 @@
+"""Flush runs (states, counts, redacted errors, stuck-run sweep) and tombstones."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from om_core.redaction import REDACTED
+from om_workers.errors import InvalidRunStateError
+from om_workers.store import SqlStore
+
+
+def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
+    run = store.create_run(tenant, session_id, force=True)
+    assert (run.state, run.force, run.attempts, run.session_id) == ("queued", True, 0, session_id)
+    started = store.start_run(tenant, run.id)
+    assert (started.state, started.attempts) == ("running", 1)
+    assert started.started_at is not None
+    failed = store.finish_run(
+        tenant,
+        run.id,
+        "failed",
+        counts={"observations": 0},
+        error="provider said: bad key sk-secret-123",
+        secrets=["sk-secret-123"],
+    )
+    assert failed.state == "failed" and failed.finished_at is not None
+    assert failed.error == f"provider said: bad key {REDACTED}"
+    assert store.get_run(tenant, run.id) == failed
+    with pytest.raises(InvalidRunStateError):
+        store.start_run(tenant, run.id)
+    with pytest.raises(InvalidRunStateError):
+        store.finish_run(tenant, run.id, "succeeded")
+    other = store.create_run(tenant, session_id)
+    with pytest.raises(InvalidRunStateError):
+        store.finish_run(tenant, other.id, "running")
+    done = store.finish_run(tenant, other.id, "skipped", counts={"coalesced": 1})
+    assert done.counts == {"coalesced": 1}
+
+
+def test_stuck_runs_are_swept(store: SqlStore, tenant: str, session_id: str) -> None:
+    stuck = store.create_run(tenant, session_id)
+    store.start_run(tenant, stuck.id)
+    queued = store.create_run(tenant, session_id)
+    swept = store.fail_stuck_runs(datetime.now(UTC) + timedelta(seconds=1))
+    assert swept == (stuck.id,)
+    assert store.get_run(tenant, stuck.id).state == "failed"
+    assert store.get_run(tenant, queued.id).state == "queued"
+
+
+def test_tombstones_per_tenant_and_scope(store: SqlStore, tenant: str) -> None:
+    assert store.add_tombstones(tenant, "session:s1", ["a", "b", "a"]) == ("a", "b")
+    assert store.add_tombstones(tenant, "session:s1", ["b", "c"], corrected=True) == ("c",)
+    stones = {t.entry_id: t.corrected for t in store.list_tombstones(tenant, "session:s1")}
+    assert stones == {"a": False, "b": True, "c": True}
+    # Corrected ids stay withheld (the seed's rule); scopes and tenants do not mix.
+    assert store.invalidated_ids(tenant, "session:s1") == {"a", "b", "c"}
+    assert store.invalidated_ids(tenant, "other-scope") == frozenset()
+    store.create_tenant("t2")
+    assert store.invalidated_ids("t2", "session:s1") == frozenset()
+    assert store.session(tenant, "s1").invalidated_ids("session:s1") == {"a", "b", "c"}

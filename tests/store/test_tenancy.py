@@ -1,0 +1,90 @@
+"""Tenancy and keys: another tenant's session does not exist; keys are stored hashed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from store_factories import message
+
+from om_workers.errors import (
+    FlushRunNotFoundError,
+    InvalidApiKeyError,
+    SessionExistsError,
+    SessionNotFoundError,
+    TenantExistsError,
+    TenantNotFoundError,
+)
+from om_workers.store import SqlStore
+from om_workers.store.accounts import hash_api_key
+from om_workers.store.schema import api_keys
+
+
+def test_another_tenants_session_is_not_found(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, message("a"))
+    run = store.create_run(tenant, session_id)
+    store.create_tenant("intruder")
+    calls: list[Callable[[], Any]] = [
+        lambda: store.get_session("intruder", session_id),
+        lambda: store.read_branch("intruder", session_id),
+        lambda: store.read_page("intruder", session_id),
+        lambda: store.read_tail("intruder", session_id, 5),
+        lambda: store.read_context_state("intruder", session_id),
+        lambda: store.append_entries("intruder", session_id, message("b")),
+        lambda: store.append_memory("intruder", session_id, message("b"), 0),
+        lambda: store.begin_pass("intruder", session_id),
+        lambda: store.fork("intruder", session_id, "a"),
+        lambda: store.create_run("intruder", session_id),
+        lambda: store.session("intruder", session_id).entries(),
+    ]
+    for call in calls:
+        with pytest.raises(SessionNotFoundError) as caught:
+            call()
+        # Word for word what a missing session says: nothing confirms that it exists.
+        assert str(caught.value) == f"no session {session_id!r}"
+    with pytest.raises(FlushRunNotFoundError):
+        store.get_run("intruder", run.id)
+    # The intruder may use the same session id for its own session.
+    store.create_session("intruder", session_id)
+    assert store.read_branch("intruder", session_id) == ()
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a"]
+    assert store.get_session(tenant, session_id).epoch == 0
+
+
+def test_api_keys_resolve_to_their_tenant_and_only_a_hash_is_stored(
+    store: SqlStore, tenant: str
+) -> None:
+    created = store.create_api_key(tenant, label="ci")
+    assert created.plaintext.startswith("om_")
+    assert store.resolve_api_key(created.plaintext) == tenant
+    with store.engine.connect() as connection:
+        stored = connection.execute(select(api_keys.c.key_hash)).scalars().all()
+    assert stored == [hash_api_key(created.plaintext)]
+    assert created.plaintext not in stored[0]
+    for bad in ("", "om_nope", created.plaintext + "x", "x" * 10_000):
+        with pytest.raises(InvalidApiKeyError):
+            store.resolve_api_key(bad)
+    store.revoke_api_key(tenant, created.key_id)
+    store.revoke_api_key(tenant, created.key_id)
+    with pytest.raises(InvalidApiKeyError):
+        store.resolve_api_key(created.plaintext)
+    with pytest.raises(InvalidApiKeyError):
+        store.revoke_api_key("someone-else", created.key_id)
+
+
+def test_tenants_and_sessions_are_created_once(store: SqlStore, tenant: str) -> None:
+    with pytest.raises(TenantExistsError):
+        store.create_tenant(tenant)
+    with pytest.raises(TenantNotFoundError):
+        store.create_session("nobody", "s")
+    with pytest.raises(TenantNotFoundError):
+        store.create_api_key("nobody")
+    info = store.create_session(tenant, metadata={"agent": "a1"})
+    assert info.metadata == {"agent": "a1"} and info.created_at.tzinfo is not None
+    with pytest.raises(SessionExistsError):
+        store.create_session(tenant, info.id)
+    assert store.get_tenant(tenant).id == tenant
