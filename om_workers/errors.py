@@ -92,3 +92,32 @@ class StaleEpochError(StoreError):
 
 class InvalidRunStateError(StoreError, ValueError):
     """A flush-run state change the run's current state does not allow."""
+
+
+class CoordinationError(OMWorkersError):
+    """A Redis coordination step (lock, coalescing, delivery count) failed.
+
+    redis-py errors never leave ``om_workers``: :func:`om_workers.redis_client.translate_errors`
+    turns them into this class or one of its subclasses.
+    """
+
+
+class RedisUnavailableError(CoordinationError):
+    """Redis could not be reached, timed out, or is still loading; retrying later may succeed
+    (the API answers 503 with ``Retry-After``)."""
+
+
+class EmbeddedRedisError(CoordinationError):
+    """The private Redis server could not be found, started or stopped."""
+
+
+class LockLostError(CoordinationError):
+    """This worker no longer holds the session lock (it expired, was deleted, or Redis lost it).
+
+    Raised before a write, so a run stops without writing; the fenced SQL write is the final
+    guard if the lock is lost between the check and the commit.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"session lock {key!r} is no longer held by this worker")
+        self.key = key

@@ -1,0 +1,106 @@
+"""Flush coalescing: however many agents ask, at most one flush runs and one waits per session.
+
+The protocol, in the order a flush goes through it (``publish`` is injected, so this works with
+Celery, with a plain queue in tests, or with anything else that runs the job later):
+
+1. :func:`request_flush` sets the session's ``pending`` marker to a new job id with
+   ``SET NX EX`` and publishes that job; while the marker exists, later requests get the same
+   job id back and publish nothing.
+2. The task takes the session lock (:class:`om_workers.locks.SessionLock`). Busy: it drops its
+   message and leaves ``pending`` alone (the holder will see it on release). Taken: it calls
+   :func:`claim_pending` *before reading the session*, so a request that arrives mid-run sets a
+   fresh marker and schedules exactly one more run. ``None`` from the claim means another run
+   already served this request: the task skips.
+3. On the way out the task calls :func:`release_and_republish`, which releases the lock and,
+   when a marker is set, publishes that job again; its own message may have been dropped while
+   the lock was busy. A duplicate message is harmless: whichever copy runs second finds the
+   marker claimed and skips.
+
+If Redis loses the marker (restart) or a worker dies holding it, the reconciler re-publishes
+from the store's unobserved-token count, so lost Redis state costs latency, never work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from om_workers import redis_keys
+from om_workers.errors import CoordinationError
+from om_workers.locks import ReleaseResult, SessionLock
+from om_workers.redis_client import translate_errors
+
+Publish = Callable[[str], None]
+"""Publishes the flush job with this id (for example ``om.flush.apply_async``, bound to the
+tenant and session). Any exception it raises propagates to the caller."""
+
+
+@dataclass(frozen=True)
+class FlushRequest:
+    """The answer to a flush request: the job that will serve it, and whether that job was
+    already pending (``coalesced``: nothing was published)."""
+
+    job_id: str
+    coalesced: bool
+
+
+def request_flush(
+    client: redis.Redis,
+    tenant_id: str,
+    session_id: str,
+    job_id: str,
+    publish: Publish,
+    *,
+    pending_ttl_s: int = redis_keys.PENDING_TTL_S,
+) -> FlushRequest:
+    """Ask for a flush of the session; ``job_id`` is the id to use if none is pending.
+
+    Publishes ``job_id`` when it became the pending job, otherwise returns the pending job's id
+    with ``coalesced=True`` and publishes nothing. Record the run row for ``job_id`` before
+    calling (a marker must never name a job the store does not know). When ``publish`` raises,
+    the marker is removed again (only if it still names ``job_id``) so the next request retries
+    the publish instead of coalescing onto a job no queue holds, and the exception propagates.
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    key = redis_keys.pending_key(tenant_id, session_id)
+    with translate_errors("requesting a flush"):
+        script = client.register_script(redis_keys.SET_PENDING)
+        created, pending = script(keys=[key], args=[job_id, pending_ttl_s])
+    # A retried script whose first reply was lost finds our own id: that is still our marker.
+    if created != 1 and pending != job_id:
+        if pending is None:
+            # One script cannot see the key exist for SET NX and vanish for GET.
+            raise CoordinationError(f"pending marker {key!r} answered without a job id")
+        return FlushRequest(str(pending), coalesced=True)
+    try:
+        publish(job_id)
+    except BaseException:
+        with translate_errors("withdrawing an unpublished flush"):
+            client.register_script(redis_keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id])
+        raise
+    return FlushRequest(job_id, coalesced=False)
+
+
+def claim_pending(lock: SessionLock) -> str | None:
+    """Delete the session's ``pending`` marker under the held lock and return its job id.
+
+    ``None`` means no flush is waiting: another run already served this request, so the task
+    records it as skipped. Call before reading the session (see the module docstring).
+    Raises :class:`om_workers.errors.LockLostError` when the lock is not held.
+    """
+    return lock.claim_pending()
+
+
+def release_and_republish(lock: SessionLock, publish: Publish) -> ReleaseResult:
+    """Release the lock and publish the pending job, if one was requested during the run.
+
+    Returns the :class:`ReleaseResult`. When ``publish`` raises, the marker stays, so the
+    reconciler re-publishes it later, and the exception propagates.
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    result = lock.release()
+    if result.pending_job_id is not None:
+        publish(result.pending_job_id)
+    return result

@@ -1,0 +1,233 @@
+"""The per-session lock: one flush per session at a time, across any number of workers.
+
+Taken with ``SET key token NX PX ttl`` under a random token; a heartbeat thread extends it every
+``ttl / 3`` with a token-checked Lua script; released with a token-checked Lua script that also
+reports the session's ``pending`` marker, so the releaser can publish the flush that arrived
+while it ran. The lock only saves duplicate LLM spend: correctness comes from the fenced write
+in the SQL store, which rejects a worker whose lock was lost between :meth:`SessionLock.check`
+and its commit.
+
+A lost lock is observable three ways: :attr:`SessionLock.lost` turns true, the optional
+``on_lost`` callback runs once (metrics), and :meth:`SessionLock.check`, called before each
+write, raises :class:`om_workers.errors.LockLostError`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import redis
+
+from om_workers import redis_keys, timing
+from om_workers.errors import CoordinationError, LockLostError
+from om_workers.redis_client import translate_errors
+
+_NEVER: Final = float("-inf")
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """What :meth:`SessionLock.release` found.
+
+    ``released`` is false when the lock had already been lost (expired, deleted, taken by
+    another worker); ``pending_job_id`` is the job queued for this session, which the caller
+    must publish again (its own message may have been dropped while this lock was busy).
+    """
+
+    released: bool
+    pending_job_id: str | None
+
+
+class SessionLock:
+    """The lock of one session. Not reentrant; one instance per run.
+
+    ``ttl_s`` is the lock TTL in seconds (``OM_LOCK_TTL_S``). ``clock`` returns monotonic seconds
+    (injectable for tests); ``on_lost`` is called once, from whichever thread notices the loss.
+    Every method that talks to Redis raises :class:`om_workers.errors.RedisUnavailableError`
+    (or another :class:`om_workers.errors.CoordinationError`) when Redis fails.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        tenant_id: str,
+        session_id: str,
+        *,
+        ttl_s: float = redis_keys.DEFAULT_LOCK_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        self.key = redis_keys.lock_key(tenant_id, session_id)
+        self.pending_key = redis_keys.pending_key(tenant_id, session_id)
+        self.token = secrets.token_hex(16)
+        self.ttl_s = ttl_s
+        self._ttl_ms = timing.ttl_ms(ttl_s)
+        self._interval_s = timing.heartbeat_interval_s(ttl_s)
+        self._client = client
+        self._clock = clock
+        self._on_lost = on_lost
+        self._extend = client.register_script(redis_keys.EXTEND_LOCK)
+        self._release = client.register_script(redis_keys.RELEASE_LOCK)
+        self._claim = client.register_script(redis_keys.CLAIM_PENDING)
+        self._state = threading.Lock()
+        self._held = False
+        self._lost = False
+        self._valid_until = _NEVER
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    # -- taking and keeping ------------------------------------------------------------------
+
+    def acquire(self) -> bool:
+        """Take the lock if it is free; True when this instance now holds it, False when busy.
+
+        Raises :class:`CoordinationError` when called twice on one instance.
+        """
+        with self._state:
+            if self._held or self._lost:
+                raise CoordinationError(f"lock {self.key!r} was already acquired by this instance")
+        started = self._clock()
+        with translate_errors("taking the session lock"):
+            taken = self._client.set(self.key, self.token, nx=True, px=self._ttl_ms)
+            # redis-py retries a command whose reply was lost; a retried SET NX then fails on
+            # our own key, so "busy" is confirmed by reading who holds it.
+            if not taken and self._client.get(self.key) != self.token:
+                return False
+        with self._state:
+            self._held = True
+            self._valid_until = timing.lock_valid_until_s(started, self.ttl_s)
+        return True
+
+    def extend(self) -> bool:
+        """Reset the TTL if this instance still holds the lock; False (and lost) otherwise."""
+        started = self._clock()
+        with translate_errors("extending the session lock"):
+            ok = self._extend(keys=[self.key], args=[self.token, self._ttl_ms])
+        if ok != 1:
+            self._mark_lost()
+            return False
+        with self._state:
+            if self._held and not self._lost:
+                self._valid_until = timing.lock_valid_until_s(started, self.ttl_s)
+        return True
+
+    def start_heartbeat(self) -> None:
+        """Extend the lock every ``ttl / 3`` seconds from a daemon thread until :meth:`release`
+        or until the lock is found lost. Transient Redis errors are retried at the next beat;
+        once the TTL has passed since the last successful extension the lock counts as lost.
+
+        Raises :class:`CoordinationError` when the lock is not held or a heartbeat is running.
+        """
+        with self._state:
+            if not self._held or self._lost:
+                raise CoordinationError(f"lock {self.key!r} is not held; nothing to keep alive")
+            if self._heartbeat is not None:
+                raise CoordinationError(f"lock {self.key!r} already has a heartbeat")
+            self._heartbeat = threading.Thread(
+                target=self._beat, name=f"om-lock-heartbeat {self.key}", daemon=True
+            )
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                if not self.extend():
+                    return
+            except CoordinationError:
+                # Redis hiccup: the lock may still be ours; give up only when it must have
+                # expired, and let the next beat try again otherwise.
+                if self._clock() >= self._valid_until:
+                    self._mark_lost()
+                    return
+
+    # -- observing ----------------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """True once the lock is known or presumed lost (never true before it was taken)."""
+        with self._state:
+            if self._lost:
+                return True
+            expired = self._held and self._clock() >= self._valid_until
+        if expired:
+            self._mark_lost()
+        return expired
+
+    def check(self, *, confirm: bool = False) -> None:
+        """Raise :class:`LockLostError` unless this instance still holds the lock.
+
+        Call before every write. The local check costs nothing: it fails once the heartbeat saw
+        the lock gone or the TTL passed since the last successful extension. ``confirm=True``
+        also asks Redis (one GET), catching a lock deleted since the last beat.
+        Raises :class:`RedisUnavailableError` when ``confirm`` cannot reach Redis.
+        """
+        with self._state:
+            held = self._held
+        if not held or self.lost:
+            raise LockLostError(self.key)
+        if confirm:
+            with translate_errors("confirming the session lock"):
+                owner = self._client.get(self.key)
+            if owner != self.token:
+                self._mark_lost()
+                raise LockLostError(self.key)
+
+    def _mark_lost(self) -> None:
+        with self._state:
+            first = self._held and not self._lost
+            self._lost = True
+        self._stop.set()
+        if first and self._on_lost is not None:
+            self._on_lost()
+
+    # -- using and letting go -----------------------------------------------------------------
+
+    def claim_pending(self) -> str | None:
+        """Delete the session's ``pending`` marker and return its job id (``None`` when none).
+
+        Call right after taking the lock and before reading the session: a flush requested
+        after this point sets a new marker and so schedules exactly one more run. Atomic with a
+        check of the token, so a worker that lost its lock never consumes someone's request.
+        Raises :class:`LockLostError` when the lock is not held.
+        """
+        self.check()
+        with translate_errors("claiming the pending flush"):
+            held, pending = self._claim(keys=[self.key, self.pending_key], args=[self.token])
+        if held != 1:
+            self._mark_lost()
+            raise LockLostError(self.key)
+        return None if pending is None else str(pending)
+
+    def release(self) -> ReleaseResult:
+        """Stop the heartbeat and delete the lock if this instance still holds it.
+
+        Returns whether it was released and the pending job id, if any (see
+        :class:`ReleaseResult`). Safe to call more than once and after the lock was lost.
+        Raises :class:`RedisUnavailableError` when Redis cannot be reached; the lock then
+        expires by itself after its TTL and the reconciler re-publishes any pending flush.
+        """
+        self._stop.set()
+        heartbeat = self._heartbeat
+        if heartbeat is not None and heartbeat is not threading.current_thread():
+            heartbeat.join()
+        with translate_errors("releasing the session lock"):
+            released, pending = self._release(keys=[self.key, self.pending_key], args=[self.token])
+        with self._state:
+            was_held = self._held and not self._lost
+            self._held = False
+            self._valid_until = _NEVER
+        if was_held and released != 1:
+            self._mark_lost_after_release()
+        return ReleaseResult(released == 1, None if pending is None else str(pending))
+
+    def _mark_lost_after_release(self) -> None:
+        # The lock expired or was taken while we ran, but no write noticed: report it once.
+        with self._state:
+            self._lost = True
+        if self._on_lost is not None:
+            self._on_lost()

@@ -1,0 +1,42 @@
+"""The delivery counter that stops poison messages.
+
+Celery with a Redis broker redelivers an unacked message when its worker dies; a message that
+kills every worker that runs it would loop forever. Each task counts its deliveries here and,
+once :func:`om_workers.timing.redelivery_exhausted` says so, records the run as failed and acks
+the message instead of running it.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from om_workers import redis_keys
+from om_workers.errors import CoordinationError
+from om_workers.redis_client import translate_errors
+
+
+def record_delivery(
+    client: redis.Redis, job_id: str, *, ttl_s: int = redis_keys.DELIVERIES_TTL_S
+) -> int:
+    """Count one more delivery of ``job_id`` and return the count (1 for the first delivery).
+
+    The counter expires ``ttl_s`` seconds after the last delivery. A command retried after a
+    lost reply counts twice: the message is then failed one delivery early, never run too often.
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    with translate_errors("counting a delivery"):
+        count = client.register_script(redis_keys.COUNT_DELIVERY)(
+            keys=[redis_keys.deliveries_key(job_id)], args=[ttl_s]
+        )
+    if not isinstance(count, int):
+        raise CoordinationError(f"delivery counter for {job_id!r} answered {count!r}")
+    return count
+
+
+def forget_deliveries(client: redis.Redis, job_id: str) -> None:
+    """Delete the job's counter once its run finished (success or recorded failure).
+
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    with translate_errors("forgetting a delivery count"):
+        client.delete(redis_keys.deliveries_key(job_id))

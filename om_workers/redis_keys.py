@@ -1,0 +1,136 @@
+"""Every Redis key name, TTL and Lua script ``om_workers`` uses, in one place.
+
+Keys live under the prefix ``om:`` so one Redis can be shared with other programs and an
+operator can list everything this service owns with ``SCAN MATCH om:*``:
+
+- ``om:pending:{tenant}:{session}``: job id of the flush that is queued but not yet started
+  (``SET NX EX`` in :func:`om_workers.coalesce.request_flush`);
+- ``om:lock:{tenant}:{session}``: random token of the worker running the session's flush
+  (``SET NX PX`` in :class:`om_workers.locks.SessionLock`);
+- ``om:deliveries:{job}``: how many times the job's message reached a worker
+  (:func:`om_workers.redelivery.record_delivery`).
+
+There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
+kept in it would restart from zero after a Redis restart and could not fence anything. The fence
+is the session's epoch in the SQL store (raised when the lock is taken, checked on every write).
+
+Id parts are escaped (``%`` -> ``%25``, ``:`` -> ``%3A``) so that tenant ``a:b`` with session
+``c`` and tenant ``a`` with session ``b:c`` never share a key.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "om:"
+
+# TTLs. The lock TTL is the only one workers tune (OM_LOCK_TTL_S); the others are safety nets
+# so that nothing this service writes outlives its use forever.
+
+DEFAULT_LOCK_TTL_S: Final = 60.0
+"""Session lock TTL, seconds. A heartbeat extends it every third of this while a run is alive,
+so it bounds how long a crashed worker blocks its session, not how long a run may take."""
+
+PENDING_TTL_S: Final = 3600
+"""Lifetime of a ``pending`` marker, whole seconds. Long enough to outlive any queue wait; if a
+marker's message is lost (Redis restart, crash) the reconciler re-publishes it well before this,
+and the expiry only guarantees a forgotten marker cannot block coalescing forever."""
+
+DELIVERIES_TTL_S: Final = 86_400
+"""Lifetime of a job's delivery counter, whole seconds (a day: far beyond any retry chain)."""
+
+
+def _part(value: str) -> str:
+    """Escape one id so it cannot be confused with the ``:`` separator."""
+    if not value:
+        raise ValueError("key parts must be non-empty")
+    return value.replace("%", "%25").replace(":", "%3A")
+
+
+def pending_key(tenant_id: str, session_id: str) -> str:
+    """Key of the session's ``pending`` marker (value: the queued job id).
+
+    Raises ``ValueError`` for an empty id.
+    """
+    return f"{PREFIX}pending:{_part(tenant_id)}:{_part(session_id)}"
+
+
+def lock_key(tenant_id: str, session_id: str) -> str:
+    """Key of the session's lock (value: the holder's random token).
+
+    Raises ``ValueError`` for an empty id.
+    """
+    return f"{PREFIX}lock:{_part(tenant_id)}:{_part(session_id)}"
+
+
+def deliveries_key(job_id: str) -> str:
+    """Key of the job's delivery counter. Raises ``ValueError`` for an empty id."""
+    return f"{PREFIX}deliveries:{_part(job_id)}"
+
+
+# Lua scripts. Each runs atomically inside Redis, which is what makes the check and the action
+# one step: a plain GET followed by PEXPIRE/DEL could act on a lock another worker took in
+# between (the classic bug of libraries that release with an unconditional DEL).
+
+EXTEND_LOCK: Final = """
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] new TTL in milliseconds.
+-- Returns 1 when the caller still held the lock and its TTL was reset, 0 otherwise.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+RELEASE_LOCK: Final = """
+-- KEYS[1] lock key; KEYS[2] pending key; ARGV[1] token.
+-- Returns {released, pending}: released is 1 when the caller held the lock and it was deleted,
+-- 0 when someone else holds it or it is gone; pending is the queued job id or false. The pending
+-- marker is left in place: the next run claims it, and the caller re-publishes that job because
+-- the message that set it may have been dropped while this lock was busy.
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+return {released, redis.call('GET', KEYS[2])}
+"""
+
+CLAIM_PENDING: Final = """
+-- KEYS[1] lock key; KEYS[2] pending key; ARGV[1] token.
+-- Returns {held, pending}: held is 0 when the caller no longer holds the lock (nothing is
+-- touched); otherwise the pending marker is deleted and its job id (or false) returned.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, false}
+end
+local pending = redis.call('GET', KEYS[2])
+if pending then
+  redis.call('DEL', KEYS[2])
+end
+return {1, pending}
+"""
+
+SET_PENDING: Final = """
+-- KEYS[1] pending key; ARGV[1] candidate job id; ARGV[2] TTL in whole seconds.
+-- Returns {created, job_id}: created is 1 when ARGV[1] became the pending job, 0 when another
+-- job was already pending (its id is returned). One script, so a concurrent claim cannot slip
+-- between the failed SET NX and the GET.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+  return {1, ARGV[1]}
+end
+return {0, redis.call('GET', KEYS[1])}
+"""
+
+DELETE_IF_EQUAL: Final = """
+-- KEYS[1] key; ARGV[1] expected value. Deletes the key only when it still holds that value.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+COUNT_DELIVERY: Final = """
+-- KEYS[1] delivery counter; ARGV[1] TTL in whole seconds. Returns the count after this delivery.
+local n = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return n
+"""

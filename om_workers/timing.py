@@ -1,0 +1,168 @@
+"""Lock, retry and delivery timing as pure functions: no clock, no randomness of their own.
+
+Time and randomness come in as arguments (``now_s`` from :func:`time.monotonic`, ``random`` a
+callable returning floats in ``[0, 1)``), so every rule here is tested with plain tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+HEARTBEAT_DIVISOR = 3
+"""The heartbeat extends the lock every ``ttl / 3``: two extensions can fail (a Redis hiccup, a
+GC pause) before the lock expires."""
+
+
+def heartbeat_interval_s(ttl_s: float) -> float:
+    """Seconds between lock extensions for a lock of ``ttl_s`` seconds (``ttl_s / 3``).
+
+    Raises ``ValueError`` when ``ttl_s`` is not a positive finite number.
+    """
+    _require_positive("ttl_s", ttl_s)
+    return ttl_s / HEARTBEAT_DIVISOR
+
+
+def ttl_ms(ttl_s: float) -> int:
+    """A TTL in whole milliseconds for ``PX``/``PEXPIRE``, rounded up so it is never 0.
+
+    Raises ``ValueError`` when ``ttl_s`` is not a positive finite number.
+    """
+    _require_positive("ttl_s", ttl_s)
+    return max(1, math.ceil(ttl_s * 1000))
+
+
+def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
+    """The moment (same clock as ``extended_at_s``) after which a lock must be presumed lost.
+
+    ``extended_at_s`` is read *before* sending the SET or extend command that succeeded: Redis
+    starts the TTL when it runs the command, which is no earlier, so this bound is safe.
+    Raises ``ValueError`` when ``ttl_s`` is not a positive finite number.
+    """
+    _require_positive("ttl_s", ttl_s)
+    return extended_at_s + ttl_s
+
+
+def backoff_delay_s(
+    attempt: int,
+    *,
+    base_s: float,
+    cap_s: float,
+    random: Callable[[], float],
+    retry_after_s: float | None = None,
+) -> float:
+    """Seconds to wait before retry number ``attempt`` (1 for the first retry).
+
+    Exponential with "equal jitter": the ceiling is ``min(cap_s, base_s * 2 ** (attempt - 1))``
+    and the delay is uniform in ``[ceiling / 2, ceiling)``, so retries from many workers spread
+    out yet never fire immediately (which would only repeat a 429). A provider's ``Retry-After``
+    raises the delay to at least that many seconds, still capped by ``cap_s``.
+    Raises ``ValueError`` for ``attempt < 1``, non-positive ``base_s``/``cap_s``, a negative
+    ``retry_after_s`` or ``random()`` outside ``[0, 1)``.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    _require_positive("base_s", base_s)
+    _require_positive("cap_s", cap_s)
+    # min() before the power would overflow: 2**1100 is past float range.
+    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, 1023))
+    r = random()
+    if not 0.0 <= r < 1.0:
+        raise ValueError(f"random() must return a float in [0, 1), got {r}")
+    delay = ceiling / 2 + r * ceiling / 2
+    if retry_after_s is not None:
+        if retry_after_s < 0 or not math.isfinite(retry_after_s):
+            raise ValueError(f"retry_after_s must be a non-negative number, got {retry_after_s}")
+        delay = max(delay, retry_after_s)
+    return min(delay, cap_s)
+
+
+def should_retry(attempt: int, *, max_attempts: int) -> bool:
+    """True when call number ``attempt`` (1-based) failed and another call is allowed.
+
+    ``max_attempts`` counts every call including the first. Raises ``ValueError`` when
+    ``attempt < 1`` or ``max_attempts < 1``.
+    """
+    if attempt < 1 or max_attempts < 1:
+        raise ValueError(f"attempt and max_attempts must be >= 1, got {attempt}, {max_attempts}")
+    return attempt < max_attempts
+
+
+def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:
+    """True when a message delivered ``deliveries`` times (this one included) must not run.
+
+    A message that keeps killing its worker (a poison message) would otherwise be redelivered
+    forever; after ``max_deliveries`` the task records the run as failed and acks it.
+    Raises ``ValueError`` when ``deliveries < 1`` or ``max_deliveries < 1``.
+    """
+    if deliveries < 1 or max_deliveries < 1:
+        raise ValueError(
+            f"deliveries and max_deliveries must be >= 1, got {deliveries}, {max_deliveries}"
+        )
+    return deliveries > max_deliveries
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """The four timeouts of one flush, seconds, in the order they must fire.
+
+    ``http_timeout_s`` < ``soft_time_limit_s`` < ``hard_time_limit_s`` < ``visibility_timeout_s``:
+    a hung provider call times out before Celery's soft limit interrupts the task, the soft limit
+    lets the task record its failure before the hard limit kills it, and Redis redelivers an
+    unacked message only after the hard limit, counted from delivery, has certainly passed.
+    """
+
+    http_timeout_s: float
+    soft_time_limit_s: float
+    hard_time_limit_s: float
+    visibility_timeout_s: float
+
+
+def derive_time_limits(
+    *, http_timeout_s: float, max_attempts: int, backoff_cap_s: float, queue_wait_s: float
+) -> TimeLimits:
+    """Time limits for a run of three workers' provider calls, each retried up to
+    ``max_attempts`` times (every call at most ``http_timeout_s``, every wait at most
+    ``backoff_cap_s``), plus ``queue_wait_s`` of prefetch wait before the task starts.
+
+    The soft limit covers one worker's full retry chain times three (observer, reflector,
+    dropper) plus 10 % slack; the hard limit adds a grace of 30 s (or 10 % if larger) to record
+    the failure; the visibility timeout adds the queue wait and the same grace, because Redis
+    counts it from delivery (celery #5935). Raises ``ValueError`` for non-positive inputs.
+    """
+    _require_positive("http_timeout_s", http_timeout_s)
+    _require_positive("backoff_cap_s", backoff_cap_s)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    if queue_wait_s < 0 or not math.isfinite(queue_wait_s):
+        raise ValueError(f"queue_wait_s must be a non-negative number, got {queue_wait_s}")
+    chain = max_attempts * http_timeout_s + (max_attempts - 1) * backoff_cap_s
+    soft = 3 * chain * 1.1
+    grace = max(30.0, soft * 0.1)
+    hard = soft + grace
+    visibility = hard + queue_wait_s + grace
+    limits = TimeLimits(http_timeout_s, soft, hard, visibility)
+    check_time_limits(limits)
+    return limits
+
+
+def check_time_limits(limits: TimeLimits) -> None:
+    """Raise ``ValueError`` naming the first pair of timeouts that is out of order."""
+    order = (
+        ("http_timeout_s", limits.http_timeout_s),
+        ("soft_time_limit_s", limits.soft_time_limit_s),
+        ("hard_time_limit_s", limits.hard_time_limit_s),
+        ("visibility_timeout_s", limits.visibility_timeout_s),
+    )
+    for name, value in order:
+        _require_positive(name, value)
+    for (lo_name, lo), (hi_name, hi) in itertools.pairwise(order):
+        if not lo < hi:
+            raise ValueError(f"{lo_name} ({lo}) must be below {hi_name} ({hi})")
+
+
+def _require_positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value}")

@@ -1,0 +1,159 @@
+"""The per-session lock against a real Redis: exclusivity, heartbeat, loss, token checks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from om_workers import redis_keys
+from om_workers.errors import CoordinationError, LockLostError
+from om_workers.locks import SessionLock
+from tests.redis.helpers import wait_until
+
+SHORT_TTL_S = 0.3
+
+
+def test_acquire_then_busy_then_release(client: redis.Redis) -> None:
+    first = SessionLock(client, "t1", "s1")
+    second = SessionLock(client, "t1", "s1")
+    assert first.acquire()
+    assert client.get(first.key) == first.token
+    assert 0 < client.pttl(first.key) <= 60_000
+    assert not second.acquire()
+    first.check()
+    result = first.release()
+    assert result.released
+    assert result.pending_job_id is None
+    assert client.get(first.key) is None
+    assert second.acquire()
+    second.release()
+
+
+def test_locks_of_other_sessions_and_tenants_are_independent(client: redis.Redis) -> None:
+    locks = [SessionLock(client, t, s) for t, s in [("t1", "s1"), ("t1", "s2"), ("t2", "s1")]]
+    assert all(lock.acquire() for lock in locks)
+    assert len({lock.key for lock in locks}) == 3
+    for lock in locks:
+        lock.release()
+
+
+def test_extend_resets_the_ttl(client: redis.Redis) -> None:
+    lock = SessionLock(client, "t1", "s1", ttl_s=5)
+    assert lock.acquire()
+    client.pexpire(lock.key, 100)
+    assert lock.extend()
+    assert client.pttl(lock.key) > 1000
+    lock.release()
+
+
+def test_wrong_token_cannot_extend_or_release(client: redis.Redis) -> None:
+    holder = SessionLock(client, "t1", "s1", ttl_s=5)
+    intruder = SessionLock(client, "t1", "s1", ttl_s=5)
+    assert holder.acquire()
+    assert not intruder.acquire()
+    client.pexpire(holder.key, 2000)
+    # The scripts themselves refuse another token...
+    extend = client.register_script(redis_keys.EXTEND_LOCK)
+    assert extend(keys=[holder.key], args=["not-the-token", 60_000]) == 0
+    assert client.pttl(holder.key) <= 2000
+    release = client.register_script(redis_keys.RELEASE_LOCK)
+    assert release(keys=[holder.key, holder.pending_key], args=["not-the-token"])[0] == 0
+    # ...and so does a lock instance that never held it.
+    assert not intruder.release().released
+    assert client.get(holder.key) == holder.token
+    holder.check(confirm=True)
+    holder.release()
+
+
+def test_heartbeat_keeps_a_short_lock_alive_across_several_ttls(client: redis.Redis) -> None:
+    lock = SessionLock(client, "t1", "s1", ttl_s=SHORT_TTL_S)
+    assert lock.acquire()
+    lock.start_heartbeat()
+    time.sleep(SHORT_TTL_S * 5)
+    lock.check(confirm=True)
+    assert not lock.lost
+    assert not SessionLock(client, "t1", "s1").acquire()
+    assert lock.release().released
+
+
+def test_deleted_lock_is_noticed_by_the_heartbeat(client: redis.Redis) -> None:
+    lost_calls: list[str] = []
+    lock = SessionLock(
+        client, "t1", "s1", ttl_s=SHORT_TTL_S, on_lost=lambda: lost_calls.append("lost")
+    )
+    assert lock.acquire()
+    lock.start_heartbeat()
+    client.delete(lock.key)
+    assert wait_until(lambda: lock.lost)
+    with pytest.raises(LockLostError) as info:
+        lock.check()
+    assert info.value.key == lock.key
+    assert not lock.release().released
+    assert lost_calls == ["lost"]
+
+
+def test_confirm_notices_a_deleted_lock_before_the_next_beat(client: redis.Redis) -> None:
+    lock = SessionLock(client, "t1", "s1", ttl_s=30)
+    assert lock.acquire()
+    lock.check()
+    client.delete(lock.key)
+    with pytest.raises(LockLostError):
+        lock.check(confirm=True)
+    assert lock.lost
+
+
+def test_lock_taken_by_another_worker_after_expiry_is_lost(client: redis.Redis) -> None:
+    lock = SessionLock(client, "t1", "s1", ttl_s=SHORT_TTL_S)
+    assert lock.acquire()
+    # No heartbeat: a stalled worker. Its lock expires and another worker takes it.
+    other = SessionLock(client, "t1", "s1", ttl_s=30)
+    assert wait_until(other.acquire)
+    with pytest.raises(LockLostError):
+        lock.check()
+    with pytest.raises(LockLostError):
+        lock.claim_pending()
+    assert not lock.extend()
+    assert not lock.release().released
+    # The loser's release left the winner's lock alone.
+    assert client.get(other.key) == other.token
+    other.release()
+
+
+def test_expired_lock_fails_the_local_check_without_asking_redis(client: redis.Redis) -> None:
+    now = [100.0]
+    lock = SessionLock(client, "t1", "s1", ttl_s=30, clock=lambda: now[0])
+    assert lock.acquire()
+    now[0] += 29.9
+    lock.check()
+    now[0] += 0.1
+    assert lock.lost
+    with pytest.raises(LockLostError):
+        lock.check()
+    # Still in Redis (its real TTL has not passed), yet this holder must not write any more.
+    assert client.get(lock.key) == lock.token
+    lock.release()
+
+
+def test_misuse_is_refused(client: redis.Redis) -> None:
+    lock = SessionLock(client, "t1", "s1")
+    with pytest.raises(LockLostError):
+        lock.check()
+    with pytest.raises(CoordinationError):
+        lock.start_heartbeat()
+    assert lock.acquire()
+    with pytest.raises(CoordinationError):
+        lock.acquire()
+    lock.start_heartbeat()
+    with pytest.raises(CoordinationError):
+        lock.start_heartbeat()
+    assert lock.release().released
+    assert not lock.release().released
+    with pytest.raises(LockLostError):
+        lock.check()
+
+
+def test_ttl_must_be_positive(client: redis.Redis) -> None:
+    with pytest.raises(ValueError):
+        SessionLock(client, "t1", "s1", ttl_s=0)
