@@ -6,8 +6,8 @@ dropper's ``Pool:`` line) and answers with the same tool calls a model would mak
 
 * observer: one short observation per substantive, not-yet-seen message, citing that
   message, with a relevance score from simple cues (role, digits, decision/preference words);
-* reflector: consecutive observations grouped in fours into a clipped summary that is always
-  shorter than what it cites;
+* reflector: consecutive observations grouped in sixes into a clipped summary at most a
+  quarter the size of what it cites;
 * dropper: the lowest-relevance observations until the pool fits the stated target.
 
 It extracts, it does not understand: summaries are clipped first sentences, relevance is a
@@ -37,7 +37,8 @@ from om_core.workers.protocol import (
 MIN_SUBSTANTIVE_CHARS = 16
 MIN_SUBSTANTIVE_WORDS = 3
 SUMMARY_CHARS = 160
-GROUP_SIZE = 4
+GROUP_SIZE = 6
+REFLECTION_SHARE = 4  # a reflection is at most a quarter of what it cites
 _ROLE_RELEVANCE = {"user": 0.6, "assistant": 0.45, "tool": 0.35}
 _CUES = re.compile(
     r"\b(remember|important|must|always|never|decided|decision|prefer|deadline|error|failed|"
@@ -146,9 +147,9 @@ def _reflection(group: Sequence[dict[str, Any]]) -> Planned | None:
     if len(group) < 2:
         return None
     cited_chars = sum(len(str(o.get("text", ""))) for o in group)
-    parts = [summarize(_strip_label(str(o.get("text", ""))), 48) for o in group]
+    parts = [summarize(_strip_label(str(o.get("text", ""))), 32) for o in group]
     text = "; ".join(parts)
-    cap = cited_chars // 2
+    cap = cited_chars // REFLECTION_SHARE
     if len(text) > cap:
         text = text[:cap].rsplit(" ", 1)[0]
     if not text.strip() or -(-len(text) // 4) >= sum(int(o.get("tokens", 0)) for o in group):

@@ -23,7 +23,12 @@ from om_core.ledger import (
     unscanned_entries,
 )
 from om_core.limits import WorkerLimits
-from om_core.models import Frozen, ObservationsDropped, SessionEntry
+from om_core.models import (
+    Frozen,
+    ObservationalMemoryLedger,
+    ObservationsDropped,
+    SessionEntry,
+)
 from om_core.provider import Provider
 from om_core.redaction import normalize_secrets
 from om_core.scopes import ScopeBound, fold_work_scope_map
@@ -174,6 +179,28 @@ class ObservationalMemoryRuntime:
         self._stalled = 0
         self._stalled_leaf: str | None = None
         self.last_error: str | None = None
+        self._cache: tuple[int, str, ObservationalMemoryLedger] | None = None
+
+    def ledger(self, entries: Sequence[SessionEntry] | None = None) -> ObservationalMemoryLedger:
+        """The folded ledger of the current branch (or of ``entries``), folded incrementally.
+
+        The last fold is kept with the branch length and leaf it saw; when the branch still
+        starts with that prefix only the new entries are folded, so a long session costs
+        O(new entries) per flush instead of O(branch). Any other branch is folded in full.
+        """
+        branch = self._entries() if entries is None else entries
+        cache = self._cache
+        if (
+            cache is not None
+            and 0 < cache[0] <= len(branch)
+            and branch[cache[0] - 1].id == cache[1]
+        ):
+            ledger = fold_ledger(branch[cache[0] :], initial=cache[2])
+        else:
+            ledger = fold_ledger(branch)
+        if branch:
+            self._cache = (len(branch), branch[-1].id, ledger)
+        return ledger
 
     @property
     def in_flight(self) -> bool:
@@ -226,7 +253,7 @@ class ObservationalMemoryRuntime:
 
     def _observe(self, state: _Flush) -> None:
         entries = self._entries()
-        backlog = unscanned_entries(entries, fold_ledger(entries))
+        backlog = unscanned_entries(entries, self.ledger(entries))
         pending = sum(
             estimate_entry_tokens(e) for e in backlog if is_eligible_observation_source(e)
         )
@@ -262,7 +289,7 @@ class ObservationalMemoryRuntime:
 
     def _reflect(self, state: _Flush, full_rebuild: bool) -> None:
         entries = self._entries()
-        ledger = fold_ledger(entries)
+        ledger = self.ledger(entries)
         window = ledger.active_observations if full_rebuild else None
         window = window if window is not None else observations_uncovered_by_reflection(ledger)
         if not window or observation_tokens(window) < self.settings.reflection.observation_tokens:
@@ -291,7 +318,7 @@ class ObservationalMemoryRuntime:
 
     def _drop(self, state: _Flush) -> None:
         entries = self._entries()
-        active = fold_ledger(entries).active_observations
+        active = self.ledger(entries).active_observations
         if observation_tokens(active) <= self.settings.context.observations_pool_max_tokens:
             state.skip("dropper", BELOW_THRESHOLD)
             return

@@ -61,7 +61,7 @@ def test_reflections_group_and_are_smaller() -> None:
     record = run_reflector(
         ExtractiveProvider(), window, session_id="s", model="x", limits=WorkerLimits()
     )
-    assert [len(r.observation_ids) for r in record.reflections] == [4, 5]
+    assert [len(r.observation_ids) for r in record.reflections] == [6, 3]
     for reflection in record.reflections:
         cited = sum(
             estimate_text_tokens(window[int(i, 16) - 1].text) for i in reflection.observation_ids
