@@ -17,9 +17,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError
 
 from om_core.errors import (
     DuplicateScopeError,
@@ -102,28 +102,34 @@ def check_scope_id(value: object, what: str = "scope id") -> str:
     return value
 
 
-def _scope_id(value: str) -> str:
-    return check_scope_id(value)
-
-
-def _scope_text(value: str | None) -> str | None:
-    if value is not None and len(value) > MAX_WORK_SCOPE_LABEL_CHARS:
+def _scope_text(value: str) -> str:
+    if len(value) > MAX_WORK_SCOPE_LABEL_CHARS:
         raise ValueError(f"at most {MAX_WORK_SCOPE_LABEL_CHARS} characters")
     return value
 
 
-def _refs(value: tuple[str, ...]) -> tuple[str, ...]:
-    for ref in value:
-        if not is_memory_ref(ref):
-            raise ValueError(f"invalid memory ref {ref!r}: expected om:<id> or reflection:<id>")
+def _ref(value: str) -> str:
+    if not is_memory_ref(value):
+        raise ValueError(f"invalid memory ref {value!r}: expected om:<id> or reflection:<id>")
     return value
 
 
-def _principals(value: tuple[str, ...]) -> tuple[str, ...]:
-    for principal in value:
-        if not is_principal_id(principal):
-            raise ValueError(f"invalid principal id {principal!r}")
+def _principal(value: str) -> str:
+    if not is_principal_id(value):
+        raise ValueError(f"invalid principal id {value!r}")
     return value
+
+
+ScopeId = Annotated[str, AfterValidator(check_scope_id)]
+ScopeText = Annotated[str, AfterValidator(_scope_text)]
+MemoryRefs = Annotated[
+    tuple[Annotated[str, AfterValidator(_ref)], ...],
+    Field(min_length=1, max_length=MAX_WORK_SCOPE_BINDS),
+]
+PrincipalIds = Annotated[
+    tuple[Annotated[str, AfterValidator(_principal)], ...],
+    Field(min_length=1, max_length=MAX_WORK_SCOPE_PRINCIPALS),
+]
 
 
 class WorkScopeSpec(Frozen):
@@ -139,36 +145,24 @@ class ScopeOpened(Frozen):
     """Payload of ``om.scope.opened``."""
 
     type: Literal["om.scope.opened"] = SCOPE_OPENED
-    id: str
-    parent_id: str | None = None
-    kind: str | None = None
-    label: str | None = None
-
-    _check_id = field_validator("id")(_scope_id)
-    _check_text = field_validator("kind", "label")(_scope_text)
-
-    @field_validator("parent_id")
-    @classmethod
-    def _check_parent(cls, value: str | None) -> str | None:
-        return None if value is None else check_scope_id(value, "parent id")
+    id: ScopeId
+    parent_id: ScopeId | None = None
+    kind: ScopeText | None = None
+    label: ScopeText | None = None
 
 
 class ScopeClosed(Frozen):
     """Payload of ``om.scope.closed``."""
 
     type: Literal["om.scope.closed"] = SCOPE_CLOSED
-    scope_id: str
-
-    _check_id = field_validator("scope_id")(_scope_id)
+    scope_id: ScopeId
 
 
 class ScopeEntered(Frozen):
     """Payload of ``om.scope.entered``: pushes the scope on the enter stack."""
 
     type: Literal["om.scope.entered"] = SCOPE_ENTERED
-    scope_id: str
-
-    _check_id = field_validator("scope_id")(_scope_id)
+    scope_id: ScopeId
 
 
 class ScopeLeft(Frozen):
@@ -181,44 +175,32 @@ class ScopeBound(Frozen):
     """Payload of ``om.scope.bound``: refs join the scope."""
 
     type: Literal["om.scope.bound"] = SCOPE_BOUND
-    scope_id: str
-    refs: tuple[str, ...] = Field(min_length=1, max_length=MAX_WORK_SCOPE_BINDS)
-
-    _check_id = field_validator("scope_id")(_scope_id)
-    _check_refs = field_validator("refs")(_refs)
+    scope_id: ScopeId
+    refs: MemoryRefs
 
 
 class ScopeUnbound(Frozen):
     """Payload of ``om.scope.unbound``: refs leave the scope."""
 
     type: Literal["om.scope.unbound"] = SCOPE_UNBOUND
-    scope_id: str
-    refs: tuple[str, ...] = Field(min_length=1, max_length=MAX_WORK_SCOPE_BINDS)
-
-    _check_id = field_validator("scope_id")(_scope_id)
-    _check_refs = field_validator("refs")(_refs)
+    scope_id: ScopeId
+    refs: MemoryRefs
 
 
 class ScopeGranted(Frozen):
     """Payload of ``om.scope.granted``; authoritative only on the scope owner's branch."""
 
     type: Literal["om.scope.granted"] = SCOPE_GRANTED
-    scope_id: str
-    principal_ids: tuple[str, ...] = Field(min_length=1, max_length=MAX_WORK_SCOPE_PRINCIPALS)
-
-    _check_id = field_validator("scope_id")(_scope_id)
-    _check_principals = field_validator("principal_ids")(_principals)
+    scope_id: ScopeId
+    principal_ids: PrincipalIds
 
 
 class ScopeRevoked(Frozen):
     """Payload of ``om.scope.revoked``."""
 
     type: Literal["om.scope.revoked"] = SCOPE_REVOKED
-    scope_id: str
-    principal_ids: tuple[str, ...] = Field(min_length=1, max_length=MAX_WORK_SCOPE_PRINCIPALS)
-
-    _check_id = field_validator("scope_id")(_scope_id)
-    _check_principals = field_validator("principal_ids")(_principals)
+    scope_id: ScopeId
+    principal_ids: PrincipalIds
 
 
 ScopeRecord = (
