@@ -97,7 +97,7 @@ class EmbeddedRedis:
         return self._process.pid
 
     def start(self) -> None:
-        """Start the server and wait until it answers PING.
+        """Start the server and wait until it answers (as itself: INFO reports its pid).
 
         Raises :class:`EmbeddedRedisError` when it is already running, no binary exists, the
         process exits early (its log is quoted) or it does not answer within
@@ -164,7 +164,9 @@ class EmbeddedRedis:
                         f"redis-server exited with {self._process.returncode}: {_tail(log)}"
                     )
                 try:
-                    if client.ping():
+                    # Another server may already listen on this port (then ours fails to bind
+                    # and exits): only our own process id counts as ready.
+                    if client.info("server").get("process_id") == self._process.pid:
                         return
                 except redis.exceptions.RedisError:
                     pass  # not listening yet, or still loading: keep polling until the deadline

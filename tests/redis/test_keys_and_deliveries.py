@@ -1,0 +1,48 @@
+"""Key names (one module, one prefix, unambiguous) and the poison-message delivery counter."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from om_workers import redis_keys
+from om_workers.redelivery import forget_deliveries, record_delivery
+from om_workers.timing import redelivery_exhausted
+
+
+def test_every_key_is_under_the_prefix() -> None:
+    keys = [
+        redis_keys.pending_key("t", "s"),
+        redis_keys.lock_key("t", "s"),
+        redis_keys.deliveries_key("j"),
+    ]
+    assert keys == ["om:pending:t:s", "om:lock:t:s", "om:deliveries:j"]
+
+
+def test_ids_with_separators_never_share_a_key() -> None:
+    assert redis_keys.lock_key("a:b", "c") != redis_keys.lock_key("a", "b:c")
+    assert redis_keys.lock_key("a%3Ab", "c") != redis_keys.lock_key("a:b", "c")
+    assert redis_keys.pending_key("a:b", "c") == "om:pending:a%3Ab:c"
+
+
+def test_empty_ids_are_refused() -> None:
+    with pytest.raises(ValueError):
+        redis_keys.lock_key("", "s")
+    with pytest.raises(ValueError):
+        redis_keys.deliveries_key("")
+
+
+def test_deliveries_are_counted_until_the_limit(client: redis.Redis) -> None:
+    counts = [record_delivery(client, "job-1") for _ in range(4)]
+    assert counts == [1, 2, 3, 4]
+    assert [redelivery_exhausted(n, max_deliveries=3) for n in counts] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert record_delivery(client, "job-2") == 1
+    ttl = client.ttl(redis_keys.deliveries_key("job-1"))
+    assert 0 < ttl <= redis_keys.DELIVERIES_TTL_S
+    forget_deliveries(client, "job-1")
+    assert record_delivery(client, "job-1") == 1

@@ -1,0 +1,124 @@
+"""Timing rules as tables: heartbeat, TTLs, backoff with injected jitter, limits, redelivery."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from om_workers import timing
+
+
+@pytest.mark.parametrize(
+    ("ttl_s", "interval_s"), [(60.0, 20.0), (0.3, 0.1), (1.0, 1 / 3), (90, 30.0)]
+)
+def test_heartbeat_is_a_third_of_the_ttl(ttl_s: float, interval_s: float) -> None:
+    assert timing.heartbeat_interval_s(ttl_s) == pytest.approx(interval_s)
+
+
+@pytest.mark.parametrize(("ttl_s", "ms"), [(60.0, 60_000), (0.3, 300), (0.0001, 1), (1.0004, 1001)])
+def test_ttl_ms_rounds_up_and_is_never_zero(ttl_s: float, ms: int) -> None:
+    assert timing.ttl_ms(ttl_s) == ms
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan])
+def test_ttls_must_be_positive_and_finite(bad: float) -> None:
+    with pytest.raises(ValueError):
+        timing.heartbeat_interval_s(bad)
+    with pytest.raises(ValueError):
+        timing.ttl_ms(bad)
+    with pytest.raises(ValueError):
+        timing.lock_valid_until_s(10.0, bad)
+
+
+def test_lock_validity_counts_from_before_the_command() -> None:
+    assert timing.lock_valid_until_s(100.0, 30.0) == 130.0
+
+
+# attempt, random(), retry_after_s, expected delay (base 1 s, cap 30 s)
+BACKOFF_TABLE = [
+    (1, 0.0, None, 0.5),  # ceiling 1: [0.5, 1)
+    (1, 0.999, None, 0.9995),
+    (2, 0.0, None, 1.0),  # ceiling 2
+    (3, 0.5, None, 3.0),  # ceiling 4: 2 + 0.5 * 2
+    (5, 0.0, None, 8.0),  # ceiling 16
+    (6, 0.0, None, 15.0),  # ceiling min(30, 32) = 30
+    (6, 0.999, None, 29.985),
+    (50, 0.5, None, 22.5),  # still capped
+    (5000, 0.0, None, 15.0),  # no float overflow
+    (1, 0.0, 7.0, 7.0),  # Retry-After wins when longer
+    (3, 0.5, 1.0, 3.0),  # ...not when shorter
+    (1, 0.0, 120.0, 30.0),  # ...and never past the cap
+]
+
+
+@pytest.mark.parametrize(("attempt", "r", "retry_after", "expected"), BACKOFF_TABLE)
+def test_backoff_with_equal_jitter(
+    attempt: int, r: float, retry_after: float | None, expected: float
+) -> None:
+    delay = timing.backoff_delay_s(
+        attempt, base_s=1.0, cap_s=30.0, random=lambda: r, retry_after_s=retry_after
+    )
+    assert delay == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "r", "retry_after"), [(0, 0.5, None), (1, 1.0, None), (1, -0.1, None), (1, 0.5, -1)]
+)
+def test_backoff_rejects_bad_input(attempt: int, r: float, retry_after: float | None) -> None:
+    with pytest.raises(ValueError):
+        timing.backoff_delay_s(
+            attempt, base_s=1.0, cap_s=30.0, random=lambda: r, retry_after_s=retry_after
+        )
+
+
+@pytest.mark.parametrize(
+    ("attempt", "max_attempts", "retry"), [(1, 1, False), (1, 3, True), (2, 3, True), (3, 3, False)]
+)
+def test_should_retry(attempt: int, max_attempts: int, retry: bool) -> None:
+    assert timing.should_retry(attempt, max_attempts=max_attempts) is retry
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "limit", "exhausted"), [(1, 1, False), (2, 1, True), (3, 3, False), (4, 3, True)]
+)
+def test_redelivery_limit(deliveries: int, limit: int, exhausted: bool) -> None:
+    assert timing.redelivery_exhausted(deliveries, max_deliveries=limit) is exhausted
+
+
+@pytest.mark.parametrize(("deliveries", "limit"), [(0, 3), (1, 0)])
+def test_redelivery_rejects_bad_input(deliveries: int, limit: int) -> None:
+    with pytest.raises(ValueError):
+        timing.redelivery_exhausted(deliveries, max_deliveries=limit)
+
+
+@pytest.mark.parametrize(
+    ("http", "attempts", "cap", "wait"),
+    [(30.0, 3, 10.0, 60.0), (1.0, 1, 1.0, 0.0), (120, 5, 60, 600)],
+)
+def test_derived_time_limits_are_ordered_and_cover_the_retry_chain(
+    http: float, attempts: int, cap: float, wait: float
+) -> None:
+    limits = timing.derive_time_limits(
+        http_timeout_s=http, max_attempts=attempts, backoff_cap_s=cap, queue_wait_s=wait
+    )
+    chain = attempts * http + (attempts - 1) * cap
+    assert limits.http_timeout_s == http
+    assert limits.soft_time_limit_s >= 3 * chain
+    assert limits.hard_time_limit_s - limits.soft_time_limit_s >= 30 - 1e-9
+    assert limits.visibility_timeout_s - limits.hard_time_limit_s >= wait + 30 - 1e-9
+    timing.check_time_limits(limits)
+
+
+@pytest.mark.parametrize(
+    ("limits", "first_bad"),
+    [
+        (timing.TimeLimits(30, 20, 40, 50), "http_timeout_s"),
+        (timing.TimeLimits(10, 40, 40, 50), "soft_time_limit_s"),
+        (timing.TimeLimits(10, 20, 60, 50), "hard_time_limit_s"),
+        (timing.TimeLimits(0, 20, 40, 50), "http_timeout_s"),
+    ],
+)
+def test_out_of_order_limits_are_named(limits: timing.TimeLimits, first_bad: str) -> None:
+    with pytest.raises(ValueError, match=first_bad):
+        timing.check_time_limits(limits)
