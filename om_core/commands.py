@@ -9,7 +9,9 @@ from om_core.ledger import fold_ledger
 from om_core.models import Frozen, SessionEntry
 from om_core.projection import project_ledger
 from om_core.render import render_observational_memory
+from om_core.scopes import fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
+from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.tokens import estimate_text_tokens
 from om_core.window import select_recent_message_entries
 
@@ -89,15 +91,18 @@ def memory_view(
     settings: ObservationalMemorySettings | None = None,
     invalidated_ids: Iterable[str] = (),
     secrets: Iterable[str] = (),
+    shared: Sequence[SharedScopeMemory] = (),
 ) -> str:
     """Render visible memory (default) or all active recorded memory (``mode="full"``).
 
+    ``shared`` (resolved shared scopes) joins the view; ``memory_status`` stays local.
     Any other mode returns the usage line ``Usage: /om:view [full]``.
     """
     if mode not in ("visible", "full"):
         return VIEW_USAGE
     resolved = settings or resolve_settings()
-    projection = project_ledger(fold_ledger(entries), invalidated_ids)
+    ledger, _ = merge_shared_memory(fold_ledger(entries), fold_work_scope_map(entries), shared)
+    projection = project_ledger(ledger, invalidated_ids)
     observations = projection.observations
     if mode == "visible":
         recent = select_recent_message_entries(

@@ -11,9 +11,11 @@ from om_core.paging import recall_branch_page
 from om_core.recall import recall_memory
 from om_core.redaction import normalize_secrets
 from om_core.settings import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+from om_core.shared_scopes import SharedScopeMemory, recall_shared_memory
 
 GetEntries = Callable[[str], Sequence[SessionEntry]]
 GetInvalidated = Callable[[str], Iterable[str]]
+GetShared = Callable[[str], Sequence[SharedScopeMemory]]
 
 RECALL_TOOL_NAME = "recall"
 _PAGE_KEYS = frozenset({"cursor", "limit", "direction", "detail"})
@@ -26,6 +28,8 @@ class RecallMemoryTool:
     session make the call fail closed (:class:`WrongSessionError`). Arguments must hold
     exactly one of ``id`` or ``cursor`` (:class:`AmbiguousInputError` otherwise); page
     arguments are only valid with ``cursor``. Results are JSON-ready dicts with secrets redacted.
+    ``get_shared(session_id)`` (resolved shared scopes) extends exact-id recall to memory
+    bound to a granted shared scope; paging stays on the current branch.
     """
 
     def __init__(
@@ -35,11 +39,13 @@ class RecallMemoryTool:
         secrets: Iterable[str] = (),
         page_limit: int = DEFAULT_PAGE_LIMIT,
         get_invalidated_ids: GetInvalidated | None = None,
+        get_shared: GetShared | None = None,
     ) -> None:
         self._get_entries = get_entries
         self._secrets = normalize_secrets(secrets)
         self._page_limit = page_limit
         self._get_invalidated = get_invalidated_ids
+        self._get_shared = get_shared
 
     @property
     def definition(self) -> dict[str, Any]:
@@ -80,6 +86,10 @@ class RecallMemoryTool:
         if has_id:
             invalidated = self._get_invalidated(session_id) if self._get_invalidated else ()
             result = recall_memory(entries, arguments["id"], invalidated, self._secrets)
+            if result.reason == "not_found" and self._get_shared is not None:
+                # Granted shared scopes are the one exception to single-branch recall.
+                shared = self._get_shared(session_id)
+                result = recall_shared_memory(shared, result.id, invalidated, self._secrets)
             return result.to_json_dict()
         cursor = arguments["cursor"]
         if not isinstance(cursor, str):

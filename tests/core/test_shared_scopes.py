@@ -258,3 +258,27 @@ def test_no_shared_scopes_means_no_decisions(scopes: object) -> None:
     events: list[SharedScopeAccessEvent] = []
     assert store.resolve("s2", events, scopes=scopes) == ()
     assert events == []
+
+
+def test_recall_tool_and_view_include_granted_shared_memory_and_status_stays_local() -> None:
+    from om_core.commands import memory_status, memory_view
+    from om_core.recall_tool import RecallMemoryTool
+
+    store = setup()
+    tool = RecallMemoryTool(get_entries=store.entries, get_shared=lambda sid: store.resolve(sid))
+    recalled = tool("s2", {"id": f"om:{mid(1)}"})
+    assert recalled["found"] is True and recalled["text"] == "fact 1 from owner"
+    local_only = RecallMemoryTool(get_entries=store.entries)
+    assert local_only("s2", {"id": f"om:{mid(1)}"})["found"] is False
+
+    store.controller("s2").enter(SCOPE)
+    shared = store.resolve("s2")
+    view = memory_view(store.entries("s2"), "full", shared=shared)
+    assert "fact 1 from owner" in view and "fact 2 from s2" in view
+    assert memory_status(store.entries("s2")).recorded_observations == 1
+
+    store.controller("owner").revoke(SCOPE, ["s2"])
+    assert tool("s2", {"id": f"om:{mid(1)}"})["found"] is False
+    assert "fact 1 from owner" not in memory_view(
+        store.entries("s2"), "full", shared=store.resolve("s2")
+    )
