@@ -121,3 +121,40 @@ class LockLostError(CoordinationError):
     def __init__(self, key: str) -> None:
         super().__init__(f"session lock {key!r} is no longer held by this worker")
         self.key = key
+
+
+class ProviderError(OMWorkersError):
+    """A model provider call failed; the text is redacted of every known secret.
+
+    ``status`` is the HTTP status when there was a response; ``retryable`` says whether the
+    adapter's retry policy treats it as transient (429, 5xx, transport errors).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class ProviderTransportError(ProviderError):
+    """The request never got an HTTP answer (connection refused, reset, DNS ...)."""
+
+
+class ProviderTimeoutError(ProviderTransportError):
+    """The provider did not answer within the adapter's timeout."""
+
+
+class ProviderRateLimitError(ProviderError):
+    """HTTP 429 after every retry the policy allowed."""
+
+
+class ProviderServerError(ProviderError):
+    """HTTP 5xx after every retry the policy allowed."""
+
+
+class ProviderRequestError(ProviderError, ValueError):
+    """HTTP 4xx other than 429 (bad request, auth, unknown model): retrying cannot help."""
+
+
+class ProviderResponseError(ProviderError):
+    """A 2xx answer that is not the wire format: bad JSON, no message, malformed tool calls."""

@@ -1,0 +1,150 @@
+"""The HTTP half every provider adapter shares: one JSON POST with timeouts and retries.
+
+Transient failures (transport errors, timeouts, 408/429/5xx) are retried per
+:class:`~om_workers.providers.retry.RetryPolicy`, honouring ``Retry-After``. Every error leaves
+as a :class:`~om_workers.errors.ProviderError` subclass whose text has the API key, the
+request credential and any other known secret redacted, and is cut to a bounded length.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from om_core.redaction import normalize_secrets, redact
+from om_workers.errors import (
+    ProviderError,
+    ProviderRateLimitError,
+    ProviderRequestError,
+    ProviderResponseError,
+    ProviderServerError,
+    ProviderTimeoutError,
+    ProviderTransportError,
+)
+from om_workers.providers.retry import (
+    RetryPolicy,
+    is_retryable_status,
+    next_delay_s,
+    parse_retry_after,
+)
+
+DEFAULT_TIMEOUT_S = 60.0
+MAX_ERROR_CHARS = 1024
+_BODY_EXCERPT_CHARS = 512
+
+
+class JsonPoster:
+    """POSTs JSON to one base URL with retries; owns its ``httpx.Client`` unless given one.
+
+    ``sleep``, ``draw`` (random floats in ``[0, 1)``) and ``now_epoch_s`` are injectable so
+    tests neither wait nor depend on chance.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        policy: RetryPolicy | None = None,
+        client: httpx.Client | None = None,
+        secrets: Iterable[str] = (),
+        sleep: Callable[[float], None] = time.sleep,
+        draw: Callable[[], float] = random.random,
+        now_epoch_s: Callable[[], float] = time.time,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.policy = policy or RetryPolicy()
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s))
+        self._owns_client = client is None
+        self._secrets = normalize_secrets(secrets)
+        self._sleep = sleep
+        self._draw = draw
+        self._now = now_epoch_s
+
+    def close(self) -> None:
+        """Close the HTTP client if this poster created it."""
+        if self._owns_client:
+            self._client.close()
+
+    def post(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str], secrets: Iterable[str]
+    ) -> dict[str, Any]:
+        """POST ``body`` to ``base_url + path`` and return the JSON object answered.
+
+        Raises a :class:`ProviderError` subclass (redacted with ``secrets`` and the poster's
+        own) once the policy stops retrying, or at once for a non-retryable answer.
+        """
+        known = normalize_secrets((*self._secrets, *secrets))
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome, retry_after = self._attempt(path, body, headers, known)
+            if not isinstance(outcome, ProviderError):
+                return outcome
+            if not outcome.retryable:
+                raise outcome
+            delay = next_delay_s(attempt, self.policy, self._draw(), retry_after_s=retry_after)
+            if delay is None:
+                raise outcome
+            self._sleep(delay)
+
+    def _attempt(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        secrets: tuple[str, ...],
+    ) -> tuple[dict[str, Any] | ProviderError, float | None]:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._client.post(url, json=dict(body), headers=dict(headers))
+        except httpx.TimeoutException as exc:
+            return _error(ProviderTimeoutError, f"timed out: {exc}", secrets, None, True), None
+        except httpx.TransportError as exc:
+            text = f"transport error: {exc}"
+            return _error(ProviderTransportError, text, secrets, None, True), None
+        status = response.status_code
+        if status >= 400:
+            retry_after = parse_retry_after(response.headers.get("retry-after"), self._now())
+            return _status_error(status, response.text, secrets), retry_after
+        try:
+            value = response.json()
+        except ValueError:
+            return _error(ProviderResponseError, "answer is not JSON", secrets, status, False), None
+        if not isinstance(value, dict):
+            text = "answer is not a JSON object"
+            return _error(ProviderResponseError, text, secrets, status, False), None
+        return value, None
+
+
+def _status_error(status: int, body: str, secrets: tuple[str, ...]) -> ProviderError:
+    excerpt = body[:_BODY_EXCERPT_CHARS]
+    text = f"HTTP {status}: {excerpt}"
+    if status == 429:
+        return _error(ProviderRateLimitError, text, secrets, status, True)
+    if 500 <= status <= 599:
+        return _error(ProviderServerError, text, secrets, status, True)
+    kind = ProviderServerError if is_retryable_status(status) else ProviderRequestError
+    return _error(kind, text, secrets, status, is_retryable_status(status))
+
+
+def _error(
+    kind: type[ProviderError],
+    text: str,
+    secrets: tuple[str, ...],
+    status: int | None,
+    retryable: bool,
+) -> ProviderError:
+    return kind(bounded(text, secrets), status=status, retryable=retryable)
+
+
+def bounded(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with known secrets redacted, cut to :data:`MAX_ERROR_CHARS` characters."""
+    redacted = redact(text, secrets)
+    return redacted if len(redacted) <= MAX_ERROR_CHARS else redacted[: MAX_ERROR_CHARS - 1] + "…"
