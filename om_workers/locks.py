@@ -76,6 +76,7 @@ class SessionLock:
         self._claim = client.register_script(redis_keys.CLAIM_PENDING)
         self._state = threading.Lock()
         self._held = False
+        self._used = False  # one acquire per instance: the token and heartbeat are single-use
         self._lost = False
         self._valid_until = _NEVER
         self._stop = threading.Event()
@@ -86,10 +87,11 @@ class SessionLock:
     def acquire(self) -> bool:
         """Take the lock if it is free; True when this instance now holds it, False when busy.
 
-        Raises :class:`CoordinationError` when called twice on one instance.
+        Raises :class:`CoordinationError` when this instance already held the lock once (make
+        a new instance per run: a released token must never come back).
         """
         with self._state:
-            if self._held or self._lost:
+            if self._used:
                 raise CoordinationError(f"lock {self.key!r} was already acquired by this instance")
         started = self._clock()
         with translate_errors("taking the session lock"):
@@ -100,6 +102,7 @@ class SessionLock:
                 return False
         with self._state:
             self._held = True
+            self._used = True
             self._valid_until = timing.lock_valid_until_s(started, self.ttl_s)
         return True
 

@@ -152,6 +152,8 @@ def test_misuse_is_refused(client: redis.Redis) -> None:
     assert not lock.release().released
     with pytest.raises(LockLostError):
         lock.check()
+    with pytest.raises(CoordinationError):
+        lock.acquire()
 
 
 def test_ttl_must_be_positive(client: redis.Redis) -> None:
