@@ -24,7 +24,6 @@ from om_core.ledger import (
 )
 from om_core.limits import WorkerLimits
 from om_core.models import (
-    Frozen,
     ObservationalMemoryLedger,
     ObservationsDropped,
     SessionEntry,
@@ -37,6 +36,13 @@ from om_core.tokens import estimate_entry_tokens
 from om_core.work_memory import has_host_scopes
 from om_core.workers.chunking import max_sources_per_chunk, plan_chunks, prompt_budget
 from om_core.workers.dropper import drop_lowest_relevance, observation_tokens, run_dropper
+from om_core.workers.flush_state import (
+    FlushResult,
+    FlushState,
+    WorkerSkip,
+    default_compaction_due,
+    estimated_input_tokens,
+)
 from om_core.workers.jsonvalue import bounded_error
 from om_core.workers.observer import observer_system, run_observer
 from om_core.workers.reflector import run_reflector
@@ -63,60 +69,6 @@ class SessionSource(Protocol):
     def id(self) -> str: ...
 
     def get_entries(self) -> Sequence[SessionEntry]: ...
-
-
-class WorkerSkip(Frozen):
-    """A step that did not run, and why (``missing_model``, ``below_threshold`` ...)."""
-
-    worker: str
-    reason: str
-
-
-class FlushResult(Frozen):
-    """What one flush did. ``error`` (redacted, bounded) is set when a step failed closed."""
-
-    ran: tuple[str, ...] = ()
-    appended_entry_ids: tuple[str, ...] = ()
-    observation_ids: tuple[str, ...] = ()
-    reflection_ids: tuple[str, ...] = ()
-    dropped_observation_ids: tuple[str, ...] = ()
-    skipped: tuple[WorkerSkip, ...] = ()
-    compacted: bool = False
-    error: str | None = None
-
-    @property
-    def advanced(self) -> bool:
-        """True when the flush appended any memory entry."""
-        return bool(self.appended_entry_ids) or self.compacted
-
-
-class _Flush:
-    """Accumulates one flush's result."""
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-        self.appended: list[str] = []
-        self.observations: list[str] = []
-        self.reflections: list[str] = []
-        self.dropped: list[str] = []
-        self.skipped: list[WorkerSkip] = []
-        self.compacted = False
-        self.error: str | None = None
-
-    def skip(self, worker: str, reason: str) -> None:
-        self.skipped.append(WorkerSkip(worker=worker, reason=reason))
-
-    def result(self) -> FlushResult:
-        return FlushResult(
-            ran=tuple(self.ran),
-            appended_entry_ids=tuple(self.appended),
-            observation_ids=tuple(self.observations),
-            reflection_ids=tuple(self.reflections),
-            dropped_observation_ids=tuple(self.dropped),
-            skipped=tuple(self.skipped),
-            compacted=self.compacted,
-            error=self.error,
-        )
 
 
 class ObservationalMemoryRuntime:
@@ -221,37 +173,47 @@ class ObservationalMemoryRuntime:
             self._lock.release()
 
     def _flush_locked(self, full_rebuild: bool) -> FlushResult:
-        state = _Flush()
+        state = FlushState()
         leaf = self._leaf_id()
         if self._stalled >= self._backoff_after and leaf == self._stalled_leaf:
             state.skip("flush", BACKOFF)
             return state.result()
-        try:
-            self._observe(state)
-            self._reflect(state, full_rebuild)
-            self._drop(state)
-            self._bind(state)
-            self._compaction_gate(state)
-        except Exception as exc:  # fail closed: report, keep what was already appended
-            state.error = bounded_error(
-                f"{type(exc).__name__}: {exc}", self.secrets, self.limits.max_error_bytes
-            )
-            self.last_error = state.error
-            self._emit("observational-memory:flush-error", {"error": state.error})
+        steps: list[Callable[[FlushState], None]] = [
+            self._observe,
+            lambda st: self._reflect(st, full_rebuild),
+            self._drop,
+            self._bind,
+            self._compaction_gate,
+        ]
+        for step in steps:
+            try:
+                step(state)
+            except Exception as exc:  # a failed step wrote nothing; report it, go on
+                self._report(state, exc)
+                if isinstance(exc, AppendNotVisibleError):
+                    break  # appends land elsewhere: no further step may write
         self._track_progress(state)
         return state.result()
 
-    def _track_progress(self, state: _Flush) -> None:
+    def _report(self, state: FlushState, exc: Exception) -> None:
+        text = bounded_error(
+            f"{type(exc).__name__}: {exc}", self.secrets, self.limits.max_error_bytes
+        )
+        state.errors.append(text)
+        self.last_error = text
+        self._emit("observational-memory:flush-error", {"error": text})
+
+    def _track_progress(self, state: FlushState) -> None:
         workers_ran = any(name != "compaction" for name in state.ran)
-        if state.appended and state.error is None:
+        if state.appended and not state.errors:
             self._stalled = 0
-        elif workers_ran or state.error is not None:
+        elif workers_ran or state.errors:
             self._stalled += 1
             self._stalled_leaf = self._leaf_id()
 
     # -- steps ------------------------------------------------------------------------------
 
-    def _observe(self, state: _Flush) -> None:
+    def _observe(self, state: FlushState) -> None:
         entries = self._entries()
         backlog = unscanned_entries(entries, self.ledger(entries))
         pending = sum(
@@ -287,7 +249,7 @@ class ObservationalMemoryRuntime:
             self._append_record(record, state)
             state.observations.extend(o.id for o in record.observations)
 
-    def _reflect(self, state: _Flush, full_rebuild: bool) -> None:
+    def _reflect(self, state: FlushState, full_rebuild: bool) -> None:
         entries = self._entries()
         ledger = self.ledger(entries)
         window = ledger.active_observations if full_rebuild else None
@@ -316,7 +278,7 @@ class ObservationalMemoryRuntime:
         self._append_record(record, state)
         state.reflections.extend(r.id for r in record.reflections)
 
-    def _drop(self, state: _Flush) -> None:
+    def _drop(self, state: FlushState) -> None:
         entries = self._entries()
         active = self.ledger(entries).active_observations
         if observation_tokens(active) <= self.settings.context.observations_pool_max_tokens:
@@ -351,7 +313,7 @@ class ObservationalMemoryRuntime:
             self._append_record(record, state)
             state.dropped.extend(record.observation_ids)
 
-    def _bind(self, state: _Flush) -> None:
+    def _bind(self, state: FlushState) -> None:
         """Bind this flush's new ids, once, to the current leaf scope (when scopes exist)."""
         refs = [f"om:{oid}" for oid in state.observations]
         refs += [f"reflection:{rid}" for rid in state.reflections]
@@ -362,7 +324,7 @@ class ObservationalMemoryRuntime:
             return
         self._append_payload(ScopeBound(scope_id=scope_map.leaf, refs=tuple(refs)), state)
 
-    def _compaction_gate(self, state: _Flush) -> None:
+    def _compaction_gate(self, state: FlushState) -> None:
         if self._compact is None:
             return
         entries = self._entries()
@@ -383,7 +345,7 @@ class ObservationalMemoryRuntime:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _worker(self, name: str, state: _Flush) -> ResolvedWorker | None:
+    def _worker(self, name: str, state: FlushState) -> ResolvedWorker | None:
         groups = {
             "observer": self.settings.observation,
             "reflector": self.settings.reflection,
@@ -409,10 +371,10 @@ class ObservationalMemoryRuntime:
         entries = self._entries()
         return entries[-1].id if entries else None
 
-    def _append_record(self, record: Record, state: _Flush) -> None:
+    def _append_record(self, record: Record, state: FlushState) -> None:
         self._append_payload(record, state)
 
-    def _append_payload(self, payload: Record | ScopeBound, state: _Flush) -> None:
+    def _append_payload(self, payload: Record | ScopeBound, state: FlushState) -> None:
         """Append one custom entry at the leaf, then check it is the leaf (else fail closed)."""
         parent = self._leaf_id()
         entry = SessionEntry(
@@ -435,27 +397,12 @@ class ObservationalMemoryRuntime:
             self._debug(event, data)
 
 
-def default_compaction_due(
-    entries: Sequence[SessionEntry], settings: ObservationalMemorySettings
-) -> bool:
-    """The seed's token gate: tokens from the latest compaction on reach ``compactAfterTokens``."""
-    return estimated_input_tokens(entries) >= settings.context.compact_after_tokens
-
-
-def estimated_input_tokens(entries: Sequence[SessionEntry]) -> int:
-    """:func:`estimate_entry_tokens` summed from the latest compaction entry (inclusive) on."""
-    start = 0
-    for index in range(len(entries) - 1, -1, -1):
-        if entries[index].kind == "compaction":
-            start = index
-            break
-    return sum(estimate_entry_tokens(e) for e in entries[start:])
-
-
 __all__ = [
     "FlushResult",
     "ObservationalMemoryRuntime",
     "SessionSource",
     "WorkerConfig",
     "WorkerSkip",
+    "default_compaction_due",
+    "estimated_input_tokens",
 ]

@@ -302,3 +302,20 @@ def test_compaction_gate() -> None:
     assert not rt.flush().compacted and compacted == [1]
     assert events and events[0].startswith("observational-memory:compaction-trigger-error")
     assert SECRET not in events[0]
+
+
+def test_a_failed_step_writes_nothing_and_later_steps_still_run() -> None:
+    settings = {
+        **LOW,
+        "context": {"observationsPoolMaxTokens": 40},
+        "dropper": {"targetTokens": 20, "policy": "lowest-relevance"},
+    }
+    s = Session()
+    _seed_observations(s, 6, relevance=0.1)
+    chat(s, 2, start=50)
+    failing = ScriptedProvider([RuntimeError("observer down")])
+    result = runtime(s, settings, observation=WorkerConfig(provider=failing)).flush()
+    assert result.error is not None and "observer down" in result.error
+    assert result.observation_ids == ()
+    assert result.dropped_observation_ids  # the drop step still ran
+    assert memory_types(s)[-1] == "om.observations.dropped"

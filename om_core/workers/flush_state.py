@@ -1,0 +1,85 @@
+"""What one flush did: the frozen result, its accumulator, and the token gate it reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from om_core.models import Frozen, SessionEntry
+from om_core.settings import ObservationalMemorySettings
+from om_core.tokens import estimate_entry_tokens
+
+
+class WorkerSkip(Frozen):
+    """A step that did not run, and why (``missing_model``, ``below_threshold`` ...)."""
+
+    worker: str
+    reason: str
+
+
+class FlushResult(Frozen):
+    """What one flush did.
+
+    ``error`` is set when a step failed closed (each step's text redacted and bounded to
+    ``maxWorkerErrorBytes``, joined by ``; ``); a failed step wrote nothing, and later steps
+    still ran unless an append was not visible at the leaf.
+    """
+
+    ran: tuple[str, ...] = ()
+    appended_entry_ids: tuple[str, ...] = ()
+    observation_ids: tuple[str, ...] = ()
+    reflection_ids: tuple[str, ...] = ()
+    dropped_observation_ids: tuple[str, ...] = ()
+    skipped: tuple[WorkerSkip, ...] = ()
+    compacted: bool = False
+    error: str | None = None
+
+    @property
+    def advanced(self) -> bool:
+        """True when the flush appended any memory entry."""
+        return bool(self.appended_entry_ids) or self.compacted
+
+
+class FlushState:
+    """Accumulates one flush's result."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.appended: list[str] = []
+        self.observations: list[str] = []
+        self.reflections: list[str] = []
+        self.dropped: list[str] = []
+        self.skipped: list[WorkerSkip] = []
+        self.compacted = False
+        self.errors: list[str] = []
+
+    def skip(self, worker: str, reason: str) -> None:
+        self.skipped.append(WorkerSkip(worker=worker, reason=reason))
+
+    def result(self) -> FlushResult:
+        return FlushResult(
+            ran=tuple(self.ran),
+            appended_entry_ids=tuple(self.appended),
+            observation_ids=tuple(self.observations),
+            reflection_ids=tuple(self.reflections),
+            dropped_observation_ids=tuple(self.dropped),
+            skipped=tuple(self.skipped),
+            compacted=self.compacted,
+            error="; ".join(self.errors) or None,
+        )
+
+
+def default_compaction_due(
+    entries: Sequence[SessionEntry], settings: ObservationalMemorySettings
+) -> bool:
+    """The seed's token gate: tokens from the latest compaction on reach ``compactAfterTokens``."""
+    return estimated_input_tokens(entries) >= settings.context.compact_after_tokens
+
+
+def estimated_input_tokens(entries: Sequence[SessionEntry]) -> int:
+    """:func:`estimate_entry_tokens` summed from the latest compaction entry (inclusive) on."""
+    start = 0
+    for index in range(len(entries) - 1, -1, -1):
+        if entries[index].kind == "compaction":
+            start = index
+            break
+    return sum(estimate_entry_tokens(e) for e in entries[start:])
