@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from om_core.attach import CompactionGateContext, ObservationalMemory
-from om_core.errors import InvalidTriggerError
+from om_core.errors import AppendNotVisibleError, InvalidTriggerError
 from om_core.extractive import ExtractiveProvider
 from om_core.ledger import fold_ledger
 from om_core.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
@@ -217,3 +217,18 @@ def _assert_recallable(entries: Sequence[SessionEntry], planted: dict[str, str])
         result = recall_memory(entries, citing[0])
         assert result.found
         assert any(s.message is not None and s.message.text == text for s in result.sources)
+
+
+def test_proxied_compact_flushes_afterwards_and_compaction_must_land_at_leaf() -> None:
+    host = Host()
+    attached = attach(om(settings={"observation": {"messageTokens": 1}}), host)
+    host.run(1)  # not proxied: nothing observed yet
+    calls: list[str] = []
+    host.compact = lambda: calls.append("host")  # type: ignore[attr-defined]
+    attached.session.compact()
+    assert calls == ["host"] and attached.last_flush.observation_ids
+    lost: list[SessionEntry] = []
+    stray = om().attach(host, append_entry=lost.append, session_model="x")
+    with pytest.raises(AppendNotVisibleError):
+        stray.compact_now()
+    assert lost and lost[0].kind == "compaction"
