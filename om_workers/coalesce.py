@@ -22,7 +22,7 @@ from the store's unobserved-token count, so lost Redis state costs latency, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -104,3 +104,66 @@ def release_and_republish(lock: SessionLock, publish: Publish) -> ReleaseResult:
     if result.pending_job_id is not None:
         publish(result.pending_job_id)
     return result
+
+
+@dataclass(frozen=True)
+class PendingFlush:
+    """A session's ``pending`` marker as the reconciler sees it.
+
+    ``age_s`` is how long ago the marker was set, in seconds (from its remaining TTL, so it is
+    exact only for markers set with the default ``pending_ttl_s``); ``locked`` says whether a
+    worker holds the session lock right now.
+    """
+
+    tenant_id: str
+    session_id: str
+    job_id: str
+    age_s: float
+    locked: bool
+
+
+def pending_flushes(
+    client: redis.Redis, *, pending_ttl_s: int = redis_keys.PENDING_TTL_S, batch: int = 500
+) -> Iterator[PendingFlush]:
+    """Every ``pending`` marker in Redis, scanned ``batch`` keys at a time (``SCAN``, so Redis
+    is never blocked). Markers that vanish mid-scan are skipped; the view is not a snapshot,
+    which is fine for its users (the reconciler and the pending-age gauge): a duplicate publish
+    is skipped by :func:`claim_pending`.
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    with translate_errors("scanning pending flushes"):
+        keys = list(client.scan_iter(match=redis_keys.PENDING_PATTERN, count=batch))
+        for start in range(0, len(keys), batch):
+            chunk = keys[start : start + batch]
+            sessions = [redis_keys.parse_pending_key(key) for key in chunk]
+            pipe = client.pipeline(transaction=False)
+            for key, (tenant_id, session_id) in zip(chunk, sessions, strict=True):
+                pipe.get(key)
+                pipe.pttl(key)
+                pipe.exists(redis_keys.lock_key(tenant_id, session_id))
+            replies = pipe.execute()
+            for i, (tenant_id, session_id) in enumerate(sessions):
+                job_id, pttl_ms, locked = replies[3 * i : 3 * i + 3]
+                if job_id is None or pttl_ms < 0:
+                    continue  # claimed or expired since the SCAN saw it
+                age_s = max(0.0, pending_ttl_s - pttl_ms / 1000)
+                yield PendingFlush(tenant_id, session_id, str(job_id), age_s, bool(locked))
+
+
+def stale_pending(
+    client: redis.Redis, *, min_age_s: float, pending_ttl_s: int = redis_keys.PENDING_TTL_S
+) -> list[PendingFlush]:
+    """Markers at least ``min_age_s`` seconds old whose session nobody holds the lock of.
+
+    Their message was dropped while the lock was busy and the holder died before its release
+    could re-publish it, or the broker lost it; the reconciler publishes each one's job again.
+    (A Redis restart loses the markers too: the store's unobserved-token count covers that.)
+    Choose ``min_age_s`` above the lock TTL plus normal queue wait, so a marker whose message is
+    merely queued is not published twice (harmless, only wasteful).
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    return [
+        marker
+        for marker in pending_flushes(client, pending_ttl_s=pending_ttl_s)
+        if not marker.locked and marker.age_s >= min_age_s
+    ]

@@ -20,6 +20,7 @@ Id parts are escaped (``%`` -> ``%25``, ``:`` -> ``%3A``) so that tenant ``a:b``
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 PREFIX: Final = "om:"
@@ -47,6 +48,11 @@ def _part(value: str) -> str:
     return value.replace("%", "%25").replace(":", "%3A")
 
 
+def _unpart(value: str) -> str:
+    """Undo :func:`_part` in one pass (two sequential replaces could decode ``%253A`` twice)."""
+    return re.sub("%(25|3A)", lambda m: "%" if m.group(1) == "25" else ":", value)
+
+
 def pending_key(tenant_id: str, session_id: str) -> str:
     """Key of the session's ``pending`` marker (value: the queued job id).
 
@@ -61,6 +67,22 @@ def lock_key(tenant_id: str, session_id: str) -> str:
     Raises ``ValueError`` for an empty id.
     """
     return f"{PREFIX}lock:{_part(tenant_id)}:{_part(session_id)}"
+
+
+PENDING_PATTERN: Final = f"{PREFIX}pending:*"
+"""``SCAN MATCH`` pattern of every session's ``pending`` marker (for the reconciler)."""
+
+
+def parse_pending_key(key: str) -> tuple[str, str]:
+    """``(tenant_id, session_id)`` of a key built by :func:`pending_key`.
+
+    Raises ``ValueError`` for any other key.
+    """
+    head = f"{PREFIX}pending:"
+    parts = key[len(head) :].split(":") if key.startswith(head) else []
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"not a pending key: {key!r}")
+    return _unpart(parts[0]), _unpart(parts[1])
 
 
 def deliveries_key(job_id: str) -> str:

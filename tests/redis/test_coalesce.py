@@ -9,7 +9,13 @@ import pytest
 import redis
 
 from om_workers import redis_keys
-from om_workers.coalesce import claim_pending, release_and_republish, request_flush
+from om_workers.coalesce import (
+    claim_pending,
+    pending_flushes,
+    release_and_republish,
+    request_flush,
+    stale_pending,
+)
 from om_workers.locks import SessionLock
 
 
@@ -150,3 +156,24 @@ def test_a_retried_request_recognises_its_own_marker(client: redis.Redis) -> Non
     answer = request_flush(client, "t1", "s1", "job-1", queue.publish)
     assert (answer.job_id, answer.coalesced) == ("job-1", False)
     assert queue.jobs == ["job-1"]
+
+
+def test_reconciler_sees_pending_markers_with_age_and_lock(client: redis.Redis) -> None:
+    queue = Queue()
+    request_flush(client, "t1", "fresh", "job-fresh", queue.publish)
+    request_flush(client, "t:1", "old:%", "job-old", queue.publish)
+    request_flush(client, "t1", "old-locked", "job-locked", queue.publish)
+    # Age two markers by 100 s (their remaining TTL is what the age is computed from).
+    for tenant, session in [("t:1", "old:%"), ("t1", "old-locked")]:
+        client.expire(redis_keys.pending_key(tenant, session), redis_keys.PENDING_TTL_S - 100)
+    holder = SessionLock(client, "t1", "old-locked")
+    assert holder.acquire()
+    seen = {(m.tenant_id, m.session_id): m for m in pending_flushes(client, batch=2)}
+    assert set(seen) == {("t1", "fresh"), ("t:1", "old:%"), ("t1", "old-locked")}
+    assert seen[("t:1", "old:%")].job_id == "job-old"
+    assert 99 <= seen[("t:1", "old:%")].age_s <= 101
+    assert seen[("t1", "fresh")].age_s < 50
+    assert seen[("t1", "old-locked")].locked
+    stale = stale_pending(client, min_age_s=60)
+    assert [(m.tenant_id, m.session_id, m.job_id) for m in stale] == [("t:1", "old:%", "job-old")]
+    holder.release()

@@ -46,3 +46,21 @@ def test_deliveries_are_counted_until_the_limit(client: redis.Redis) -> None:
     assert 0 < ttl <= redis_keys.DELIVERIES_TTL_S
     forget_deliveries(client, "job-1")
     assert record_delivery(client, "job-1") == 1
+
+
+@pytest.mark.parametrize(
+    ("tenant", "session"), [("t", "s"), ("a:b", "c"), ("a%3A", "b%25:"), ("%253A", ":%:")]
+)
+def test_pending_keys_parse_back(tenant: str, session: str) -> None:
+    assert redis_keys.parse_pending_key(redis_keys.pending_key(tenant, session)) == (
+        tenant,
+        session,
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["om:lock:t:s", "om:pending:t", "om:pending:t:s:x", "om:pending::s"]
+)
+def test_other_keys_do_not_parse_as_pending(key: str) -> None:
+    with pytest.raises(ValueError):
+        redis_keys.parse_pending_key(key)
