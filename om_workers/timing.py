@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 HEARTBEAT_DIVISOR = 3
@@ -43,51 +42,6 @@ def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
     """
     _require_positive("ttl_s", ttl_s)
     return extended_at_s + ttl_s
-
-
-def backoff_delay_s(
-    attempt: int,
-    *,
-    base_s: float,
-    cap_s: float,
-    random: Callable[[], float],
-    retry_after_s: float | None = None,
-) -> float:
-    """Seconds to wait before retry number ``attempt`` (1 for the first retry).
-
-    Exponential with "equal jitter": the ceiling is ``min(cap_s, base_s * 2 ** (attempt - 1))``
-    and the delay is uniform in ``[ceiling / 2, ceiling)``, so retries from many workers spread
-    out yet never fire immediately (which would only repeat a 429). A provider's ``Retry-After``
-    raises the delay to at least that many seconds, still capped by ``cap_s``.
-    Raises ``ValueError`` for ``attempt < 1``, non-positive ``base_s``/``cap_s``, a negative
-    ``retry_after_s`` or ``random()`` outside ``[0, 1)``.
-    """
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    _require_positive("base_s", base_s)
-    _require_positive("cap_s", cap_s)
-    # min() before the power would overflow: 2**1100 is past float range.
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, 1023))
-    r = random()
-    if not 0.0 <= r < 1.0:
-        raise ValueError(f"random() must return a float in [0, 1), got {r}")
-    delay = ceiling / 2 + r * ceiling / 2
-    if retry_after_s is not None:
-        if retry_after_s < 0 or not math.isfinite(retry_after_s):
-            raise ValueError(f"retry_after_s must be a non-negative number, got {retry_after_s}")
-        delay = max(delay, retry_after_s)
-    return min(delay, cap_s)
-
-
-def should_retry(attempt: int, *, max_attempts: int) -> bool:
-    """True when call number ``attempt`` (1-based) failed and another call is allowed.
-
-    ``max_attempts`` counts every call including the first. Raises ``ValueError`` when
-    ``attempt < 1`` or ``max_attempts < 1``.
-    """
-    if attempt < 1 or max_attempts < 1:
-        raise ValueError(f"attempt and max_attempts must be >= 1, got {attempt}, {max_attempts}")
-    return attempt < max_attempts
 
 
 def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:

@@ -36,49 +36,6 @@ def test_lock_validity_counts_from_before_the_command() -> None:
 
 
 # attempt, random(), retry_after_s, expected delay (base 1 s, cap 30 s)
-BACKOFF_TABLE = [
-    (1, 0.0, None, 0.5),  # ceiling 1: [0.5, 1)
-    (1, 0.999, None, 0.9995),
-    (2, 0.0, None, 1.0),  # ceiling 2
-    (3, 0.5, None, 3.0),  # ceiling 4: 2 + 0.5 * 2
-    (5, 0.0, None, 8.0),  # ceiling 16
-    (6, 0.0, None, 15.0),  # ceiling min(30, 32) = 30
-    (6, 0.999, None, 29.985),
-    (50, 0.5, None, 22.5),  # still capped
-    (5000, 0.0, None, 15.0),  # no float overflow
-    (1, 0.0, 7.0, 7.0),  # Retry-After wins when longer
-    (3, 0.5, 1.0, 3.0),  # ...not when shorter
-    (1, 0.0, 120.0, 30.0),  # ...and never past the cap
-]
-
-
-@pytest.mark.parametrize(("attempt", "r", "retry_after", "expected"), BACKOFF_TABLE)
-def test_backoff_with_equal_jitter(
-    attempt: int, r: float, retry_after: float | None, expected: float
-) -> None:
-    delay = timing.backoff_delay_s(
-        attempt, base_s=1.0, cap_s=30.0, random=lambda: r, retry_after_s=retry_after
-    )
-    assert delay == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("attempt", "r", "retry_after"), [(0, 0.5, None), (1, 1.0, None), (1, -0.1, None), (1, 0.5, -1)]
-)
-def test_backoff_rejects_bad_input(attempt: int, r: float, retry_after: float | None) -> None:
-    with pytest.raises(ValueError):
-        timing.backoff_delay_s(
-            attempt, base_s=1.0, cap_s=30.0, random=lambda: r, retry_after_s=retry_after
-        )
-
-
-@pytest.mark.parametrize(
-    ("attempt", "max_attempts", "retry"), [(1, 1, False), (1, 3, True), (2, 3, True), (3, 3, False)]
-)
-def test_should_retry(attempt: int, max_attempts: int, retry: bool) -> None:
-    assert timing.should_retry(attempt, max_attempts=max_attempts) is retry
-
-
 @pytest.mark.parametrize(
     ("deliveries", "limit", "exhausted"), [(1, 1, False), (2, 1, True), (3, 3, False), (4, 3, True)]
 )
