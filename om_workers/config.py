@@ -15,15 +15,13 @@ DEFAULT_DATABASE_URL = "sqlite:///./om.db"
 
 
 class Settings(BaseSettings):
-    """Settings read from ``OM_*`` environment variables (and a ``.env`` file, if present).
+    """Settings read from ``OM_*`` environment variables.
 
     Raises ``pydantic.ValidationError`` when a variable is set to a value of the wrong shape.
     """
 
     model_config = SettingsConfigDict(
         env_prefix="OM_",
-        env_file=".env",
-        env_file_encoding="utf-8",
         extra="ignore",
         frozen=True,
     )

@@ -4,7 +4,9 @@ A branch is read as a few seq ranges (see ``schema``: one range per run on the b
 recursive query walks from the leaf's run to its parent's run and so on to the root; each step
 is one primary-key lookup, and the number of steps is the number of forks on the branch, not
 the number of entries. Entries are then read by ``(session_pk, seq)`` range, in seq order,
-which is branch order because a parent is always appended before its children.
+which is branch order because a parent is always appended before its children. The ranges
+are fetched first and then bound as literals into the read, so each read is an index range
+scan of one session.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import CTE, Connection, Row, Text, and_, cast, func, select
+from sqlalchemy import CTE, Connection, Row, Text, and_, cast, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from om_core.models import SessionEntry
@@ -57,37 +59,30 @@ def seq_on_branch(seq: int, segments: Sequence[Segment]) -> bool:
     return any(lo <= seq <= hi for lo, hi in segments)
 
 
-def _branch_select(
-    session_pk: int,
-    leaf_id: str,
-    *columns: ColumnElement[Any],
-    after_seq: int = 0,
-    kinds: Sequence[str] | None = None,
-) -> Any:
-    seg = segment_cte(session_pk, leaf_id)
-    query = (
-        select(*columns)
-        .select_from(
-            seg.join(
-                entries,
-                and_(
-                    entries.c.session_pk == session_pk,
-                    entries.c.seq >= seg.c.lo,
-                    entries.c.seq <= seg.c.hi,
-                ),
-            )
-        )
-        .where(entries.c.seq > after_seq)
+# Ranges per query: keeps each statement small on a branch with many forks.
+_RANGES_PER_QUERY = 32
+
+
+def _range_chunks(segments: Sequence[Segment], after_seq: int) -> list[list[Segment]]:
+    """The segments past ``after_seq``, ascending, clipped, grouped for one query each."""
+    live = [(max(lo, after_seq + 1), hi) for lo, hi in segments if hi > after_seq]
+    return [live[i : i + _RANGES_PER_QUERY] for i in range(0, len(live), _RANGES_PER_QUERY)]
+
+
+def _in_ranges(session_pk: int, chunk: Sequence[Segment]) -> ColumnElement[bool]:
+    # Explicit seq bounds rather than a join against the recursive CTE: both SQLite and
+    # PostgreSQL then read each range straight off the (session_pk, seq) index, whatever
+    # their statistics say (PostgreSQL otherwise scanned every row past the cursor).
+    return and_(
+        entries.c.session_pk == session_pk,
+        or_(*(entries.c.seq.between(lo, hi) for lo, hi in chunk)),
     )
-    if kinds is not None:
-        query = query.where(entries.c.kind.in_(list(kinds)))
-    return query
 
 
 def read_branch_payloads(
     connection: Connection,
     session_pk: int,
-    leaf_id: str | None,
+    segments: Sequence[Segment],
     *,
     after_seq: int = 0,
     limit: int | None = None,
@@ -96,38 +91,42 @@ def read_branch_payloads(
 ) -> list[Row[Any]]:
     """Rows ``(seq, payload)`` (payload as JSON text) of the branch after ``after_seq``, in order.
 
-    ``newest_first`` with ``limit`` reads the last ``limit`` entries (returned in branch order).
+    ``segments`` come from :func:`branch_segments`. ``newest_first`` with ``limit`` reads the
+    last ``limit`` entries (still returned in branch order).
     """
-    if leaf_id is None:
-        return []
     # The payload comes back as JSON text and is parsed once, by pydantic: decoding it to a
     # dict first and validating that costs about a third more on long branches.
     payload = cast(entries.c.payload, Text).label("payload")
-    query = _branch_select(
-        session_pk, leaf_id, entries.c.seq, payload, after_seq=after_seq, kinds=kinds
-    )
-    query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
-    if limit is not None:
-        query = query.limit(limit)
-    rows: list[Row[Any]] = list(connection.execute(query).all())
+    chunks = _range_chunks(segments, after_seq)
+    if newest_first:
+        chunks.reverse()
+    rows: list[Row[Any]] = []
+    for chunk in chunks:
+        query = select(entries.c.seq, payload).where(_in_ranges(session_pk, chunk))
+        if kinds is not None:
+            query = query.where(entries.c.kind.in_(list(kinds)))
+        query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
+        if limit is not None:
+            query = query.limit(limit - len(rows))
+        rows.extend(connection.execute(query).all())
+        if limit is not None and len(rows) >= limit:
+            break
     if newest_first:
         rows.reverse()
     return rows
 
 
 def sum_eligible_tokens(
-    connection: Connection, session_pk: int, leaf_id: str | None, *, after_seq: int
+    connection: Connection, session_pk: int, segments: Sequence[Segment], *, after_seq: int
 ) -> int:
     """Observable-message tokens on the branch after ``after_seq``."""
-    if leaf_id is None:
-        return 0
-    query = _branch_select(
-        session_pk,
-        leaf_id,
-        func.coalesce(func.sum(entries.c.eligible_tokens), 0),
-        after_seq=after_seq,
-    )
-    return int(connection.execute(query).scalar_one())
+    total = 0
+    for chunk in _range_chunks(segments, after_seq):
+        query = select(func.coalesce(func.sum(entries.c.eligible_tokens), 0)).where(
+            _in_ranges(session_pk, chunk)
+        )
+        total += int(connection.execute(query).scalar_one())
+    return total
 
 
 def entry_position(

@@ -35,8 +35,9 @@ def normalize_database_url(url: str) -> str:
         raise ConfigError(f"invalid database URL: {exc}") from None
     backend = parsed.get_backend_name()
     if backend == "postgresql":
-        if parsed.get_driver_name() != "psycopg":
-            parsed = parsed.set(drivername="postgresql+psycopg")
+        # Spelled out: the default driver of a bare postgresql:// differs between SQLAlchemy
+        # releases (psycopg2 in 2.0), and psycopg 3 is the one this package installs.
+        parsed = parsed.set(drivername="postgresql+psycopg")
     elif backend != "sqlite":
         raise ConfigError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
     return parsed.render_as_string(hide_password=False)

@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from om_workers.errors import MigrationError, StoreUnavailableError
 from om_workers.store.engine import create_store_engine, normalize_database_url
@@ -41,7 +41,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     try:
         command.upgrade(config, revision)
     except SQLAlchemyError as exc:
-        if "OperationalError" in type(exc).__name__:
+        if isinstance(exc, OperationalError):
             raise StoreUnavailableError(f"cannot migrate: {exc.__class__.__name__}") from exc
         raise MigrationError(f"migration to {revision!r} failed: {exc}") from exc
 

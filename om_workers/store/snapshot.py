@@ -78,7 +78,7 @@ def refresh_memory_state(
     rows = read_branch_payloads(
         connection,
         session_pk,
-        leaf_id,
+        segments,
         after_seq=base.seq if base is not None else 0,
         kinds=MEMORY_KINDS,
     )
@@ -95,7 +95,7 @@ def refresh_memory_state(
     connection.execute(
         update(sessions)
         .where(sessions.c.pk == session_pk)
-        .values(unobserved_tokens=_unobserved_tokens(connection, session_pk, leaf_id, ledger))
+        .values(unobserved_tokens=_unobserved_tokens(connection, session_pk, segments, ledger))
     )
     return ledger
 
@@ -121,7 +121,7 @@ def _write_snapshot(
 def _unobserved_tokens(
     connection: Connection,
     session_pk: int,
-    leaf_id: str | None,
+    segments: list[Segment],
     ledger: ObservationalMemoryLedger,
 ) -> int:
     # Same rule as om_core's unscanned_entries: a cursor off the branch means nothing on this
@@ -130,8 +130,6 @@ def _unobserved_tokens(
     cursor = ledger.observation_covers_up_to_id
     if cursor is not None:
         position = entry_position(connection, session_pk, cursor)
-        if position is not None:
-            segments = branch_segments(connection, session_pk, leaf_id)
-            if seq_on_branch(position[0], segments):
-                after_seq = position[0]
-    return sum_eligible_tokens(connection, session_pk, leaf_id, after_seq=after_seq)
+        if position is not None and seq_on_branch(position[0], segments):
+            after_seq = position[0]
+    return sum_eligible_tokens(connection, session_pk, segments, after_seq=after_seq)

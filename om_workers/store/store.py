@@ -240,7 +240,8 @@ class SqlStore(AccountsMixin, RunsMixin):
         """The current branch, root to leaf. Raises :class:`SessionNotFoundError`."""
         with self._read() as connection:
             row = _session_row(connection, tenant_id, session_id)
-            rows = read_branch_payloads(connection, int(row.pk), row.leaf_id)
+            segments = branch_segments(connection, int(row.pk), row.leaf_id)
+            rows = read_branch_payloads(connection, int(row.pk), segments)
         return to_entries(rows)
 
     def read_page(
@@ -258,14 +259,14 @@ class SqlStore(AccountsMixin, RunsMixin):
             row = _session_row(connection, tenant_id, session_id)
             session_pk = int(row.pk)
             after_seq = 0
+            segments = branch_segments(connection, session_pk, row.leaf_id)
             if after is not None:
                 position = entry_position(connection, session_pk, after)
-                segments = branch_segments(connection, session_pk, row.leaf_id)
                 if position is None or not seq_on_branch(position[0], segments):
                     raise EntryNotFoundError(f"entry {after!r} is not on the current branch")
                 after_seq = position[0]
             rows = read_branch_payloads(
-                connection, session_pk, row.leaf_id, after_seq=after_seq, limit=limit + 1
+                connection, session_pk, segments, after_seq=after_seq, limit=limit + 1
             )
         page = to_entries(rows[:limit])
         return BranchPage(
@@ -281,8 +282,9 @@ class SqlStore(AccountsMixin, RunsMixin):
             raise InvalidEntryError("limit must be at least 1")
         with self._read() as connection:
             row = _session_row(connection, tenant_id, session_id)
+            segments = branch_segments(connection, int(row.pk), row.leaf_id)
             rows = read_branch_payloads(
-                connection, int(row.pk), row.leaf_id, limit=limit, newest_first=True
+                connection, int(row.pk), segments, limit=limit, newest_first=True
             )
         return to_entries(rows)
 
@@ -302,7 +304,7 @@ class SqlStore(AccountsMixin, RunsMixin):
                 # Writes keep the snapshot on the branch; should one not be, fold the branch's
                 # memory entries rather than answer from another branch.
                 memory = to_entries(
-                    read_branch_payloads(connection, session_pk, row.leaf_id, kinds=MEMORY_KINDS)
+                    read_branch_payloads(connection, session_pk, segments, kinds=MEMORY_KINDS)
                 )
                 return ContextState(
                     ledger=fold_ledger(memory),
@@ -313,7 +315,7 @@ class SqlStore(AccountsMixin, RunsMixin):
             rows = read_branch_payloads(
                 connection,
                 session_pk,
-                row.leaf_id,
+                segments,
                 after_seq=snapshot.seq if snapshot is not None else 0,
             )
         after = to_entries(rows)

@@ -86,3 +86,20 @@ def test_empty_session_reads_empty(store: SqlStore, tenant: str, session_id: str
     assert store.read_page(tenant, session_id).entries == ()
     state = store.read_context_state(tenant, session_id)
     assert state.entries == () and state.leaf_id is None
+
+
+def test_branch_of_many_runs_reads_in_order(store: SqlStore, tenant: str, session_id: str) -> None:
+    # Each side entry breaks the run, so the main line ends up as 70 separate seq ranges,
+    # more than one read query takes at once.
+    mains: list[str] = []
+    for index in range(70):
+        parent = mains[-1] if mains else None
+        store.append_entries(tenant, session_id, message(f"main{index}", parent_id=parent))
+        mains.append(f"main{index}")
+        store.append_entries(tenant, session_id, message(f"side{index}", parent_id=mains[-1]))
+    store.fork(tenant, session_id, mains[-1])
+    assert [e.id for e in store.read_branch(tenant, session_id)] == mains
+    assert [e.id for e in store.read_tail(tenant, session_id, 40)] == mains[-40:]
+    page = store.read_page(tenant, session_id, after="main10", limit=45)
+    assert [e.id for e in page.entries] == mains[11:56]
+    assert page.next_cursor == "main55"
