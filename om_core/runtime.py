@@ -30,7 +30,7 @@ from om_core.models import (
 )
 from om_core.provider import Provider
 from om_core.redaction import normalize_secrets
-from om_core.scopes import ScopeBound, fold_work_scope_map
+from om_core.scopes import ScopeBound, ScopeFold, fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.tokens import estimate_entry_tokens
 from om_core.work_memory import has_host_scopes
@@ -322,7 +322,10 @@ class ObservationalMemoryRuntime:
         scope_map = fold_work_scope_map(self._entries())
         if not has_host_scopes(scope_map):
             return
-        self._append_payload(ScopeBound(scope_id=scope_map.leaf, refs=tuple(refs)), state)
+        record = ScopeBound(scope_id=scope_map.leaf, refs=tuple(refs))
+        # The fold ignores a bind that breaks a rule (the 4,096-binds cap): fail loudly instead.
+        ScopeFold.start(scope_map).check(record)
+        self._append_payload(record, state)
 
     def _compaction_gate(self, state: FlushState) -> None:
         if self._compact is None:

@@ -180,6 +180,21 @@ def test_new_ids_are_bound_to_the_leaf_scope() -> None:
     assert len(refs) == 4
 
 
+def test_a_bind_past_the_scope_cap_fails_the_step_instead_of_vanishing() -> None:
+    from om_core.scopes import MAX_WORK_SCOPE_BINDS, ScopeBound
+
+    s = Session()
+    s.custom(ScopeOpened(id="task:a").to_json_dict())
+    s.custom(ScopeEntered(scope_id="task:a").to_json_dict())
+    full = tuple(f"om:{mid(i)}" for i in range(1, MAX_WORK_SCOPE_BINDS + 1))
+    s.custom(ScopeBound(scope_id="task:a", refs=full).to_json_dict())
+    assert len(fold_work_scope_map(s.entries).refs("task:a")) == MAX_WORK_SCOPE_BINDS
+    chat(s, 1)
+    result = runtime(s).flush()
+    assert result.observation_ids and result.error and "ScopeCapError" in result.error
+    assert fold_work_scope_map(s.entries).refs("task:a") == set(full)
+
+
 def test_append_not_visible_at_leaf_fails_closed() -> None:
     s = Session()
     chat(s, 2)

@@ -1,4 +1,4 @@
-"""Timing rules as tables: heartbeat, TTLs, backoff with injected jitter, limits, redelivery."""
+"""Timing rules as tables: heartbeat, TTLs, time limits, redelivery."""
 
 from __future__ import annotations
 
