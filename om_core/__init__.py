@@ -51,6 +51,7 @@ from om_core.tokens import estimate_entry_tokens, estimate_message_tokens
 from om_core.window import render_recent_message_window, select_recent_message_entries
 from om_core.work_memory import project_work_memory
 from om_core.workers import run_dropper, run_observer, run_reflector
+from om_core.workers.selection import WorkerConfig
 
 __all__ = [
     "AttachedMemory",
@@ -85,6 +86,7 @@ __all__ = [
     "ToolCall",
     "WorkScopeController",
     "WorkScopeMap",
+    "WorkerConfig",
     "WorkerLimits",
     "build_context_blocks",
     "build_projection",
