@@ -7,6 +7,7 @@ components add their own fields (``redis_url`` <- ``OM_REDIS_URL`` ...) next to 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +33,34 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the session store; SQLite file by default, "
         "PostgreSQL as postgresql+psycopg://user@host:port/db.",
     )
+
+    # Distributed flush (issue 6). Durations are seconds.
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis for the broker, locks and coalescing; unset: a private embedded Redis.",
+    )
+    provider: str = Field(
+        default="extractive",
+        min_length=1,
+        description="Memory worker provider: 'extractive' (offline) or 'package.module:factory', "
+        "a zero-argument callable returning an om_core Provider.",
+    )
+    model: str = Field(default="extractive", min_length=1, description="Worker model name.")
+    memory_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON object of observational-memory settings for worker flushes.",
+    )
+    lock_ttl_s: float = Field(default=60.0, gt=0, description="Session lock TTL.")
+    max_deliveries: int = Field(default=5, ge=1, description="Deliveries before poison.")
+    worker_concurrency: int = Field(default=16, ge=1, description="Task slots per worker.")
+    http_timeout_s: float = Field(default=60.0, gt=0, description="Provider HTTP timeout.")
+    provider_max_attempts: int = Field(default=3, ge=1, description="Calls per provider request.")
+    backoff_cap_s: float = Field(default=30.0, gt=0, description="Longest retry wait.")
+    queue_wait_s: float = Field(default=300.0, ge=0, description="Longest prefetch queue wait.")
+    soft_time_limit_s: float | None = Field(default=None, gt=0, description="Override (all 3).")
+    hard_time_limit_s: float | None = Field(default=None, gt=0, description="Override (all 3).")
+    visibility_timeout_s: float | None = Field(default=None, gt=0, description="Override.")
+    reconcile_interval_s: float = Field(default=60.0, gt=0, description="om.reconcile period.")
 
 
 @lru_cache(maxsize=1)

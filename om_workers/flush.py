@@ -1,0 +1,380 @@
+"""One distributed flush job, pure of Celery: :func:`run_flush_job` is what ``om.flush`` runs.
+
+The order of a job (see ``shared/DESIGN.md``, "Distribution"):
+
+1. count the delivery; past ``max_deliveries`` the run fails as a poison message;
+2. read the run row: a run that already finished is a duplicate message and is skipped;
+3. take the session lock; busy: drop the message (the holder's release re-publishes);
+4. claim ``pending`` before reading the session, raise the store epoch, start the heartbeat,
+   mark the run running;
+5. run ``ObservationalMemoryRuntime.flush()`` whose every append checks the lock and commits
+   through the store's fenced append (``WHERE epoch = mine``);
+6. record the outcome with counts and a redacted error, release the lock and publish the job
+   that was requested meanwhile.
+
+Duplicates are told apart by the durable run row, not by the ``pending`` marker: a message
+redelivered after its worker crashed finds its marker already claimed, yet its run never
+finished and must run again (coverage cursors read under the new lock make the re-run
+duplicate nothing). A marker is therefore only needed to serve *other* requests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+from om_core.extractive import ExtractiveProvider
+from om_core.models import SessionEntry
+from om_core.provider import Provider
+from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
+from om_workers import redelivery, redis_keys, timing
+from om_workers.coalesce import FlushRequest, release_and_republish, request_flush
+from om_workers.errors import (
+    ConfigError,
+    FlushRunNotFoundError,
+    InvalidRunStateError,
+    LockLostError,
+    OMWorkersError,
+    StaleEpochError,
+)
+from om_workers.locks import SessionLock
+from om_workers.redis_client import translate_errors
+from om_workers.store import SqlStore
+from om_workers.store.records import FINAL_RUN_STATES, FlushRun
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["succeeded", "failed", "skipped", "busy", "poison", "unknown", "unavailable"]
+PublishJob = Callable[[str, str, str], None]
+"""Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``."""
+
+
+def load_provider(spec: str) -> Provider:
+    """The provider named by ``OM_PROVIDER``: ``extractive`` (offline) or
+    ``package.module:factory``, a zero-argument callable returning an ``om_core`` Provider.
+
+    Raises :class:`ConfigError` for a malformed spec, an unimportable module, a missing
+    attribute or a factory whose result is not a Provider.
+    """
+    if spec == "extractive":
+        return ExtractiveProvider()
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"OM_PROVIDER must be 'extractive' or 'module:factory', got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+        provider = factory()
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"cannot load provider {spec!r}: {exc}") from exc
+    if not isinstance(provider, Provider):
+        raise ConfigError(f"provider {spec!r} returned {type(provider).__name__}, not a Provider")
+    return provider
+
+
+@dataclass(frozen=True)
+class FlushDeps:
+    """What a flush job needs; built once per worker process.
+
+    ``publish`` sends ``om.flush`` again (release re-publish); ``provider`` builds the
+    provider for one run; ``memory_settings`` are the observational-memory settings;
+    ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
+    ``secrets`` are redacted from every stored error.
+    """
+
+    store: SqlStore
+    redis: redis.Redis
+    publish: PublishJob
+    provider: Callable[[], Provider] = ExtractiveProvider
+    model: str = "extractive"
+    memory_settings: Mapping[str, Any] = field(default_factory=dict)
+    lock_ttl_s: float = redis_keys.DEFAULT_LOCK_TTL_S
+    max_deliveries: int = 5
+    secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    """What :func:`run_flush_job` did with one message.
+
+    ``run_id`` is the run row it ran or finished (``None`` when it touched none); ``error``
+    the redacted reason of a failed run (also stored on the row).
+    """
+
+    outcome: Outcome
+    job_id: str
+    run_id: str | None = None
+    error: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+class _StoreSession:
+    """The runtime's ``SessionSource`` over the store: every read is the current branch."""
+
+    def __init__(self, store: SqlStore, tenant_id: str, session_id: str) -> None:
+        self._store = store
+        self._tenant_id = tenant_id
+        self._session_id = session_id
+
+    @property
+    def id(self) -> str:
+        return self._session_id
+
+    def get_entries(self) -> Sequence[SessionEntry]:
+        return self._store.read_branch(self._tenant_id, self._session_id)
+
+
+class _FencedAppend:
+    """The runtime's ``append_entry``: lock check, then the store's fenced append.
+
+    Remembers the first fencing failure so the run is recorded as fenced out, not as an
+    ordinary step error (the runtime catches and reports step exceptions itself).
+    """
+
+    def __init__(
+        self, deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, epoch: int
+    ) -> None:
+        self._deps = deps
+        self._lock = lock
+        self._tenant_id = tenant_id
+        self._session_id = session_id
+        self._epoch = epoch
+        self.fenced: OMWorkersError | None = None
+
+    def __call__(self, entry: SessionEntry) -> object:
+        if self.fenced is not None:
+            raise self.fenced  # once fenced out, no later step may write either
+        try:
+            self._lock.check()
+            return self._deps.store.append_memory(
+                self._tenant_id, self._session_id, entry, self._epoch
+            )
+        except (LockLostError, StaleEpochError) as exc:
+            self.fenced = exc
+            raise
+
+
+def request_flush_run(
+    store: SqlStore,
+    client: redis.Redis,
+    tenant_id: str,
+    session_id: str,
+    *,
+    publish: PublishJob,
+    force: bool = False,
+) -> FlushRequest:
+    """Accept a flush request: the job id that will serve it, publishing a new job if needed.
+
+    While a job is pending its id is returned at once and nothing is written (a coalesced
+    request has no job of its own, so a run row for it would only be noise). Otherwise a run
+    row is recorded first (a marker never names a job the store does not know), then the
+    marker is set and the job published; a request that loses that race to a concurrent one
+    coalesces after all, and its fresh row is finished ``skipped`` ("coalesced into ...") so no
+    ``queued`` row is left that no message will ever run. When ``publish`` raises, the row is
+    finished ``failed`` and the exception propagates. Raises what
+    :meth:`SqlStore.create_run` and :func:`om_workers.coalesce.request_flush` raise.
+    """
+    with translate_errors("reading the pending flush"):
+        pending = client.get(redis_keys.pending_key(tenant_id, session_id))
+    if pending is not None:
+        return FlushRequest(str(pending), coalesced=True)
+    run = store.create_run(tenant_id, session_id, force=force)
+
+    def send(job_id: str) -> None:
+        publish(tenant_id, session_id, job_id)
+
+    try:
+        request = request_flush(client, tenant_id, session_id, run.id, send)
+    except Exception as exc:
+        store.finish_run(tenant_id, run.id, "failed", error=f"not published: {exc}")
+        raise
+    if request.coalesced:
+        # Nobody else knows this row's id, so nothing can have finished it meanwhile.
+        store.finish_run(tenant_id, run.id, "skipped", error=f"coalesced into {request.job_id}")
+    return request
+
+
+def run_flush_job(
+    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool = False
+) -> FlushOutcome:
+    """Run the flush job ``job_id`` of one session (see the module docstring).
+
+    ``force`` runs the job even when its run row is missing its ``pending`` marker and was
+    never started; without it such a job runs too (a lost marker must not lose work), so
+    ``force`` only matters for the log. Never raises for store, Redis, provider or fencing
+    failures: each is recorded on the run row where possible and returned as the outcome
+    (``unavailable`` when Redis or the database could not be reached before the run started,
+    so the caller may retry the message). Raises only ``BaseException`` subclasses that are not
+    ``Exception`` (interpreter shutdown, Celery's hard time limit).
+    """
+    try:
+        return _run(deps, tenant_id, session_id, job_id, force)
+    except OMWorkersError as exc:
+        log.warning("flush job %s of %s/%s could not start: %s", job_id, tenant_id, session_id, exc)
+        return FlushOutcome("unavailable", job_id, error=str(exc))
+    except Exception as exc:  # never let one job take the worker down
+        log.exception("flush job %s of %s/%s crashed", job_id, tenant_id, session_id)
+        return FlushOutcome("unavailable", job_id, error=f"{type(exc).__name__}: {exc}")
+
+
+def _run(
+    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
+) -> FlushOutcome:
+    deliveries = redelivery.record_delivery(deps.redis, job_id)
+    try:
+        run = deps.store.get_run(tenant_id, job_id)
+    except FlushRunNotFoundError:
+        # A message naming no run row was never accepted (enqueue writes the row first).
+        return FlushOutcome("unknown", job_id)
+    if run.state in FINAL_RUN_STATES:
+        return FlushOutcome("skipped", job_id, run.id)
+    if timing.redelivery_exhausted(deliveries, max_deliveries=deps.max_deliveries):
+        error = f"poison message: delivered {deliveries} times (limit {deps.max_deliveries})"
+        _finish(deps, run, "failed", error=error)
+        redelivery.forget_deliveries(deps.redis, job_id)
+        return FlushOutcome("poison", job_id, run.id, error)
+
+    lock = SessionLock(deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s)
+    if not lock.acquire():
+        _keep_pending(deps, tenant_id, session_id, job_id)
+        return FlushOutcome("busy", job_id, run.id)
+    try:
+        return _run_locked(deps, lock, run, force)
+    finally:
+        publish = _bound_publish(deps, tenant_id, session_id)
+        try:
+            release_and_republish(lock, publish)
+        except Exception:  # the lock expires by itself; the reconciler re-publishes pending
+            log.exception("releasing the lock of %s/%s failed", tenant_id, session_id)
+
+
+def _run_locked(deps: FlushDeps, lock: SessionLock, run: FlushRun, force: bool) -> FlushOutcome:
+    tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
+    claimed = lock.claim_pending()
+    # Re-read under the lock: a copy of this message may have finished the run meanwhile.
+    run = deps.store.get_run(tenant_id, job_id)
+    if run.state in FINAL_RUN_STATES:
+        if claimed is not None and claimed != job_id:
+            # We consumed another job's marker: serve it now instead of dropping its request.
+            return _run_other(deps, lock, tenant_id, session_id, claimed)
+        return FlushOutcome("skipped", job_id, run.id)
+    if claimed is None and run.state == "queued":
+        log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
+    if claimed is not None and claimed != job_id:
+        # That request was made before this run reads the session: this run serves it.
+        _finish_quietly(deps, tenant_id, claimed, "skipped", error=f"served by run {job_id}")
+    return _execute(deps, lock, run)
+
+
+def _run_other(
+    deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, other_id: str
+) -> FlushOutcome:
+    try:
+        other = deps.store.get_run(tenant_id, other_id)
+    except FlushRunNotFoundError:
+        return FlushOutcome("unknown", other_id)
+    if other.state in FINAL_RUN_STATES or other.session_id != session_id:
+        return FlushOutcome("skipped", other_id, other.id)
+    return _execute(deps, lock, other)
+
+
+def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
+    tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
+    epoch = deps.store.begin_pass(tenant_id, session_id)
+    lock.start_heartbeat()
+    deps.store.start_run(tenant_id, job_id)
+    append = _FencedAppend(deps, lock, tenant_id, session_id, epoch)
+    try:
+        runtime = ObservationalMemoryRuntime(
+            _StoreSession(deps.store, tenant_id, session_id),
+            append_entry=append,
+            settings=dict(deps.memory_settings),
+            observation=WorkerConfig(provider=deps.provider()),
+            session_model=deps.model,
+            secrets=deps.secrets,
+        )
+        result = runtime.flush(full_reflection_rebuild=run.full_reflection_rebuild)
+    except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
+        crashed = f"{type(exc).__name__}: {exc}"
+        stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
+        return FlushOutcome("failed", job_id, job_id, stored)
+    counts = _counts(result)
+    fenced = append.fenced
+    error = f"fenced out before writing: {fenced}" if fenced is not None else result.error
+    state: Literal["succeeded", "failed"] = "failed" if error else "succeeded"
+    stored = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)
+    redelivery.forget_deliveries(deps.redis, job_id)
+    return FlushOutcome(state, job_id, job_id, stored, counts)
+
+
+def _counts(result: FlushResult) -> dict[str, int]:
+    return {
+        "appended": len(result.appended_entry_ids),
+        "observations": len(result.observation_ids),
+        "reflections": len(result.reflection_ids),
+        "dropped": len(result.dropped_observation_ids),
+    }
+
+
+def _finish(
+    deps: FlushDeps,
+    run: FlushRun,
+    state: Literal["succeeded", "failed", "skipped"],
+    *,
+    error: str | None = None,
+) -> None:
+    _finish_quietly(deps, run.tenant_id, run.id, state, error=error)
+
+
+def _finish_quietly(
+    deps: FlushDeps,
+    tenant_id: str,
+    run_id: str,
+    state: Literal["succeeded", "failed", "skipped"],
+    *,
+    counts: Mapping[str, int] | None = None,
+    error: str | None = None,
+) -> str | None:
+    """Finish the run; a run finished meanwhile (the reconciler swept it) keeps its state.
+    Returns the stored (redacted) error."""
+    try:
+        return deps.store.finish_run(
+            tenant_id, run_id, state, counts=counts, error=error, secrets=deps.secrets
+        ).error
+    except (InvalidRunStateError, FlushRunNotFoundError) as exc:
+        log.warning("flush run %s not finished as %s: %s", run_id, state, exc)
+        return error
+
+
+def _keep_pending(deps: FlushDeps, tenant_id: str, session_id: str, job_id: str) -> None:
+    """Lock busy: make sure a marker still asks for this job before the message is dropped.
+
+    Normally the marker is this job's and untouched. But a message redelivered after its
+    worker crashed finds its marker claimed by that worker while the dead lock lingers until
+    its TTL: re-setting the marker (only if none is set) lets the holder's release, or the
+    reconciler once the lock expired, publish the job again instead of losing it.
+    """
+    key = redis_keys.pending_key(tenant_id, session_id)
+    with translate_errors("keeping the pending flush"):
+        deps.redis.set(key, job_id, nx=True, ex=redis_keys.PENDING_TTL_S)
+
+
+def _bound_publish(deps: FlushDeps, tenant_id: str, session_id: str) -> Callable[[str], None]:
+    def publish(job_id: str) -> None:
+        deps.publish(tenant_id, session_id, job_id)
+
+    return publish
+
+
+__all__ = [
+    "FlushDeps",
+    "FlushOutcome",
+    "PublishJob",
+    "load_provider",
+    "request_flush_run",
+    "run_flush_job",
+]

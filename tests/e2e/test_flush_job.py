@@ -1,0 +1,215 @@
+"""``run_flush_job`` directly (no Celery) on a private real Redis and a SQLite store."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from om_core.extractive import ExtractiveProvider
+from om_core.provider import Provider, ProviderRequest, ProviderResponse
+from om_workers import redis_keys
+from om_workers.flush import FlushDeps, load_provider, request_flush_run, run_flush_job
+from om_workers.locks import SessionLock
+from om_workers.redelivery import record_delivery
+from om_workers.store import SqlStore
+from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed
+
+SECRET = "sk-live-0123456789abcdef"
+Published = list[tuple[str, str, str]]
+
+
+def deps_for(store: SqlStore, client: redis.Redis, published: Published, **kw: object) -> FlushDeps:
+    return FlushDeps(
+        store=store,
+        redis=client,
+        publish=lambda t, s, j: published.append((t, s, j)),
+        memory_settings=LOW,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def enqueue(deps: FlushDeps, tenant: str, session: str) -> str:
+    return request_flush_run(deps.store, deps.redis, tenant, session, publish=deps.publish).job_id
+
+
+@pytest.fixture
+def published() -> Published:
+    return []
+
+
+@pytest.fixture
+def chat(store: SqlStore, tenant: str) -> list[str]:
+    store.create_session(tenant, "s1")
+    return add_chat(store, tenant, "s1", 3)
+
+
+def test_flush_observes_every_message_once(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    job = enqueue(deps, tenant, "s1")
+    assert published == [(tenant, "s1", job)]
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "succeeded", outcome.error
+    run = store.get_run(tenant, job)
+    assert run.state == "succeeded" and run.counts["observations"] == len(chat)
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
+    assert client.get(redis_keys.lock_key(tenant, "s1")) is None
+
+
+def test_coalesced_request_returns_pending_job_without_a_row(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    first = enqueue(deps, tenant, "s1")
+    assert [enqueue(deps, tenant, "s1") for _ in range(5)] == [first] * 5
+    assert len(published) == 1
+
+
+def test_busy_lock_drops_the_message_and_keeps_pending(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    job = enqueue(deps, tenant, "s1")
+    holder = SessionLock(client, tenant, "s1")
+    assert holder.acquire()
+    assert run_flush_job(deps, tenant, "s1", job, False).outcome == "busy"
+    assert client.get(redis_keys.pending_key(tenant, "s1")) == job
+    assert store.get_run(tenant, job).state == "queued"
+    assert holder.release().pending_job_id == job  # the holder re-publishes it
+    assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
+
+
+def test_finished_job_delivered_again_is_skipped(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    job = enqueue(deps, tenant, "s1")
+    assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
+    before = store.read_branch(tenant, "s1")
+    for force in (False, True):
+        assert run_flush_job(deps, tenant, "s1", job, force).outcome == "skipped"
+    assert store.read_branch(tenant, "s1") == before
+
+
+def test_redelivery_after_crash_runs_without_marker_and_duplicates_nothing(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    job = enqueue(deps, tenant, "s1")
+    # A first attempt claimed the marker and started, then its worker died (lock expired).
+    client.delete(redis_keys.pending_key(tenant, "s1"))
+    store.start_run(tenant, job)
+    assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
+    assert store.get_run(tenant, job).attempts == 2
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
+
+
+def test_mid_run_request_is_published_on_release(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    later: list[str] = []
+
+    class Asking(ExtractiveProvider):
+        def generate(self, request: ProviderRequest) -> ProviderResponse:
+            if not later:
+                later.append(enqueue(deps, tenant, "s1"))
+            return super().generate(request)
+
+    deps = deps_for(store, client, published, provider=Asking)
+    job = enqueue(deps, tenant, "s1")
+    assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
+    assert later and later[0] != job
+    assert published[-2:] == [(tenant, "s1", later[0]), (tenant, "s1", later[0])]
+    assert run_flush_job(deps, tenant, "s1", later[0], False).outcome == "succeeded"
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
+
+
+def test_stale_epoch_stops_the_write(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    class Overtaken(ExtractiveProvider):
+        def generate(self, request: ProviderRequest) -> ProviderResponse:
+            store.begin_pass(tenant, "s1")  # a newer pass began while this one was thinking
+            return super().generate(request)
+
+    deps = deps_for(store, client, published, provider=Overtaken)
+    job = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "failed" and outcome.error is not None
+    assert "stale epoch" in outcome.error
+    assert covered_sources(store, tenant, "s1") == []
+    assert [e.kind for e in store.read_branch(tenant, "s1")] == ["message"] * len(chat)
+
+
+def test_lost_lock_stops_the_write(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    class LockStolen(ExtractiveProvider):
+        def generate(self, request: ProviderRequest) -> ProviderResponse:
+            client.delete(redis_keys.lock_key(tenant, "s1"))
+            time.sleep(0.5)  # several heartbeats (every 0.1 s) find the lock gone
+            return super().generate(request)
+
+    deps = deps_for(store, client, published, provider=LockStolen, lock_ttl_s=0.3)
+    job = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "failed" and outcome.error is not None
+    assert "no longer held" in outcome.error
+    assert covered_sources(store, tenant, "s1") == []
+
+
+def test_poison_message_fails_the_run_after_the_limit(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published, max_deliveries=2)
+    job = enqueue(deps, tenant, "s1")
+    for _ in range(2):  # two earlier deliveries killed their workers
+        record_delivery(client, job)
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "poison"
+    run = store.get_run(tenant, job)
+    assert run.state == "failed" and run.error is not None and "poison" in run.error
+    assert covered_sources(store, tenant, "s1") == []
+
+
+def test_provider_failure_fails_the_run_with_a_redacted_error(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    class Broken:
+        def generate(self, request: ProviderRequest) -> ProviderResponse:
+            raise RuntimeError(f"upstream rejected key {SECRET}")
+
+    deps = deps_for(store, client, published, provider=Broken, secrets=(SECRET,))
+    job = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "failed"
+    run = store.get_run(tenant, job)
+    assert run.state == "failed" and run.error is not None
+    assert "upstream rejected" in run.error and SECRET not in run.error
+    assert covered_sources(store, tenant, "s1") == []
+    # The same worker serves the next session normally.
+    store.create_session(tenant, "s2")
+    messages = add_chat(store, tenant, "s2", 2)
+    ok = deps_for(store, client, published)
+    assert run_flush_job(ok, tenant, "s2", enqueue(ok, tenant, "s2"), False).outcome == "succeeded"
+    assert fully_observed(store, tenant, "s2", messages)
+
+
+def test_unknown_job_is_dropped(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    assert run_flush_job(deps, tenant, "s1", "no-such-job", False).outcome == "unknown"
+
+
+def test_load_provider() -> None:
+    assert isinstance(load_provider("extractive"), ExtractiveProvider)
+    slow = load_provider("tests.e2e.providers:slow")
+    assert isinstance(slow, Provider)
+    with pytest.raises(ValueError):
+        load_provider("nonsense")
+    with pytest.raises(ValueError):
+        load_provider("tests.e2e.providers:missing")
