@@ -47,6 +47,16 @@ class SqlSessionHandle:
         """The current branch, root to leaf."""
         return list(self._store.read_branch(self.tenant_id, self.session_id))
 
+    # The runtime's SessionSource port (om_core.runtime): ``id`` and ``get_entries()``.
+    @property
+    def id(self) -> str:
+        """The session id, as the in-process runtime reads it."""
+        return self.session_id
+
+    def get_entries(self) -> list[SessionEntry]:
+        """The current branch, root to leaf (same as :meth:`entries`)."""
+        return self.entries()
+
     def context_state(self) -> ContextState:
         """The branch's ledger and the entries after its snapshot."""
         return self._store.read_context_state(self.tenant_id, self.session_id)
