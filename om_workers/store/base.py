@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -89,10 +90,8 @@ class StoreBase:
         existing row (duplicate, conflict, already exists). A second race is a
         :class:`StoreError`.
         """
-        try:
+        with contextlib.suppress(WriteRace):
             return operation()
-        except WriteRace:
-            pass
         try:
             return operation()
         except WriteRace as exc:
