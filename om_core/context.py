@@ -12,7 +12,7 @@ from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.window import render_recent_message_window, select_recent_message_entries
-from om_core.work_memory import leaf_memory
+from om_core.work_memory import Include, leaf_memory
 
 MEMORY_BLOCK_ID = "observational-memory"
 RECENT_BLOCK_ID = "recent-messages"
@@ -35,6 +35,8 @@ def build_context_blocks(
     ledger: ObservationalMemoryLedger | None = None,
     scope_map: WorkScopeMap | None = None,
     shared: Sequence[SharedScopeMemory] = (),
+    scope: str | None = None,
+    include: Include = "self+ancestors",
 ) -> tuple[ContextBlock, ContextBlock]:
     """Render the ``observational-memory`` and ``recent-messages`` blocks of one branch.
 
@@ -47,6 +49,8 @@ def build_context_blocks(
     ``entries`` unless ``scope_map`` is given (a store that reads from a snapshot on must
     pass it: snapshots do not carry scope records). ``shared`` (from
     :func:`~om_core.shared_scopes.resolve_shared_scopes`) joins for rendering only.
+    ``scope`` / ``include`` pick another view than the leaf's ``self+ancestors``; an unknown
+    scope or mode raises the typed scope errors of :func:`~om_core.work_memory.project_work_memory`.
     """
     resolved = settings or resolve_settings()
     recent = select_recent_message_entries(
@@ -62,7 +66,11 @@ def build_context_blocks(
     )
     projection = project_ledger(memory, invalidated_ids)
     reflections, observations, outline = leaf_memory(
-        scopes, projection.reflections, visible_observations(projection, recent_ids)
+        scopes,
+        projection.reflections,
+        visible_observations(projection, recent_ids),
+        from_=scope,
+        include=include,
     )
     memory_text = render_observational_memory(reflections, observations, outline, secrets=secrets)
     return (

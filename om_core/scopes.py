@@ -500,14 +500,17 @@ class ScopeFold:
         )
 
 
-def fold_work_scope_map(entries: Iterable[SessionEntry]) -> WorkScopeMap:
+def fold_work_scope_map(
+    entries: Iterable[SessionEntry], *, initial: WorkScopeMap | None = None
+) -> WorkScopeMap:
     """Fold a branch's ``om.scope.*`` records, in branch order, into a :class:`WorkScopeMap`.
 
     Without scope records the map holds only the implicit ``session`` root. A malformed record,
     or one that breaks a rule (the same rules the controller enforces), is skipped: the fold
-    never raises for entry content.
+    never raises for entry content. ``initial`` resumes a fold a store kept (``entries`` are
+    then only the later ones).
     """
-    state = ScopeFold()
+    state = ScopeFold.start(initial) if initial is not None else ScopeFold()
     for entry in entries:
         record = parse_scope_record(entry)
         if record is not None:

@@ -155,20 +155,33 @@ def leaf_memory(
     scope_map: WorkScopeMap,
     reflections: Iterable[Reflection],
     observations: Iterable[Observation],
+    *,
+    from_: str | None = None,
+    include: Include = "self+ancestors",
 ) -> tuple[tuple[Reflection, ...], tuple[Observation, ...], tuple[str, ...] | None]:
-    """The current leaf's ``self+ancestors`` view of memory that is already visible.
+    """The ``include`` view from ``from_`` (default: the current leaf) of visible memory.
 
     Context blocks and the compaction summary render this, so the full ledger never rides into
     the prefix while the folded payload keeps everything. Without host scopes the input comes
-    back unchanged with no outline (``None``). Never raises: the leaf is always in the map.
+    back unchanged with no outline (``None``). With the defaults it never raises (the leaf is
+    always in the map); an explicit ``from_`` or ``include`` fails as
+    :func:`project_work_memory` does.
     """
     reflections, observations = tuple(reflections), tuple(observations)
     if not scope_map.has_host_scopes:
+        if from_ is not None or include != "self+ancestors":
+            # Only validates: without host scopes every query sees the whole active pool.
+            project_work_memory(
+                ObservationalMemoryLedger(),
+                scope_map,
+                from_=from_ or scope_map.leaf,
+                include=include,
+            )
         return reflections, observations, None
     view = project_work_memory(
         ObservationalMemoryLedger(observations=observations, reflections=reflections),
         scope_map,
-        from_=scope_map.leaf,
-        include="self+ancestors",
+        from_=from_ if from_ is not None else scope_map.leaf,
+        include=include,
     )
     return view.reflections, view.observations, view.outline_lines

@@ -132,3 +132,32 @@ def test_shared_memory_joins_context_only_inside_the_leaf_lineage() -> None:
     # Revocation lands on the next read.
     oc.revoke("build-42", ["s2"])
     assert "owner fact" not in memory(reader.entries, shared=shared())
+
+
+def test_context_can_render_another_scope_and_mode_and_rejects_unknown_ones() -> None:
+    import pytest
+
+    from om_core.errors import InvalidScopeInputError, UnknownScopeError
+
+    b, _ = scoped_branch()
+    other = memory(b.entries, scope="task-b", include="self")
+    assert f"om:{mid(3)}" in other and f"om:{mid(1)}" not in other
+    whole = memory(b.entries, scope="plan", include="self+descendants")
+    assert all(f"om:{mid(i)}" in whole for i in (1, 2, 3))
+    with pytest.raises(UnknownScopeError):
+        memory(b.entries, scope="task-z")
+    with pytest.raises(InvalidScopeInputError):
+        memory(b.entries, scope="plan", include="everything")
+    plain = Branch()
+    plain.observe(obs(1, plain.user("x").id))
+    assert f"om:{mid(1)}" in memory(plain.entries, scope="session", include="self")
+    with pytest.raises(UnknownScopeError):
+        memory(plain.entries, scope="task-z")
+
+
+def test_scope_map_fold_resumes_from_an_initial_map() -> None:
+    b, c = scoped_branch()
+    half = len(b.entries) - 2
+    c.leave()
+    start = fold_work_scope_map(b.entries[:half])
+    assert fold_work_scope_map(b.entries[half:], initial=start) == fold_work_scope_map(b.entries)
