@@ -2,11 +2,11 @@
 
 The order of a job (see ``shared/DESIGN.md``, "Distribution"):
 
-1. count the delivery; past ``max_deliveries`` the run fails as a poison message;
-2. read the run row: a run that already finished is a duplicate message and is skipped;
-3. take the session lock; busy: drop the message (the holder's release re-publishes);
-4. claim ``pending`` before reading the session, raise the store epoch, start the heartbeat,
-   mark the run running;
+1. read the run row: a run that already finished is a duplicate message and is skipped;
+2. take the session lock; busy: drop the message (the holder's release re-publishes);
+3. claim ``pending`` before reading the session; count the attempt (past ``max_deliveries``
+   the run fails as a poison message); raise the store epoch, start the heartbeat, mark the
+   run running;
 5. run ``ObservationalMemoryRuntime.flush()`` whose every append checks the lock and commits
    through the store's fenced append (``WHERE epoch = mine``);
 6. record the outcome with counts and a redacted error, release the lock and publish the job
@@ -224,7 +224,6 @@ def run_flush_job(
 def _run(
     deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
 ) -> FlushOutcome:
-    deliveries = redelivery.record_delivery(deps.redis, job_id)
     try:
         run = deps.store.get_run(tenant_id, job_id)
     except FlushRunNotFoundError:
@@ -232,15 +231,14 @@ def _run(
         return FlushOutcome("unknown", job_id)
     if run.state in FINAL_RUN_STATES:
         return FlushOutcome("skipped", job_id, run.id)
-    if timing.redelivery_exhausted(deliveries, max_deliveries=deps.max_deliveries):
-        error = f"poison message: delivered {deliveries} times (limit {deps.max_deliveries})"
-        _finish(deps, run, "failed", error=error)
-        redelivery.forget_deliveries(deps.redis, job_id)
-        return FlushOutcome("poison", job_id, run.id, error)
-
     lock = SessionLock(deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s)
     if not lock.acquire():
-        _keep_pending(deps, tenant_id, session_id, job_id)
+        # Drop the message and leave ``pending`` alone: the holder's release publishes it.
+        # Never re-set a claimed marker here: later requests would coalesce onto a job that
+        # already read the session. A message redelivered after its worker crashed cannot
+        # meet that crashed worker's lock: the visibility timeout (counted from delivery)
+        # exceeds the lock TTL, so the lock expired first; if another run holds the lock,
+        # that run reads the whole session after this job's request and serves it.
         return FlushOutcome("busy", job_id, run.id)
     try:
         return _run_locked(deps, lock, run, force)
@@ -284,6 +282,14 @@ def _run_other(
 
 def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
     tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
+    # Count attempts to run, not messages: duplicates dropped at a busy lock or skipped as
+    # finished are harmless, while a message that kills its worker mid-run comes back here.
+    deliveries = redelivery.record_delivery(deps.redis, job_id)
+    if timing.redelivery_exhausted(deliveries, max_deliveries=deps.max_deliveries):
+        poison = f"poison message: delivered {deliveries} times (limit {deps.max_deliveries})"
+        stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
+        redelivery.forget_deliveries(deps.redis, job_id)
+        return FlushOutcome("poison", job_id, job_id, stored)
     epoch = deps.store.begin_pass(tenant_id, session_id)
     lock.start_heartbeat()
     deps.store.start_run(tenant_id, job_id)
@@ -306,9 +312,9 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
     fenced = append.fenced
     error = f"fenced out before writing: {fenced}" if fenced is not None else result.error
     state: Literal["succeeded", "failed"] = "failed" if error else "succeeded"
-    stored = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)
+    final_error = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)
     redelivery.forget_deliveries(deps.redis, job_id)
-    return FlushOutcome(state, job_id, job_id, stored, counts)
+    return FlushOutcome(state, job_id, job_id, final_error, counts)
 
 
 def _counts(result: FlushResult) -> dict[str, int]:
@@ -318,16 +324,6 @@ def _counts(result: FlushResult) -> dict[str, int]:
         "reflections": len(result.reflection_ids),
         "dropped": len(result.dropped_observation_ids),
     }
-
-
-def _finish(
-    deps: FlushDeps,
-    run: FlushRun,
-    state: Literal["succeeded", "failed", "skipped"],
-    *,
-    error: str | None = None,
-) -> None:
-    _finish_quietly(deps, run.tenant_id, run.id, state, error=error)
 
 
 def _finish_quietly(
@@ -348,19 +344,6 @@ def _finish_quietly(
     except (InvalidRunStateError, FlushRunNotFoundError) as exc:
         log.warning("flush run %s not finished as %s: %s", run_id, state, exc)
         return error
-
-
-def _keep_pending(deps: FlushDeps, tenant_id: str, session_id: str, job_id: str) -> None:
-    """Lock busy: make sure a marker still asks for this job before the message is dropped.
-
-    Normally the marker is this job's and untouched. But a message redelivered after its
-    worker crashed finds its marker claimed by that worker while the dead lock lingers until
-    its TTL: re-setting the marker (only if none is set) lets the holder's release, or the
-    reconciler once the lock expired, publish the job again instead of losing it.
-    """
-    key = redis_keys.pending_key(tenant_id, session_id)
-    with translate_errors("keeping the pending flush"):
-        deps.redis.set(key, job_id, nx=True, ex=redis_keys.PENDING_TTL_S)
 
 
 def _bound_publish(deps: FlushDeps, tenant_id: str, session_id: str) -> Callable[[str], None]:

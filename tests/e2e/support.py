@@ -53,7 +53,12 @@ def fully_observed(store: SqlStore, tenant: str, session: str, messages: list[st
     return set(messages) <= set(covered_sources(store, tenant, session))
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    detail: Callable[[], object] | None = None,
+) -> None:
     """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s`` seconds (the
     timeout only bounds a failing test; nothing asserts how fast it came true)."""
     deadline = time.monotonic() + timeout_s
@@ -62,4 +67,5 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
             return
         time.sleep(0.05)
     if not condition():
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        extra = f": {detail()}" if detail is not None else ""
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{extra}")

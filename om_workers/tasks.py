@@ -1,0 +1,245 @@
+"""The Celery tasks ``om.flush`` and ``om.reconcile``, their beat schedule, and the enqueue call.
+
+Start a worker with ``celery -A om_workers.tasks worker -Q om`` (pool and concurrency come from
+``OM_*`` settings through :mod:`om_workers.celery_app`). The app is built on first use, from
+the settings of the process that uses it, so importing this module needs no configuration;
+``OM_REDIS_URL`` must be set for anything that talks to the broker (several processes cannot
+share a private embedded Redis).
+
+Flush logic lives in :mod:`om_workers.flush` (testable without Celery); this module only
+adapts it: it builds one :class:`~om_workers.flush.FlushDeps` per worker process and turns a
+flush whose Redis or database was unreachable before it started into a Celery retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any, Final
+
+import redis
+
+from om_workers import coalesce
+from om_workers.celery_app import QUEUE, create_celery_app
+from om_workers.coalesce import FlushRequest
+from om_workers.config import Settings, get_settings
+from om_workers.errors import ConfigError
+from om_workers.flush import FlushDeps, PublishJob, load_provider, request_flush_run, run_flush_job
+from om_workers.redis_client import connect
+from om_workers.store import SqlStore
+from om_workers.store.base import utc_now
+from om_workers.timing import TimeLimits, check_time_limits, derive_time_limits
+
+log = logging.getLogger(__name__)
+
+FLUSH_TASK: Final = "om.flush"
+RECONCILE_TASK: Final = "om.reconcile"
+RETRY_COUNTDOWN_S: Final = 5.0
+"""Wait before retrying a flush whose Redis or database was unreachable; far below any
+visibility timeout, because a retry parks the message unacked in the worker (FIELD-NOTES)."""
+MAX_UNAVAILABLE_RETRIES: Final = 6
+
+
+def time_limits(settings: Settings) -> TimeLimits:
+    """The flush time limits: the three ``OM_*_TIME_LIMIT_S``/``OM_VISIBILITY_TIMEOUT_S``
+    overrides when all are set, else derived from the provider retry settings.
+
+    Raises :class:`ConfigError` when only some overrides are set, they are out of order, or
+    the lock TTL is not below the visibility timeout.
+    """
+    overrides = (
+        settings.soft_time_limit_s,
+        settings.hard_time_limit_s,
+        settings.visibility_timeout_s,
+    )
+    limits = _limits(settings, overrides)
+    if settings.lock_ttl_s >= limits.visibility_timeout_s:
+        # A crashed run's redelivered message must find the dead worker's lock expired.
+        raise ConfigError("OM_LOCK_TTL_S must be below the visibility timeout")
+    return limits
+
+
+def _limits(settings: Settings, overrides: tuple[float | None, ...]) -> TimeLimits:
+    try:
+        if all(value is None for value in overrides):
+            return derive_time_limits(
+                http_timeout_s=settings.http_timeout_s,
+                max_attempts=settings.provider_max_attempts,
+                backoff_cap_s=settings.backoff_cap_s,
+                queue_wait_s=settings.queue_wait_s,
+            )
+        soft, hard, visibility = overrides
+        if soft is None or hard is None or visibility is None:
+            raise ConfigError("set all of OM_SOFT/HARD_TIME_LIMIT_S and OM_VISIBILITY_TIMEOUT_S")
+        limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
+        check_time_limits(limits)
+        return limits
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _broker_url(settings: Settings) -> str:
+    if not settings.redis_url:
+        raise ConfigError("OM_REDIS_URL must be set for Celery workers and publishers")
+    return settings.redis_url
+
+
+def stale_pending_age_s(settings: Settings) -> float:
+    """Age in seconds after which an unlocked ``pending`` marker is re-published: two lock TTLs,
+    so a crashed holder's lock has surely expired and the marker's own message had its turn."""
+    return 2 * settings.lock_ttl_s
+
+
+def stuck_run_age_s(settings: Settings) -> float:
+    """Age in seconds after which a ``running`` run is swept as failed: past the visibility
+    timeout plus a lock TTL, so Redis redelivered its message and the re-run had its chance."""
+    return time_limits(settings).visibility_timeout_s + settings.lock_ttl_s
+
+
+@lru_cache(maxsize=1)
+def get_app() -> Any:
+    """The process's Celery app with ``om.flush``, ``om.reconcile`` and the beat schedule.
+
+    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or the time limits are invalid.
+    Call ``get_app.cache_clear()`` (and ``get_settings.cache_clear()``) to rebuild.
+    """
+    settings = get_settings()
+    app = create_celery_app(
+        broker_url=_broker_url(settings),
+        limits=time_limits(settings),
+        concurrency=settings.worker_concurrency,
+    )
+    limits = time_limits(settings)
+    # kombu sweeps unacked messages (a killed worker's) back to the queue only every
+    # interval * throttle seconds (10 s * 10 by default), on top of the visibility timeout;
+    # scan on every sweep, and sweep often enough that recovery waits mostly on the timeout.
+    app.conf.broker_transport_options.update(
+        unacked_restore_throttle=1,
+        unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
+    )
+    app.conf.beat_schedule = {
+        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.reconcile_interval_s}
+    }
+    _register(app)
+    return app
+
+
+def publisher(app: Any) -> PublishJob:
+    """A :data:`~om_workers.flush.PublishJob` that sends ``om.flush`` through ``app``."""
+
+    def publish(tenant_id: str, session_id: str, job_id: str) -> None:
+        app.send_task(FLUSH_TASK, args=[tenant_id, session_id, job_id, False], queue=QUEUE)
+
+    return publish
+
+
+def enqueue_flush(
+    store: SqlStore,
+    client: redis.Redis,
+    tenant_id: str,
+    session_id: str,
+    force: bool = False,
+    *,
+    app: Any = None,
+) -> FlushRequest:
+    """Request a flush of the session; returns the job id serving it and whether it coalesced.
+
+    See :func:`om_workers.flush.request_flush_run` (a coalesced request writes no run row).
+    ``app`` defaults to :func:`get_app`. Raises what that function raises, and whatever the
+    broker raises when ``om.flush`` cannot be sent (the new run row is then failed).
+    """
+    publish = publisher(app if app is not None else get_app())
+    return request_flush_run(store, client, tenant_id, session_id, publish=publish, force=force)
+
+
+@lru_cache(maxsize=1)
+def worker_deps() -> FlushDeps:
+    """The flush dependencies of this worker process (one store, one Redis client, the app's
+    publisher), built on first use. Raises :class:`ConfigError` for a bad ``OM_PROVIDER``."""
+    settings = get_settings()
+    load_provider(settings.provider)  # fail at the first task, loudly, not inside every run
+    return FlushDeps(
+        store=SqlStore.from_settings(settings),
+        redis=connect(_broker_url(settings)),
+        publish=publisher(get_app()),
+        provider=lambda: load_provider(settings.provider),
+        model=settings.model,
+        memory_settings=dict(settings.memory_settings),
+        lock_ttl_s=settings.lock_ttl_s,
+        max_deliveries=settings.max_deliveries,
+    )
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What one reconciler pass did: jobs re-published, runs swept as failed."""
+
+    republished: tuple[str, ...]
+    failed_runs: tuple[str, ...]
+
+
+def reconcile_once(
+    store: SqlStore,
+    client: redis.Redis,
+    publish: PublishJob,
+    *,
+    stale_pending_s: float,
+    stuck_run_s: float,
+) -> ReconcileReport:
+    """Re-publish every ``pending`` marker older than ``stale_pending_s`` seconds whose session
+    is unlocked, and fail runs still ``running`` ``stuck_run_s`` seconds after they started.
+
+    A duplicate publish is harmless (the second copy finds its run finished and skips).
+    Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
+    retries everything.
+    """
+    republished = []
+    for marker in coalesce.stale_pending(client, min_age_s=stale_pending_s):
+        publish(marker.tenant_id, marker.session_id, marker.job_id)
+        republished.append(marker.job_id)
+    failed = store.fail_stuck_runs(utc_now() - timedelta(seconds=stuck_run_s))
+    return ReconcileReport(tuple(republished), failed)
+
+
+def _flush_task(
+    self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False
+) -> str:
+    """``om.flush``: run one flush job (see :func:`om_workers.flush.run_flush_job`)."""
+    outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
+    if outcome.outcome == "unavailable":
+        # Redis or the database was down before the run started: try again shortly instead
+        # of acking a message that did nothing.
+        raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
+    log.info("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
+    return outcome.outcome
+
+
+def _reconcile_task() -> dict[str, list[str]]:
+    """``om.reconcile``: one :func:`reconcile_once` pass with this process's settings."""
+    settings = get_settings()
+    deps = worker_deps()
+    report = reconcile_once(
+        deps.store,
+        deps.redis,
+        deps.publish,
+        stale_pending_s=stale_pending_age_s(settings),
+        stuck_run_s=stuck_run_age_s(settings),
+    )
+    return {"republished": list(report.republished), "failed_runs": list(report.failed_runs)}
+
+
+def _register(app: Any) -> None:
+    # Registered by call, not as decorators: Celery is untyped, and the plain functions stay
+    # typed and importable.
+    app.task(name=FLUSH_TASK, bind=True)(_flush_task)
+    app.task(name=RECONCILE_TASK)(_reconcile_task)
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A om_workers.tasks`` looks up ``app`` here; building it lazily keeps importing
+    # this module free of configuration.
+    if name in ("app", "celery"):
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

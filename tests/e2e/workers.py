@@ -1,0 +1,123 @@
+"""Real ``celery worker`` subprocesses for the end-to-end tests, ended by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from tests.e2e.support import LOW
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    state: str
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+
+def worker_env(redis_url: str, database_url: str, **extra: str) -> dict[str, str]:
+    """Environment of a worker: short lock TTL, slow-able test provider, low thresholds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
+    env.update(
+        OM_REDIS_URL=redis_url,
+        OM_DATABASE_URL=database_url,
+        OM_PROVIDER="tests.e2e.providers:slow",
+        OM_MEMORY_SETTINGS=json.dumps(LOW),
+        OM_LOCK_TTL_S="2",
+        OM_WORKER_CONCURRENCY="4",
+        OM_HTTP_TIMEOUT_S="2",
+        OM_SOFT_TIME_LIMIT_S="20",
+        OM_HARD_TIME_LIMIT_S="25",
+        OM_VISIBILITY_TIMEOUT_S="30",
+        OM_TEST_PROVIDER_DELAY_S="0",
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+class Worker:
+    """One ``celery worker`` process (threads pool) logging to ``log``."""
+
+    def __init__(self, name: str, env: Mapping[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        args = [
+            sys.executable, "-m", "celery", "-A", "om_workers.tasks", "worker",
+            "-P", "threads", "-c", env.get("OM_WORKER_CONCURRENCY", "4"), "-Q", "om",
+            "--without-gossip", "--without-mingle", "--without-heartbeat", "-E",
+            "-n", f"{name}@%h", "--loglevel=INFO",
+        ]  # fmt: skip
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker {self.name} exited: {self.tail()}")
+            if " ready." in self.log.read_text(errors="replace"):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"worker {self.name} not ready in {READY_TIMEOUT_S} s: {self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, nothing runs after it."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """A warm shutdown (SIGTERM), then SIGKILL if it does not end within 15 s."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def runs_of(database_url: str, session_id: str) -> list[RunRow]:
+    """Every run row of the session, read straight from the store's table."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            rows: Any = connection.execute(
+                text(
+                    "SELECT r.id, r.state, r.attempts, r.started_at, r.finished_at, r.error "
+                    "FROM flush_runs r JOIN sessions s ON s.pk = r.session_pk "
+                    "WHERE s.id = :sid ORDER BY r.queued_at"
+                ),
+                {"sid": session_id},
+            ).all()
+    finally:
+        engine.dispose()
+    return [RunRow(r[0], r[1], int(r[2]), _dt(r[3]), _dt(r[4]), r[5]) for r in rows]
+
+
+def _dt(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
