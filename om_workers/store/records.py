@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from om_core.models import ObservationalMemoryLedger, SessionEntry
+from om_core.scopes import WorkScopeMap
 
 RunState = Literal["queued", "running", "succeeded", "failed", "skipped"]
 RUN_STATES: tuple[RunState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
@@ -86,13 +87,15 @@ class ContextState:
     ``ledger`` equals ``fold_ledger(current_branch)``. It is the stored snapshot (covering the
     branch up to ``snapshot_entry_id``) folded forward over ``entries``: the current-branch
     entries after that point, in order. With no memory on the branch there is no snapshot,
-    ``snapshot_entry_id`` is ``None`` and ``entries`` is the whole branch.
+    ``snapshot_entry_id`` is ``None`` and ``entries`` is the whole branch. ``scope_map``
+    equals ``fold_work_scope_map(current_branch)`` the same way.
     """
 
     ledger: ObservationalMemoryLedger
     snapshot_entry_id: str | None
     entries: tuple[SessionEntry, ...]
     leaf_id: str | None
+    scope_map: WorkScopeMap = field(default_factory=WorkScopeMap)
 
 
 @dataclass(frozen=True, slots=True)

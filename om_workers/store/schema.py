@@ -135,6 +135,7 @@ snapshots = Table(
     Column("entry_id", String(ID_LENGTH), nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("ledger", Json, nullable=False),
+    Column("scope_map", Json, nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 

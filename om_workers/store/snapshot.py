@@ -17,6 +17,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from om_core.ledger import fold_ledger
 from om_core.models import ObservationalMemoryLedger
+from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_workers.store.branch import (
     MEMORY_KINDS,
     Segment,
@@ -37,14 +38,15 @@ class Snapshot:
     entry_id: str
     seq: int
     ledger: ObservationalMemoryLedger
+    scope_map: WorkScopeMap | None
 
 
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
     """The session's snapshot row, or ``None``."""
     row = connection.execute(
-        select(snapshots.c.entry_id, snapshots.c.seq, snapshots.c.ledger).where(
-            snapshots.c.session_pk == session_pk
-        )
+        select(
+            snapshots.c.entry_id, snapshots.c.seq, snapshots.c.ledger, snapshots.c.scope_map
+        ).where(snapshots.c.session_pk == session_pk)
     ).first()
     if row is None:
         return None
@@ -52,12 +54,20 @@ def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
         entry_id=row.entry_id,
         seq=int(row.seq),
         ledger=ObservationalMemoryLedger.model_validate(row.ledger),
+        scope_map=None if row.scope_map is None else WorkScopeMap.model_validate(row.scope_map),
     )
 
 
 def valid_snapshot(snapshot: Snapshot | None, segments: list[Segment]) -> Snapshot | None:
-    """The snapshot when it lies on the branch the segments describe, else ``None``."""
-    if snapshot is not None and seq_on_branch(snapshot.seq, segments):
+    """The snapshot when it lies on the branch the segments describe, else ``None``.
+
+    A row written before snapshots kept the scope map is stale too: it is refolded once.
+    """
+    if (
+        snapshot is not None
+        and snapshot.scope_map is not None
+        and seq_on_branch(snapshot.seq, segments)
+    ):
         return snapshot
     return None
 
@@ -83,9 +93,19 @@ def refresh_memory_state(
         kinds=MEMORY_KINDS,
     )
     if rows:
-        ledger = fold_ledger(to_entries(rows), initial=base.ledger if base is not None else None)
+        entries = to_entries(rows)
+        ledger = fold_ledger(entries, initial=base.ledger if base is not None else None)
+        scope_map = fold_work_scope_map(
+            entries, initial=base.scope_map if base is not None else None
+        )
         assert leaf_id is not None  # rows come from a branch, so there is a leaf
-        _write_snapshot(connection, session_pk, leaf_id, segments[-1][1], ledger, now, stored)
+        _write_snapshot(
+            connection,
+            session_pk,
+            Snapshot(entry_id=leaf_id, seq=segments[-1][1], ledger=ledger, scope_map=scope_map),
+            now,
+            stored,
+        )
     elif base is not None:
         ledger = base.ledger
     else:
@@ -103,13 +123,18 @@ def refresh_memory_state(
 def _write_snapshot(
     connection: Connection,
     session_pk: int,
-    entry_id: str,
-    seq: int,
-    ledger: ObservationalMemoryLedger,
+    snapshot: Snapshot,
     now: datetime,
     stored: Snapshot | None,
 ) -> None:
-    values = {"entry_id": entry_id, "seq": seq, "ledger": ledger.to_json_dict(), "updated_at": now}
+    assert snapshot.scope_map is not None
+    values = {
+        "entry_id": snapshot.entry_id,
+        "seq": snapshot.seq,
+        "ledger": snapshot.ledger.to_json_dict(),
+        "scope_map": snapshot.scope_map.to_json_dict(),
+        "updated_at": now,
+    }
     if stored is None:
         connection.execute(insert(snapshots).values(session_pk=session_pk, **values))
     else:

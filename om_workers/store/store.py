@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, Row, insert, select, update
 
 from om_core.ledger import fold_ledger
 from om_core.models import ObservationalMemoryLedger, SessionEntry
+from om_core.scopes import fold_work_scope_map
 from om_workers.config import Settings, get_settings
 from om_workers.errors import (
     EntryNotFoundError,
@@ -311,6 +312,7 @@ class SqlStore(AccountsMixin, RunsMixin):
                     snapshot_entry_id=row.leaf_id,
                     entries=(),
                     leaf_id=row.leaf_id,
+                    scope_map=fold_work_scope_map(memory),
                 )
             rows = read_branch_payloads(
                 connection,
@@ -326,6 +328,9 @@ class SqlStore(AccountsMixin, RunsMixin):
             snapshot_entry_id=snapshot.entry_id if snapshot is not None else None,
             entries=after,
             leaf_id=row.leaf_id,
+            scope_map=fold_work_scope_map(
+                after, initial=snapshot.scope_map if snapshot is not None else None
+            ),
         )
 
     # Ports ------------------------------------------------------------------------------

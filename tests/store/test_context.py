@@ -8,6 +8,8 @@ from store_factories import assistant, dropped, message, observations, reflectio
 
 from om_core.ledger import eligible_observation_sources, fold_ledger, unscanned_entries
 from om_core.models import CompactionEntry, FoldedMemory, SessionEntry
+from om_core.scope_controller import WorkScopeController
+from om_core.scopes import fold_work_scope_map
 from om_core.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 
@@ -17,6 +19,7 @@ def _check(store: SqlStore, tenant: str, session_id: str) -> None:
     state = store.read_context_state(tenant, session_id)
     full = fold_ledger(branch)
     assert state.ledger.to_json_dict() == full.to_json_dict()
+    assert state.scope_map == fold_work_scope_map(branch)
     # The entries handed back are exactly the branch after the snapshot point.
     ids = [e.id for e in branch]
     start = ids.index(state.snapshot_entry_id) + 1 if state.snapshot_entry_id else 0
@@ -108,3 +111,49 @@ def test_handle_context_state_matches(store: SqlStore, tenant: str, session_id: 
     record, _ = observations("o1", ["u1"], "u1")
     handle.append_entry(record)
     assert handle.context_state().ledger == fold_ledger(handle.entries())
+
+
+def test_the_scope_map_comes_with_the_snapshot_across_scopes_and_forks(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    handle = store.session(tenant, session_id)
+    store.append_entries(tenant, session_id, [message("u1"), assistant("a1")])
+    record, obs_ids = observations("o1", ["u1", "a1"], "a1")
+    store.append_entries(tenant, session_id, record)
+    scopes = WorkScopeController(
+        session_id=session_id, append_entry=handle.append_entry, get_entries=handle.entries
+    )
+    scopes.open({"id": "plan"})
+    scopes.open({"id": "task-a", "parentId": "plan"})
+    scopes.bind("task-a", [f"om:{obs_ids[0]}"])
+    fork_point = store.get_session(tenant, session_id).leaf_id
+    scopes.enter("task-a")
+    store.append_entries(tenant, session_id, [message("u2")])
+    _check(store, tenant, session_id)
+    state = store.read_context_state(tenant, session_id)
+    assert state.scope_map.leaf == "task-a" and [e.id for e in state.entries] == ["u2"]
+
+    assert fork_point is not None
+    store.fork(tenant, session_id, fork_point)  # back before the enter
+    _check(store, tenant, session_id)
+    assert store.read_context_state(tenant, session_id).scope_map.leaf == "session"
+
+
+def test_a_snapshot_row_without_a_scope_map_is_refolded(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    from om_workers.store.schema import snapshots
+
+    handle = store.session(tenant, session_id)
+    store.append_entries(tenant, session_id, [message("u1")])
+    scopes = WorkScopeController(
+        session_id=session_id, append_entry=handle.append_entry, get_entries=handle.entries
+    )
+    scopes.open({"id": "plan"})
+    scopes.enter("plan")
+    # Rows written before migration 0002 carry no map.
+    with store.engine.begin() as connection:
+        connection.execute(snapshots.update().values(scope_map=None))
+    assert store.read_context_state(tenant, session_id).scope_map.leaf == "plan"
+    store.append_entries(tenant, session_id, [message("u2")])
+    _check(store, tenant, session_id)
