@@ -289,6 +289,36 @@ class SqlStore(AccountsMixin, RunsMixin):
             )
         return to_entries(rows)
 
+    def read_span(
+        self, tenant_id: str, session_id: str, entry_ids: Sequence[str], *, margin: int = 32
+    ) -> tuple[SessionEntry, ...]:
+        """Current-branch entries from the first to the last of ``entry_ids``, widened by
+        about ``margin`` entries on each side (so a cited tool result finds its call), in order.
+
+        Ids that are not on the current branch are ignored; with none on it the answer is
+        empty. Raises :class:`SessionNotFoundError`.
+        """
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            session_pk = int(row.pk)
+            segments = branch_segments(connection, session_pk, row.leaf_id)
+            seqs = [
+                position[0]
+                for position in (entry_position(connection, session_pk, i) for i in entry_ids)
+                if position is not None and seq_on_branch(position[0], segments)
+            ]
+            if not seqs:
+                return ()
+            low, high = min(seqs), max(seqs)
+            rows = read_branch_payloads(
+                connection,
+                session_pk,
+                segments,
+                after_seq=max(0, low - 1 - margin),
+                limit=high - low + 1 + 2 * margin,
+            )
+        return to_entries(rows)
+
     def read_context_state(self, tenant_id: str, session_id: str) -> ContextState:
         """The branch's ledger from the stored snapshot plus the entries after it.
 

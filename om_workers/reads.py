@@ -1,0 +1,110 @@
+"""Context and recall for one stored session, without reading its whole history.
+
+A 100,000-entry session must answer in milliseconds: the ledger and scope map come from the
+store's snapshot (plus the few entries after it), the recent window from the branch's tail,
+and a recall reads only the span of branch around the sources it cites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from om_core.context import build_context_blocks
+from om_core.ids import parse_memory_ref
+from om_core.ledger import is_eligible_observation_source
+from om_core.models import ContextBlock, ObservationalMemoryLedger, SessionEntry
+from om_core.recall import RecallResult, recall_memory
+from om_core.settings import ObservationalMemorySettings
+from om_core.work_memory import Include
+from om_workers.store import SqlStore
+
+TAIL_FIRST_READ = 64
+
+
+def recent_tail(
+    store: SqlStore, tenant_id: str, session_id: str, keep: int
+) -> tuple[SessionEntry, ...]:
+    """The shortest branch tail that holds the last ``keep`` messages and every tool call
+    that one of them answers (read in doubling steps; the whole branch at worst)."""
+    limit = max(TAIL_FIRST_READ, 4 * keep)
+    while True:
+        tail = store.read_tail(tenant_id, session_id, limit)
+        if len(tail) < limit or _covers_window(tail, keep):
+            return tail
+        limit *= 2
+
+
+def _covers_window(tail: Sequence[SessionEntry], keep: int) -> bool:
+    messages = [e for e in tail if is_eligible_observation_source(e)]
+    if len(messages) <= keep:
+        return False  # the window may reach further back than this tail
+    calls = {c.id for e in messages if e.message for c in e.message.tool_calls}
+    window = messages[-keep:] if keep else []
+    return all(
+        e.message is None or e.message.role != "tool" or e.message.tool_call_id in calls
+        for e in window
+    )
+
+
+def session_context_blocks(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    *,
+    settings: ObservationalMemorySettings,
+    scope: str | None = None,
+    include: Include = "self+ancestors",
+    secrets: Iterable[str] = (),
+    invalidated_ids: Iterable[str] = (),
+) -> tuple[ContextBlock, ContextBlock]:
+    """The two context blocks of a stored session (see :func:`build_context_blocks`).
+
+    Raises the store's :class:`~om_workers.errors.SessionNotFoundError` (also for another
+    tenant's session) and the core's scope errors for an unknown ``scope`` or ``include``.
+    """
+    state = store.read_context_state(tenant_id, session_id)
+    tail = recent_tail(store, tenant_id, session_id, settings.context.recent_messages)
+    return build_context_blocks(
+        tail,
+        settings,
+        invalidated_ids,
+        secrets,
+        ledger=state.ledger,
+        scope_map=state.scope_map,
+        scope=scope,
+        include=include,
+    )
+
+
+def session_recall(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    memory_id: str,
+    *,
+    secrets: Iterable[str] = (),
+    invalidated_ids: Iterable[str] = (),
+) -> RecallResult:
+    """Exact-id recall on a stored session, reading only the branch span its sources cover.
+
+    Raises :class:`~om_core.errors.InvalidMemoryIdError` for a malformed id before any read,
+    and the store's :class:`~om_workers.errors.SessionNotFoundError`.
+    """
+    bare = parse_memory_ref(memory_id)
+    ledger = store.read_context_state(tenant_id, session_id).ledger
+    span = store.read_span(tenant_id, session_id, _source_ids(ledger, bare))
+    return recall_memory(span, bare, invalidated_ids, secrets, ledger=ledger)
+
+
+def _source_ids(ledger: ObservationalMemoryLedger, memory_id: str) -> list[str]:
+    if memory_id in ledger.observations_by_id:
+        return list(ledger.observations_by_id[memory_id].source_entry_ids)
+    reflection = ledger.reflections_by_id.get(memory_id)
+    if reflection is None:
+        return []
+    return [
+        source
+        for oid in reflection.observation_ids
+        if oid in ledger.observations_by_id
+        for source in ledger.observations_by_id[oid].source_entry_ids
+    ]

@@ -1,0 +1,92 @@
+"""Context and recall read from the snapshot and the tail equal the same on the whole branch."""
+
+from __future__ import annotations
+
+import pytest
+from store_factories import assistant, message, observations, reflections
+
+from om_core import ToolCall, build_context_blocks, fold_ledger, recall_memory, resolve_settings
+from om_core.models import Message, SessionEntry
+from om_workers.reads import recent_tail, session_context_blocks, session_recall
+from om_workers.store import SqlStore
+
+
+def _call(entry_id: str, call_id: str) -> SessionEntry:
+    return SessionEntry(
+        id=entry_id,
+        session_id="s1",
+        kind="message",
+        message=Message(
+            role="assistant", tool_calls=(ToolCall(id=call_id, name="search", arguments={}),)
+        ),
+    )
+
+
+def _result(entry_id: str, call_id: str) -> SessionEntry:
+    return SessionEntry(
+        id=entry_id,
+        session_id="s1",
+        kind="message",
+        message=Message(role="tool", content=f"result {entry_id}", tool_call_id=call_id),
+    )
+
+
+def _long_session(store: SqlStore, tenant: str, session_id: str, runs: int) -> None:
+    """Runs of user, tool call, many results, answer, and a memory record every few runs."""
+    for run in range(runs):
+        batch = [message(f"u{run}", text=f"question {run} with secret sk-x")]
+        batch.append(_call(f"c{run}", f"call{run}"))
+        batch += [_result(f"r{run}-{i}", f"call{run}") for i in range(6)]
+        batch.append(assistant(f"a{run}", text=f"answer {run}"))
+        store.append_entries(tenant, session_id, batch)
+        if run % 3 == 2:
+            record, ids = observations(f"o{run}", [f"r{run}-0", f"u{run}"], f"a{run}")
+            store.append_entries(tenant, session_id, record)
+            store.append_entries(tenant, session_id, reflections(f"rf{run}", ids, f"o{run}"))
+
+
+@pytest.mark.parametrize("keep", [0, 1, 3, 8, 40])
+def test_context_from_snapshot_and_tail_equals_the_full_branch(
+    store: SqlStore, tenant: str, session_id: str, keep: int
+) -> None:
+    _long_session(store, tenant, session_id, runs=12)
+    settings = resolve_settings({"context": {"recentMessages": keep}})
+    branch = store.read_branch(tenant, session_id)
+    expected = build_context_blocks(branch, settings, secrets=["sk-x"])
+    got = session_context_blocks(store, tenant, session_id, settings=settings, secrets=["sk-x"])
+    assert got == expected
+    if 4 * keep < len(branch) // 2:  # a short window never reads the whole branch
+        assert len(recent_tail(store, tenant, session_id, keep)) < len(branch)
+
+
+def test_a_window_that_starts_inside_a_tool_run_reads_back_to_its_call(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, [message("u0"), _call("c0", "k")])
+    store.append_entries(tenant, session_id, [_result(f"r{i}", "k") for i in range(100)])
+    tail = recent_tail(store, tenant, session_id, keep=2)
+    assert "c0" in [e.id for e in tail]
+
+
+def test_recall_reads_a_span_and_equals_recall_on_the_full_branch(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    _long_session(store, tenant, session_id, runs=9)
+    branch = store.read_branch(tenant, session_id)
+    ledger = fold_ledger(branch)
+    ids = [o.id for o in ledger.observations] + [r.id for r in ledger.reflections]
+    assert ids
+    for memory_id in [*ids, "0" * 12]:
+        expected = recall_memory(branch, memory_id, secrets=["sk-x"])
+        got = session_recall(store, tenant, session_id, f"om:{memory_id}", secrets=["sk-x"])
+        assert got == expected
+        assert "sk-x" not in str(got.to_json_dict())
+
+
+def test_recall_of_a_withheld_id_is_revoked(store: SqlStore, tenant: str, session_id: str) -> None:
+    _long_session(store, tenant, session_id, runs=3)
+    observation = fold_ledger(store.read_branch(tenant, session_id)).observations[0]
+    result = session_recall(
+        store, tenant, session_id, observation.id, invalidated_ids=[observation.source_entry_ids[0]]
+    )
+    assert not result.found and result.reason == "revoked"
