@@ -20,7 +20,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict om_core om_workers
+	$(BIN)/mypy --strict om_core om_workers om_api
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -62,6 +62,15 @@ class Settings(BaseSettings):
     visibility_timeout_s: float | None = Field(default=None, gt=0, description="Override.")
     reconcile_interval_s: float = Field(default=60.0, gt=0, description="om.reconcile period.")
 
+    # HTTP API (issue 7).
+    admin_token: str | None = Field(
+        default=None,
+        description="Bearer token of the admin routes (tenants, keys); unset: admin routes 401.",
+    )
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="Largest request body the API reads (413)."
+    )
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -1,0 +1,63 @@
+"""Conversions between the wire models and the core/store values (no I/O)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from om_api.schemas import EntryIn, EntryOut, JobOut, SessionOut
+from om_core.models import SessionEntry
+from om_workers.store import FlushRun, SessionInfo
+
+
+def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
+    """The core entry for a wire entry; a missing id becomes a random hex id.
+
+    Raises ``pydantic.ValidationError`` when kind and payload disagree (a ``message`` entry
+    without a message ...): the API answers 422 with the reason.
+    """
+    payload: dict[str, Any] = entry.model_dump(exclude_none=True)
+    payload["id"] = entry.id if entry.id is not None else uuid.uuid4().hex
+    payload["session_id"] = session_id
+    return SessionEntry.model_validate(payload)
+
+
+def entry_out(entry: SessionEntry) -> EntryOut:
+    """The wire form of a stored entry (snake_case, as the core's field names)."""
+    return EntryOut.model_validate(entry.model_dump(mode="json"))
+
+
+def session_out(info: SessionInfo) -> SessionOut:
+    """The wire form of a session's bookkeeping."""
+    return SessionOut(
+        id=info.id,
+        leaf_id=info.leaf_id,
+        entry_count=info.entry_count,
+        unobserved_tokens=info.unobserved_tokens,
+        metadata=info.metadata,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+    )
+
+
+def job_out(run: FlushRun, error: str | None) -> JobOut:
+    """The wire form of a flush run; ``error`` is the already-redacted error text."""
+    duration = (
+        (run.finished_at - run.started_at).total_seconds()
+        if run.finished_at is not None and run.started_at is not None
+        else None
+    )
+    return JobOut(
+        id=run.id,
+        session_id=run.session_id,
+        state=run.state,
+        force=run.force,
+        full_reflection_rebuild=run.full_reflection_rebuild,
+        attempts=run.attempts,
+        queued_at=run.queued_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        duration_s=duration,
+        counts=dict(run.counts),
+        error=error,
+    )

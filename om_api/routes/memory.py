@@ -1,0 +1,204 @@
+"""Reads of a session's memory: context blocks, exact-id recall, message paging, status, view;
+and compaction, which appends the strategy's compaction entry."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+
+from om_api.auth import TenantId
+from om_api.convert import entry_out
+from om_api.errors import ApiError
+from om_api.routes import MemoryPath, SessionPath
+from om_api.schemas import (
+    ENTRY_ID_PATTERN,
+    MAX_MESSAGES_PAGE,
+    SCOPE_ID_PATTERN,
+    CompactRequest,
+    ContextBlockOut,
+    ContextOut,
+    EntryOut,
+    ErrorBody,
+    MessagesPage,
+    RecallOut,
+    StatusOut,
+    ViewOut,
+)
+from om_api.state import ApiState, State
+from om_core import (
+    ContextBlock,
+    ObservationalMemoryCompactionStrategy,
+    RecallResult,
+    build_context_blocks,
+    memory_status,
+    memory_view,
+    recall_branch_page,
+    recall_memory,
+)
+from om_core.errors import UnknownScopeError
+from om_core.ids import create_memory_id
+from om_workers import redis_keys
+from om_workers.errors import CoordinationError
+from om_workers.redis_client import translate_errors
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
+
+
+def _context_blocks(
+    state: ApiState, tenant_id: str, session_id: str, scope: str | None, include: IncludeMode
+) -> tuple[ContextBlock, ContextBlock]:
+    entries = state.store.read_branch(tenant_id, session_id)
+    return build_context_blocks(
+        entries,
+        state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+        scope=scope,
+        include=include,
+    )
+
+
+def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) -> RecallResult:
+    entries = state.store.read_branch(tenant_id, session_id)
+    return recall_memory(
+        entries,
+        memory_id,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+    )
+
+
+@router.get("/context", response_model=ContextOut, responses=ERRORS)
+def context(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    scope: Annotated[str | None, Query(pattern=SCOPE_ID_PATTERN)] = None,
+    include: IncludeMode = "self+ancestors",
+) -> ContextOut:
+    """The two context blocks for the next provider turn: ``observational-memory`` (rendered
+    for ``scope``, default the current leaf scope, with ``include``) and ``recent-messages``
+    (with the exact entry ids it shows). 422 for a scope the session never opened."""
+    try:
+        memory, recent = _context_blocks(state, tenant_id, session_id, scope, include)
+    except UnknownScopeError as exc:
+        raise ApiError(422, "invalid_input", str(exc)) from None
+    return ContextOut(
+        blocks=[
+            ContextBlockOut(id="observational-memory", text=memory.text),
+            ContextBlockOut(
+                id="recent-messages", text=recent.text, entry_ids=list(recent.entry_ids)
+            ),
+        ]
+    )
+
+
+@router.get("/memory/{memory_id}", response_model=RecallOut, responses=ERRORS)
+def recall(
+    state: State, tenant_id: TenantId, session_id: SessionPath, memory_id: MemoryPath
+) -> RecallOut:
+    """Exact-id recall of an observation or reflection: its sources and supporting ids.
+
+    An unknown id is a 200 with ``found: false, reason: not_found`` (the seed's answer); a
+    revoked one ``reason: revoked`` without derived text. 422 for a malformed id.
+    """
+    result = _recall(state, tenant_id, session_id, memory_id)
+    return RecallOut.model_validate(result.model_dump(mode="json"))
+
+
+@router.get("/messages", response_model=MessagesPage, responses=ERRORS)
+def messages(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    cursor: Annotated[str, Query(pattern=ENTRY_ID_PATTERN)],
+    limit: Annotated[int, Query(ge=1, le=MAX_MESSAGES_PAGE)] = 20,
+    direction: Literal["forward", "backward"] = "forward",
+    detail: Literal["summary", "full"] = "summary",
+) -> MessagesPage:
+    """Current-branch user/assistant/tool messages after or before message ``cursor``.
+
+    422 when the cursor is not on the current branch or is not a message.
+    """
+    entries = state.store.read_branch(tenant_id, session_id)
+    page = recall_branch_page(entries, cursor, limit, direction, detail, secrets=state.secrets)
+    return MessagesPage.model_validate(page.model_dump(mode="json"))
+
+
+def _in_flight(state: ApiState, tenant_id: str, session_id: str) -> bool:
+    # Advisory only: a status read must not fail because Redis is briefly away.
+    try:
+        with translate_errors("reading the pending flush"):
+            return state.redis.exists(redis_keys.pending_key(tenant_id, session_id)) > 0
+    except CoordinationError:
+        return False
+
+
+@router.get("/status", response_model=StatusOut, responses=ERRORS)
+def status(state: State, tenant_id: TenantId, session_id: SessionPath) -> StatusOut:
+    """om:status: recorded, dropped, active and visible memory counts (session-local), whether
+    a flush is pending, and the rendered status text."""
+    entries = state.store.read_branch(tenant_id, session_id)
+    result = memory_status(
+        entries,
+        state.memory_settings,
+        state.invalidated_ids(tenant_id, session_id),
+        in_flight=_in_flight(state, tenant_id, session_id),
+    )
+    return StatusOut(**result.model_dump(), text=result.render())
+
+
+@router.get("/view", response_model=ViewOut, responses=ERRORS)
+def view(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    mode: Literal["visible", "full"] = "visible",
+) -> ViewOut:
+    """om:view: the memory the next context shows (``visible``) or all active memory
+    (``full``)."""
+    entries = state.store.read_branch(tenant_id, session_id)
+    text = memory_view(
+        entries,
+        mode,
+        state.memory_settings,
+        state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+    )
+    return ViewOut(mode=mode, text=text)
+
+
+@router.post("/compact", status_code=201, response_model=EntryOut, responses=ERRORS)
+def compact(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    body: Annotated[CompactRequest | None, Body()] = None,
+) -> EntryOut:
+    """Append a compaction entry (the memory rendered as summary, the folded ledger in
+    ``data.memory``, the last ``keep_recent_entries`` messages kept) and return it.
+
+    No model call. 422 when the memory cannot fit the folded-payload cap.
+    """
+    request = body or CompactRequest()
+    entries = state.store.read_branch(tenant_id, session_id)
+    strategy = ObservationalMemoryCompactionStrategy(
+        request.keep_recent_entries, state.memory_settings
+    )
+    result = strategy.compact(
+        entries,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+    )
+    # parent_id None: the store appends at the leaf as it is at write time, so a concurrent
+    # append is never forked off (the entry's ``through_entry_id`` says what it covers).
+    entry = result.to_entry(entry_id=create_memory_id(), session_id=session_id, parent_id=None)
+    stored = state.store.append_entries(tenant_id, session_id, [entry])
+    return entry_out(stored.entries[0])

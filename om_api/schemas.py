@@ -1,0 +1,420 @@
+"""Wire models of the HTTP API (``/v1``): every request body and every response body.
+
+These are the stable contract the Python client builds on. Conventions:
+
+* JSON keys are snake_case everywhere (``leaf_id``, ``job_id``, ``tool_call_id``); the core's
+  camelCase ledger payloads appear only inside an entry's free-form ``data``.
+* Request models forbid unknown keys, so a typo is a 422 naming the key, not a silent no-op.
+* Ids are checked against the patterns below before anything is read or written:
+  :data:`ENTRY_ID_PATTERN` for session, entry and tenant ids, :data:`MEMORY_ID_PATTERN` for
+  observation/reflection ids, :data:`SCOPE_ID_PATTERN` for work-scope ids (the seed's).
+* Every error is an :class:`ErrorBody` with a machine ``error`` code and a human ``detail``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENTRY_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""Session, entry and tenant ids: 1-128 of ASCII letters, digits and ``. _ : -``.
+
+Narrower than the store's 256-character column on purpose: ids travel in URL paths and logs,
+so no ``/``, ``%``, whitespace or control characters, and a length a human can still read.
+Generated ids (``uuid4().hex``, ``create_memory_id()``) fit it."""
+
+MEMORY_ID_PATTERN = r"^(om:|reflection:)?[a-f0-9]{12}$"
+"""Observation/reflection ids: 12 lowercase hex, optionally written as a ``om:`` or
+``reflection:`` reference (the seed's ``isMemoryId``)."""
+
+SCOPE_ID_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+"""Work-scope ids (the seed's pattern; ``..`` is refused by the core with a reason)."""
+
+PRINCIPAL_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""Principals named in grants: session ids of the same tenant."""
+
+MAX_BATCH_ENTRIES = 1000
+"""Most entries one append may carry; a larger batch is a 422."""
+
+MAX_ENTRIES_PAGE = 1000
+"""Largest ``limit`` of ``GET .../entries`` (the store's page cap)."""
+
+MAX_MESSAGES_PAGE = 100
+"""Largest ``limit`` of ``GET .../messages`` (the seed's recall page cap)."""
+
+MAX_REVOCATION_IDS = 1000
+"""Most entry ids one revocation may name."""
+
+EntryId = Annotated[str, Field(pattern=ENTRY_ID_PATTERN, examples=["msg-0001"])]
+MemoryId = Annotated[str, Field(pattern=MEMORY_ID_PATTERN, examples=["0123456789ab"])]
+ScopeId = Annotated[str, Field(pattern=SCOPE_ID_PATTERN, examples=["task:cleanup"])]
+PrincipalId = Annotated[str, Field(pattern=PRINCIPAL_ID_PATTERN)]
+Role = Literal["user", "assistant", "tool", "system"]
+JobState = Literal["queued", "running", "succeeded", "failed", "skipped"]
+
+
+class WireModel(BaseModel):
+    """Base of every response model: snake_case keys, unknown keys ignored (forward compatible
+    for a client reading a newer server)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class RequestModel(BaseModel):
+    """Base of every request body: unknown keys are a 422 naming them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# Errors ------------------------------------------------------------------------------------
+
+
+class ErrorBody(WireModel):
+    """Every 4xx/5xx answer. ``error`` is stable (``not_found``, ``invalid_input``,
+    ``conflict``, ``unauthorized``, ``payload_too_large``, ``unavailable`` ...); ``detail`` is
+    the reason, with secrets redacted."""
+
+    error: str
+    detail: str
+    request_id: str | None = None
+    errors: list[dict[str, Any]] | None = Field(
+        default=None, description="Field-level validation problems, for 422s from the schema."
+    )
+
+
+# Messages and entries ----------------------------------------------------------------------
+
+
+class ToolCallWire(WireModel):
+    """A tool call an assistant message asks for."""
+
+    id: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContentPartWire(WireModel):
+    """One part of a multi-part message: ``text`` parts carry ``text``, others ``data``."""
+
+    type: str = Field(min_length=1, max_length=64)
+    text: str | None = None
+    data: dict[str, Any] | None = None
+
+
+class MessageWire(WireModel):
+    """A chat message (same shape in requests and responses)."""
+
+    role: Role
+    content: str | list[ContentPartWire] = ""
+    tool_calls: list[ToolCallWire] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+class EntryIn(RequestModel):
+    """One entry to append.
+
+    ``id`` defaults to a fresh random id; send your own to make retries idempotent.
+    ``parent_id`` defaults to the previous entry (the first: the session's leaf). ``kind`` is
+    ``message`` (needs ``message``), ``custom`` (needs ``data``), ``compaction`` (needs
+    ``summary``) or another bookkeeping kind.
+    """
+
+    id: EntryId | None = None
+    parent_id: EntryId | None = None
+    kind: str = Field(min_length=1, max_length=64, examples=["message"])
+    message: MessageWire | None = None
+    data: dict[str, Any] | None = None
+    summary: str | None = None
+
+
+class EntryOut(WireModel):
+    """An entry as stored (``parent_id`` and ``created_at`` filled in)."""
+
+    id: str
+    session_id: str
+    parent_id: str | None = None
+    kind: str
+    created_at: str | None = None
+    message: MessageWire | None = None
+    data: dict[str, Any] | None = None
+    summary: str | None = None
+
+
+class AppendEntriesRequest(RequestModel):
+    """``POST /v1/sessions/{sid}/entries``: 1 to 1,000 entries, appended atomically in order."""
+
+    entries: list[EntryIn] = Field(min_length=1, max_length=MAX_BATCH_ENTRIES)
+
+
+class AppendEntriesResponse(WireModel):
+    """What an append did: ``appended_ids`` were written now, ``duplicate_ids`` were already
+    stored with the same content (a retried append) and were not written again."""
+
+    appended_ids: list[str]
+    duplicate_ids: list[str]
+    leaf_id: str | None
+
+
+class EntriesPage(WireModel):
+    """Current-branch entries in order; pass ``next_cursor`` as ``after`` for the next page
+    (``None`` on the last page)."""
+
+    entries: list[EntryOut]
+    next_cursor: str | None
+
+
+# Sessions ----------------------------------------------------------------------------------
+
+
+class CreateSessionRequest(RequestModel):
+    """``POST /v1/sessions``: ``id`` defaults to a random hex id."""
+
+    id: EntryId | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionOut(WireModel):
+    """A session's bookkeeping."""
+
+    id: str
+    leaf_id: str | None
+    entry_count: int
+    unobserved_tokens: int
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+# Flush and jobs ----------------------------------------------------------------------------
+
+
+class FlushRequest(RequestModel):
+    """``POST /v1/sessions/{sid}/flush`` (the body is optional).
+
+    ``force`` runs the workers even below their token thresholds.
+    ``full_reflection_rebuild`` is accepted only as ``false`` until the flush job can carry it:
+    ``true`` is a 422 rather than a silently ignored request.
+    """
+
+    force: bool = False
+    full_reflection_rebuild: bool = False
+
+
+class FlushAccepted(WireModel):
+    """202: the run row of ``job_id`` exists. ``coalesced``: a job already pending for the
+    session will serve this request too (nothing new was published)."""
+
+    job_id: str
+    coalesced: bool
+
+
+class JobOut(WireModel):
+    """A flush run. ``error`` (failed or skipped runs) is redacted of every known secret."""
+
+    id: str
+    session_id: str
+    state: JobState
+    force: bool
+    full_reflection_rebuild: bool
+    attempts: int
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None = Field(description="finished_at - started_at, once finished.")
+    counts: dict[str, int]
+    error: str | None
+
+
+# Context, recall, paging, status and view --------------------------------------------------
+
+
+class ContextBlockOut(WireModel):
+    """A block of provider context: ``observational-memory`` (no ``entry_ids``) or
+    ``recent-messages`` (with the ids of the exact messages it shows)."""
+
+    id: Literal["observational-memory", "recent-messages"]
+    text: str
+    entry_ids: list[str] | None = None
+
+
+class ContextOut(WireModel):
+    """``GET .../context``: always two blocks, memory first; either text may be empty."""
+
+    blocks: list[ContextBlockOut]
+
+
+class ObservationOut(WireModel):
+    """A source-backed observation."""
+
+    id: str
+    text: str
+    source_entry_ids: list[str]
+    relevance: float
+    observed_at: str | None = None
+
+
+class RecallOut(WireModel):
+    """``GET .../memory/{memory_id}``: what a memory id rests on (the seed's recall result).
+
+    ``found`` is false for an unknown id (``reason: not_found``) and a revoked one
+    (``reason: revoked``, no derived text). For a reflection, supporting observations come
+    from the full ledger; dropped supports still contribute their sources.
+    """
+
+    id: str
+    kind: Literal["observation", "reflection"] | None
+    found: bool
+    reason: Literal["not_found", "revoked"] | None
+    text: str | None
+    dropped: bool
+    source_entry_ids: list[str]
+    missing_source_entry_ids: list[str]
+    sources: list[EntryOut]
+    supporting_observations: list[ObservationOut]
+    supporting_observation_ids: list[str]
+    dropped_supporting_observation_ids: list[str]
+    missing_supporting_observation_ids: list[str]
+
+
+class PageItemOut(WireModel):
+    """One message of a branch page; ``message`` only with ``detail=full``."""
+
+    entry_id: str
+    role: str
+    summary: str
+    message: MessageWire | None = None
+
+
+class MessagesPage(WireModel):
+    """``GET .../messages``: messages strictly after (``forward``) or before (``backward``)
+    ``cursor``; ``next_cursor`` continues in the same direction while ``has_more``."""
+
+    cursor: str
+    direction: Literal["forward", "backward"]
+    items: list[PageItemOut]
+    next_cursor: str | None
+    has_more: bool
+
+
+class StatusOut(WireModel):
+    """``GET .../status`` (om:status): session-local memory counts and the rendered text."""
+
+    recorded_observations: int
+    dropped_observations: int
+    active_observations: int
+    visible_observations: int
+    recorded_reflections: int
+    visible_reflections: int
+    active_pool_tokens: int
+    visible_pool_tokens: int
+    pool_max_tokens: int
+    in_flight: bool
+    last_error: str | None
+    text: str
+
+
+class ViewOut(WireModel):
+    """``GET .../view`` (om:view): rendered memory, ``visible`` (default) or ``full``."""
+
+    mode: Literal["visible", "full"]
+    text: str
+
+
+class CompactRequest(RequestModel):
+    """``POST .../compact`` (the body is optional): how many recent messages stay verbatim."""
+
+    keep_recent_entries: int = Field(default=8, ge=0, le=1000)
+
+
+# Scopes and revocations --------------------------------------------------------------------
+
+
+class OpenScopeRequest(RequestModel):
+    """``POST .../scopes``: open a work scope under ``parent_id`` (default: the ``session``
+    root)."""
+
+    id: ScopeId
+    parent_id: ScopeId | None = None
+    kind: str | None = Field(default=None, max_length=512)
+    label: str | None = Field(default=None, max_length=512)
+
+
+class ScopeRefsRequest(RequestModel):
+    """``bind`` / ``unbind``: ``om:<12-hex>`` or ``reflection:<12-hex>`` references."""
+
+    refs: list[Annotated[str, Field(pattern=r"^(om|reflection):[a-f0-9]{12}$")]] = Field(
+        min_length=1, max_length=4096
+    )
+
+
+class ScopePrincipalsRequest(RequestModel):
+    """``grant`` / ``revoke``: the principals (session ids) to grant or revoke."""
+
+    principal_ids: list[PrincipalId] = Field(min_length=1, max_length=1024)
+
+
+class ScopeRecordOut(WireModel):
+    """The scope record a scope operation appended; ``appended`` is false (and ``entry``
+    null) when the request changed nothing (already bound/granted, nothing entered)."""
+
+    appended: bool
+    entry: EntryOut | None
+
+
+class RevocationRequest(RequestModel):
+    """``POST .../revocations``: entry ids whose derived memory must be withheld."""
+
+    entry_ids: list[EntryId] = Field(min_length=1, max_length=MAX_REVOCATION_IDS)
+
+
+class RevocationOut(WireModel):
+    """``dropped_observation_ids``: active observations resting on the revoked entries, now
+    dropped; ``tombstoned_ids``: entry ids newly withheld (already withheld ones are not
+    repeated)."""
+
+    dropped_observation_ids: list[str]
+    tombstoned_ids: list[str]
+
+
+# Health and admin --------------------------------------------------------------------------
+
+
+class HealthOut(WireModel):
+    """``/healthz`` and ``/readyz``: ``status`` is ``ok`` or ``unavailable``; ``checks`` names
+    each dependency's state (readiness only)."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, bool] = Field(default_factory=dict)
+
+
+class CreateTenantRequest(RequestModel):
+    """``POST /v1/admin/tenants``."""
+
+    id: EntryId
+    name: str | None = Field(default=None, max_length=256)
+
+
+class TenantOut(WireModel):
+    """A tenant."""
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+class CreateKeyRequest(RequestModel):
+    """``POST /v1/admin/tenants/{id}/keys`` (the body is optional)."""
+
+    label: str = Field(default="", max_length=256)
+
+
+class KeyOut(WireModel):
+    """A new API key; ``key`` is shown once (only its hash is stored)."""
+
+    key_id: str
+    tenant_id: str
+    key: str

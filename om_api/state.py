@@ -1,0 +1,84 @@
+"""What every request handler needs: the store, Redis, the publisher, settings and metrics.
+
+One :class:`ApiState` lives on ``app.state.om``; routes get it through :func:`get_state`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import redis
+from fastapi import Depends, Request
+
+from om_api.logging import SecretRegistry
+from om_api.metrics import ApiMetrics
+from om_core.settings import ObservationalMemorySettings
+from om_workers.config import Settings
+from om_workers.errors import RedisUnavailableError
+from om_workers.flush import PublishJob
+from om_workers.store import SqlStore
+
+
+@dataclass
+class ApiState:
+    """Dependencies of one app. ``publish`` is resolved on first use when not injected (the
+    Celery app needs ``OM_REDIS_URL``, which a read-only API does not)."""
+
+    settings: Settings
+    memory_settings: ObservationalMemorySettings
+    store: SqlStore
+    redis: redis.Redis
+    metrics: ApiMetrics
+    registry: SecretRegistry
+    publish_factory: Callable[[], PublishJob]
+    _publish: PublishJob | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """Every exact value to redact from answers and logs."""
+        return self.registry.values()
+
+    def publisher(self) -> PublishJob:
+        """The ``om.flush`` publisher (built once, on first use).
+
+        Any failure to publish is the broker (Redis) failing, so it is raised as
+        :class:`RedisUnavailableError` (a 503); the flush module has already failed the run row.
+        """
+        with self._lock:
+            if self._publish is None:
+                self._publish = self.publish_factory()
+            publish = self._publish
+
+        def guarded(tenant_id: str, session_id: str, job_id: str) -> None:
+            try:
+                publish(tenant_id, session_id, job_id)
+            except Exception as exc:
+                raise RedisUnavailableError(f"could not publish om.flush: {exc}") from exc
+
+        return guarded
+
+    def invalidated_ids(self, tenant_id: str, session_id: str) -> frozenset[str]:
+        """Entry ids revoked in this session (its tombstone scope)."""
+        return self.store.invalidated_ids(tenant_id, tombstone_scope(session_id))
+
+
+def tombstone_scope(session_id: str) -> str:
+    """The tombstone scope of one session: ``POST .../revocations`` writes it, reads withhold it.
+
+    Entry ids are unique per tenant, so a per-session scope loses nothing and keeps one
+    session's revocations from costing another session's reads.
+    """
+    return f"session:{session_id}"
+
+
+def get_state(request: Request) -> ApiState:
+    """The app's :class:`ApiState` (set by :func:`om_api.app.create_app`)."""
+    state: ApiState = request.app.state.om
+    return state
+
+
+State = Annotated[ApiState, Depends(get_state)]

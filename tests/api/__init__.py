@@ -1,0 +1,1 @@
+"""HTTP API tests over real HTTP: uvicorn, a private Redis, a SQLite store."""

@@ -1,0 +1,56 @@
+"""Fixtures: one private Redis per session, one live API (uvicorn thread) per test module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from om_workers.config import Settings
+from om_workers.embedded_redis import EmbeddedRedis
+from om_workers.redis_client import connect
+from om_workers.store import SqlStore, upgrade
+from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
+
+MAX_BODY_BYTES = 256 * 1024
+
+
+@pytest.fixture(scope="session")
+def api_redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+def make_settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        admin_token=ADMIN_TOKEN,
+        max_body_bytes=MAX_BODY_BYTES,
+    )
+
+
+@pytest.fixture(scope="module")
+def api(
+    api_redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveApi]:
+    database_url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'om.db'}"
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    client: redis.Redis = connect(api_redis_server.url)
+    client.flushdb()
+    with serve(
+        make_settings(database_url, api_redis_server.url), store, client, Published()
+    ) as live:
+        yield live
+    client.close()
+    store.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(url)
+    return url

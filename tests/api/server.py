@@ -1,0 +1,87 @@
+"""A live API for tests: uvicorn in a background thread on 127.0.0.1 (an OS-chosen port)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import redis
+import uvicorn
+
+from om_api.app import create_app
+from om_workers.config import Settings
+from om_workers.store import SqlStore
+
+ADMIN_TOKEN = "admin-token-for-tests-0123456789"
+START_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Published:
+    """A recording ``publish``: every (tenant, session, job) the API asked to send."""
+
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def __call__(self, tenant_id: str, session_id: str, job_id: str) -> None:
+        self.calls.append((tenant_id, session_id, job_id))
+
+
+@dataclass
+class LiveApi:
+    """A running API: its base URL, store, Redis client and recorded publishes."""
+
+    url: str
+    store: SqlStore
+    redis: redis.Redis
+    published: Published
+
+    def admin(self) -> httpx.Client:
+        """A client carrying the admin token."""
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
+        )
+
+    def anonymous(self) -> httpx.Client:
+        """A client without credentials."""
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def tenant(self, name: str | None = None) -> tuple[str, httpx.Client]:
+        """A new tenant (through the admin routes) and a client with its API key."""
+        tenant_id = name or f"t-{uuid.uuid4().hex[:10]}"
+        with self.admin() as admin:
+            assert admin.post("/v1/admin/tenants", json={"id": tenant_id}).status_code == 201
+            answer = admin.post(f"/v1/admin/tenants/{tenant_id}/keys", json={"label": "test"})
+            assert answer.status_code == 201, answer.text
+            key = answer.json()["key"]
+        client = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+        return tenant_id, client
+
+
+@contextmanager
+def serve(
+    settings: Settings, store: SqlStore, client: redis.Redis, published: Published
+) -> Iterator[LiveApi]:
+    """Run the app under uvicorn in a thread until the block ends."""
+    app = create_app(settings, store=store, redis=client, publish=published)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="om-api-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield LiveApi(f"http://127.0.0.1:{port}", store, client, published)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
