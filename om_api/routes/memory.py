@@ -30,16 +30,15 @@ from om_core import (
     ContextBlock,
     ObservationalMemoryCompactionStrategy,
     RecallResult,
-    build_context_blocks,
     memory_status,
     memory_view,
     recall_branch_page,
-    recall_memory,
 )
 from om_core.errors import UnknownScopeError
 from om_core.ids import create_memory_id
 from om_workers import redis_keys
 from om_workers.errors import CoordinationError
+from om_workers.reads import session_context_blocks, session_recall
 from om_workers.redis_client import translate_errors
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
@@ -54,24 +53,28 @@ IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 def _context_blocks(
     state: ApiState, tenant_id: str, session_id: str, scope: str | None, include: IncludeMode
 ) -> tuple[ContextBlock, ContextBlock]:
-    entries = state.store.read_branch(tenant_id, session_id)
-    return build_context_blocks(
-        entries,
-        state.memory_settings,
-        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
-        secrets=state.secrets,
+    # The snapshot ledger plus the branch tail: a long session is never read whole.
+    return session_context_blocks(
+        state.store,
+        tenant_id,
+        session_id,
+        settings=state.memory_settings,
         scope=scope,
         include=include,
+        secrets=state.secrets,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
     )
 
 
 def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) -> RecallResult:
-    entries = state.store.read_branch(tenant_id, session_id)
-    return recall_memory(
-        entries,
+    # Reads only the branch span the record's sources cover.
+    return session_recall(
+        state.store,
+        tenant_id,
+        session_id,
         memory_id,
-        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
         secrets=state.secrets,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -66,10 +66,16 @@ class LiveApi:
 
 @contextmanager
 def serve(
-    settings: Settings, store: SqlStore, client: redis.Redis, published: Published
+    settings: Settings,
+    store: SqlStore,
+    client: redis.Redis,
+    published: Published,
+    *,
+    publish: Callable[[str, str, str], None] | None = None,
 ) -> Iterator[LiveApi]:
-    """Run the app under uvicorn in a thread until the block ends."""
-    app = create_app(settings, store=store, redis=client, publish=published)
+    """Run the app under uvicorn in a thread until the block ends; ``publish`` replaces the
+    recording publisher (``published`` then stays empty)."""
+    app = create_app(settings, store=store, redis=client, publish=publish or published)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="om-api-test", daemon=True)
