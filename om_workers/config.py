@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
@@ -42,10 +42,25 @@ class Settings(BaseSettings):
     provider: str = Field(
         default="extractive",
         min_length=1,
-        description="Memory worker provider: 'extractive' (offline) or 'package.module:factory', "
-        "a zero-argument callable returning an om_core Provider.",
+        description="Memory worker provider: 'extractive' (offline), 'openai' (any "
+        "OpenAI-compatible server), 'anthropic', or 'package.module:factory', a zero-argument "
+        "callable returning an om_core Provider.",
     )
     model: str = Field(default="extractive", min_length=1, description="Worker model name.")
+    provider_base_url: str | None = Field(
+        default=None, description="Base URL of the openai/anthropic API; unset: the vendor's."
+    )
+    provider_api_key: SecretStr | None = Field(
+        default=None, description="Provider API key; redacted from every stored error."
+    )
+    observer_model: str | None = Field(default=None, description="Observer model override.")
+    reflector_model: str | None = Field(default=None, description="Reflector model override.")
+    dropper_model: str | None = Field(default=None, description="Dropper model override.")
+    backoff_base_s: float = Field(default=0.5, ge=0, description="First provider retry wait.")
+    worker_metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="Worker Prometheus port; 0: no metrics server."
+    )
+    worker_metrics_host: str = Field(default="127.0.0.1", description="Metrics bind address.")
     memory_settings: dict[str, Any] = Field(
         default_factory=dict,
         description="JSON object of observational-memory settings for worker flushes.",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +44,7 @@ from om_workers.errors import (
     StaleEpochError,
 )
 from om_workers.locks import SessionLock
+from om_workers.metrics import METRICS
 from om_workers.redis_client import translate_errors
 from om_workers.store import SqlStore
 from om_workers.store.records import FINAL_RUN_STATES, FlushRun
@@ -83,7 +85,9 @@ class FlushDeps:
     ``publish`` sends ``om.flush`` again (release re-publish); ``provider`` builds the
     provider for one run; ``memory_settings`` are the observational-memory settings;
     ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
-    ``secrets`` are redacted from every stored error.
+    ``secrets`` are redacted from every stored error and prompt (the provider API key among
+    them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
+    overrides the memory settings' and ``model`` for that worker.
     """
 
     store: SqlStore
@@ -95,6 +99,7 @@ class FlushDeps:
     lock_ttl_s: float = redis_keys.DEFAULT_LOCK_TTL_S
     max_deliveries: int = 5
     secrets: tuple[str, ...] = ()
+    worker_models: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,8 @@ class _FencedAppend:
                 self._tenant_id, self._session_id, entry, self._epoch
             )
         except (LockLostError, StaleEpochError) as exc:
+            if isinstance(exc, StaleEpochError):
+                METRICS.fence_rejections.inc()
             self.fenced = exc
             raise
 
@@ -181,6 +188,7 @@ def request_flush_run(
     with translate_errors("reading the pending flush"):
         pending = client.get(redis_keys.pending_key(tenant_id, session_id))
     if pending is not None:
+        METRICS.coalesced.inc()
         return FlushRequest(str(pending), coalesced=True)
     run = store.create_run(tenant_id, session_id, force=force)
 
@@ -193,6 +201,7 @@ def request_flush_run(
         store.finish_run(tenant_id, run.id, "failed", error=f"not published: {exc}")
         raise
     if request.coalesced:
+        METRICS.coalesced.inc()
         # Nobody else knows this row's id, so nothing can have finished it meanwhile.
         store.finish_run(tenant_id, run.id, "skipped", error=f"coalesced into {request.job_id}")
     return request
@@ -209,8 +218,19 @@ def run_flush_job(
     failures: each is recorded on the run row where possible and returned as the outcome
     (``unavailable`` when Redis or the database could not be reached before the run started,
     so the caller may retry the message). Raises only ``BaseException`` subclasses that are not
-    ``Exception`` (interpreter shutdown, Celery's hard time limit).
+    ``Exception`` (interpreter shutdown, Celery's hard time limit). Every outcome is counted in
+    :data:`om_workers.metrics.METRICS`, with the wall time of runs that executed.
     """
+    started = time.monotonic()
+    outcome = _guarded(deps, tenant_id, session_id, job_id, force)
+    ran = outcome.outcome in ("succeeded", "failed")
+    METRICS.observe_run(outcome.outcome, time.monotonic() - started if ran else None)
+    return outcome
+
+
+def _guarded(
+    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
+) -> FlushOutcome:
     try:
         return _run(deps, tenant_id, session_id, job_id, force)
     except OMWorkersError as exc:
@@ -231,7 +251,9 @@ def _run(
         return FlushOutcome("unknown", job_id)
     if run.state in FINAL_RUN_STATES:
         return FlushOutcome("skipped", job_id, run.id)
-    lock = SessionLock(deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s)
+    lock = SessionLock(
+        deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc
+    )
     if not lock.acquire():
         # Drop the message and leave ``pending`` alone: the holder's release publishes it.
         # Never re-set a claimed marker here: later requests would coalesce onto a job that
@@ -264,6 +286,7 @@ def _run_locked(deps: FlushDeps, lock: SessionLock, run: FlushRun, force: bool) 
         log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
     if claimed is not None and claimed != job_id:
         # That request was made before this run reads the session: this run serves it.
+        METRICS.coalesced.inc()
         _finish_quietly(deps, tenant_id, claimed, "skipped", error=f"served by run {job_id}")
     return _execute(deps, lock, run)
 
@@ -285,6 +308,8 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
     # Count attempts to run, not messages: duplicates dropped at a busy lock or skipped as
     # finished are harmless, while a message that kills its worker mid-run comes back here.
     deliveries = redelivery.record_delivery(deps.redis, job_id)
+    if deliveries > 1:
+        METRICS.redeliveries.inc()
     if timing.redelivery_exhausted(deliveries, max_deliveries=deps.max_deliveries):
         poison = f"poison message: delivered {deliveries} times (limit {deps.max_deliveries})"
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
@@ -294,12 +319,16 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
     lock.start_heartbeat()
     deps.store.start_run(tenant_id, job_id)
     append = _FencedAppend(deps, lock, tenant_id, session_id, epoch)
+    models = deps.worker_models
     try:
         runtime = ObservationalMemoryRuntime(
             _StoreSession(deps.store, tenant_id, session_id),
             append_entry=append,
             settings=dict(deps.memory_settings),
-            observation=WorkerConfig(provider=deps.provider()),
+            # Reflector and dropper fall back to the observer's provider (one adapter).
+            observation=WorkerConfig(provider=deps.provider(), model=models.get("observer")),
+            reflection=WorkerConfig(model=models.get("reflector")),
+            dropper=WorkerConfig(model=models.get("dropper")),
             session_model=deps.model,
             secrets=deps.secrets,
         )

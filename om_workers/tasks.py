@@ -14,22 +14,22 @@ flush whose Redis or database was unreachable before it started into a Celery re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import timedelta
 from functools import lru_cache
 from typing import Any, Final
 
 import redis
 
-from om_workers import coalesce
+from om_core.settings import resolve_settings
+from om_workers import metrics
 from om_workers.celery_app import QUEUE, create_celery_app
 from om_workers.coalesce import FlushRequest
 from om_workers.config import Settings, get_settings
 from om_workers.errors import ConfigError
-from om_workers.flush import FlushDeps, PublishJob, load_provider, request_flush_run, run_flush_job
+from om_workers.flush import FlushDeps, PublishJob, request_flush_run, run_flush_job
+from om_workers.provider_setup import provider_factory, provider_secrets, worker_models
+from om_workers.reconcile import ReconcileReport, reconcile_once
 from om_workers.redis_client import connect
 from om_workers.store import SqlStore
-from om_workers.store.base import utc_now
 from om_workers.timing import TimeLimits, check_time_limits, derive_time_limits
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,7 @@ def get_app() -> Any:
         RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.reconcile_interval_s}
     }
     _register(app)
+    _connect_worker_init()
     return app
 
 
@@ -157,50 +158,21 @@ def enqueue_flush(
 @lru_cache(maxsize=1)
 def worker_deps() -> FlushDeps:
     """The flush dependencies of this worker process (one store, one Redis client, the app's
-    publisher), built on first use. Raises :class:`ConfigError` for a bad ``OM_PROVIDER``."""
+    publisher, the provider of :func:`om_workers.provider_setup.provider_factory`), built on
+    first use. Raises :class:`ConfigError` for a bad ``OM_PROVIDER``."""
     settings = get_settings()
-    load_provider(settings.provider)  # fail at the first task, loudly, not inside every run
     return FlushDeps(
         store=SqlStore.from_settings(settings),
         redis=connect(_broker_url(settings)),
         publish=publisher(get_app()),
-        provider=lambda: load_provider(settings.provider),
+        provider=provider_factory(settings),  # fails at the first task, loudly, if misnamed
         model=settings.model,
         memory_settings=dict(settings.memory_settings),
         lock_ttl_s=settings.lock_ttl_s,
         max_deliveries=settings.max_deliveries,
+        secrets=provider_secrets(settings),
+        worker_models=worker_models(settings),
     )
-
-
-@dataclass(frozen=True)
-class ReconcileReport:
-    """What one reconciler pass did: jobs re-published, runs swept as failed."""
-
-    republished: tuple[str, ...]
-    failed_runs: tuple[str, ...]
-
-
-def reconcile_once(
-    store: SqlStore,
-    client: redis.Redis,
-    publish: PublishJob,
-    *,
-    stale_pending_s: float,
-    stuck_run_s: float,
-) -> ReconcileReport:
-    """Re-publish every ``pending`` marker older than ``stale_pending_s`` seconds whose session
-    is unlocked, and fail runs still ``running`` ``stuck_run_s`` seconds after they started.
-
-    A duplicate publish is harmless (the second copy finds its run finished and skips).
-    Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
-    retries everything.
-    """
-    republished = []
-    for marker in coalesce.stale_pending(client, min_age_s=stale_pending_s):
-        publish(marker.tenant_id, marker.session_id, marker.job_id)
-        republished.append(marker.job_id)
-    failed = store.fail_stuck_runs(utc_now() - timedelta(seconds=stuck_run_s))
-    return ReconcileReport(tuple(republished), failed)
 
 
 def _flush_task(
@@ -226,8 +198,38 @@ def _reconcile_task() -> dict[str, list[str]]:
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
         stuck_run_s=stuck_run_age_s(settings),
+        unobserved_threshold=unobserved_threshold(settings),
     )
-    return {"republished": list(report.republished), "failed_runs": list(report.failed_runs)}
+    return {
+        "republished": list(report.republished),
+        "failed_runs": list(report.failed_runs),
+        "requested": list(report.requested),
+    }
+
+
+def unobserved_threshold(settings: Settings) -> int:
+    """Unobserved tokens from which the reconciler requests a flush: the observer's own
+    ``observation.messageTokens`` from ``OM_MEMORY_SETTINGS`` (below it a flush observes
+    nothing). Raises ``pydantic.ValidationError`` for invalid memory settings."""
+    return resolve_settings(dict(settings.memory_settings)).observation.message_tokens
+
+
+def start_worker_metrics(**_: Any) -> None:
+    """Celery ``worker_init`` handler: serve :mod:`om_workers.metrics` on
+    ``OM_WORKER_METRICS_PORT`` (0: off) at ``OM_WORKER_METRICS_HOST``. A port that cannot be
+    bound is logged, not fatal: losing metrics must not stop a worker from flushing."""
+    settings = get_settings()
+    try:
+        metrics.serve(settings.worker_metrics_port, settings.worker_metrics_host)
+    except OSError:
+        log.exception("worker metrics port %d not served", settings.worker_metrics_port)
+
+
+def _connect_worker_init() -> None:
+    from celery.signals import worker_init  # type: ignore[import-untyped]
+
+    # dispatch_uid: rebuilding the app (tests) must not start a second server.
+    worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
 
 
 def _register(app: Any) -> None:
@@ -243,3 +245,20 @@ def __getattr__(name: str) -> Any:
     if name in ("app", "celery"):
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "FLUSH_TASK",
+    "RECONCILE_TASK",
+    "ReconcileReport",
+    "enqueue_flush",
+    "get_app",
+    "publisher",
+    "reconcile_once",
+    "stale_pending_age_s",
+    "start_worker_metrics",
+    "stuck_run_age_s",
+    "time_limits",
+    "unobserved_threshold",
+    "worker_deps",
+]

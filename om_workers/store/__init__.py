@@ -8,6 +8,11 @@ ports of ``om_core``.
 from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.ports import SqlSessionHandle
+from om_workers.store.reconcile_queries import (
+    SessionRef,
+    sessions_of_runs,
+    sessions_over_unobserved,
+)
 from om_workers.store.records import (
     AppendResult,
     BranchPage,
@@ -30,6 +35,7 @@ __all__ = [
     "FlushRun",
     "RunState",
     "SessionInfo",
+    "SessionRef",
     "SqlSessionHandle",
     "SqlStore",
     "Tenant",
@@ -38,5 +44,7 @@ __all__ = [
     "current_revision",
     "head_revision",
     "normalize_database_url",
+    "sessions_of_runs",
+    "sessions_over_unobserved",
     "upgrade",
 ]

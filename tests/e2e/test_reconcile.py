@@ -9,8 +9,9 @@ from om_workers import redis_keys
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.locks import SessionLock
-from om_workers.store import SqlStore
+from om_workers.store import SqlStore, sessions_of_runs, sessions_over_unobserved
 from om_workers.tasks import reconcile_once, stuck_run_age_s, time_limits
+from tests.e2e.support import add_chat
 
 
 def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
@@ -70,3 +71,62 @@ def test_time_limits_overrides_must_be_complete_ordered_and_above_the_lock_ttl()
                 lock_ttl_s=5,
             )
         )
+
+
+def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    for session in ("big", "small", "marked", "locked"):
+        store.create_session(tenant, session)
+        add_chat(store, tenant, session, 1 if session == "small" else 6)
+    threshold = min(store.get_session(tenant, s).unobserved_tokens for s in ("big", "marked"))
+    assert 0 < store.get_session(tenant, "small").unobserved_tokens < threshold
+    over = sessions_over_unobserved(store, threshold, 10)
+    assert {r.session_id for r in over} == {"big", "locked", "marked"}
+    assert [r.unobserved_tokens for r in over] == sorted(
+        (r.unobserved_tokens for r in over), reverse=True
+    )
+    assert len(sessions_over_unobserved(store, threshold, 1)) == 1
+    client.set(redis_keys.pending_key(tenant, "marked"), "job-marked", ex=redis_keys.PENDING_TTL_S)
+    holder = SessionLock(client, tenant, "locked")
+    assert holder.acquire()
+    published: list[tuple[str, str, str]] = []
+    report = reconcile_once(
+        store,
+        client,
+        lambda t, s, j: published.append((t, s, j)),
+        stale_pending_s=1000,
+        stuck_run_s=1000,
+        unobserved_threshold=threshold,
+    )
+    assert [(t, s) for t, s, _ in published] == [(tenant, "big")]
+    (job,) = report.requested
+    assert store.get_run(tenant, job).state == "queued"
+    assert client.get(redis_keys.pending_key(tenant, "big")) == job
+    # The next pass finds the marker and requests nothing twice.
+    again = reconcile_once(
+        store, client, lambda *a: None, stale_pending_s=1000, stuck_run_s=1000,
+        unobserved_threshold=threshold,
+    )  # fmt: skip
+    assert again.requested == ()
+    holder.release()
+
+
+def test_reconcile_re_requests_the_session_of_a_swept_run(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    store.create_session(tenant, "crashed")
+    stuck = store.create_run(tenant, "crashed")
+    store.start_run(tenant, stuck.id)
+    published: list[tuple[str, str, str]] = []
+    report = reconcile_once(
+        store,
+        client,
+        lambda t, s, j: published.append((t, s, j)),
+        stale_pending_s=1000,
+        stuck_run_s=0,
+    )
+    assert report.failed_runs == (stuck.id,)
+    (job,) = report.requested
+    assert job != stuck.id and published == [(tenant, "crashed", job)]
+    assert sessions_of_runs(store, [stuck.id, "unknown"])[0].session_id == "crashed"

@@ -1,0 +1,127 @@
+"""The memory workers' provider, models, retry policy and secrets, built from ``OM_*`` settings.
+
+``OM_PROVIDER`` picks the adapter:
+
+- ``extractive``: the offline heuristic (no network, no key);
+- ``openai``: :class:`~om_workers.providers.OpenAICompatibleProvider` at
+  ``OM_PROVIDER_BASE_URL`` (OpenAI itself when unset; vLLM, Ollama, LiteLLM ... otherwise);
+- ``anthropic``: :class:`~om_workers.providers.AnthropicProvider`;
+- ``package.module:factory``: a zero-argument callable returning a Provider.
+
+The HTTP adapters share one instance per worker process (its ``httpx`` pool is thread-safe), with
+``OM_HTTP_TIMEOUT_S`` per call and a retry policy from ``OM_PROVIDER_MAX_ATTEMPTS``,
+``OM_BACKOFF_BASE_S`` and ``OM_BACKOFF_CAP_S``, the same numbers the task time limits are
+derived from (:func:`om_workers.timing.derive_time_limits`), so a retry chain always ends before
+Celery's soft limit. ``OM_PROVIDER_API_KEY`` is never logged: it lives in a ``SecretStr`` and
+joins every run's redaction secrets (:func:`provider_secrets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from om_core.provider import Provider
+from om_workers.config import Settings
+from om_workers.errors import ConfigError
+from om_workers.flush import load_provider
+from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy
+
+HTTP_PROVIDERS: Final = frozenset({"openai", "anthropic"})
+WORKERS: Final = ("observer", "reflector", "dropper")
+OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
+ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    """The provider retry policy: ``OM_PROVIDER_MAX_ATTEMPTS`` calls per request, backoff from
+    ``OM_BACKOFF_BASE_S`` doubling up to ``OM_BACKOFF_CAP_S`` seconds, half jitter.
+
+    A ``Retry-After`` longer than the cap gives up at once: waiting longer would break the time
+    limits the task was given. Raises ``ValueError`` for an invalid combination.
+    """
+    cap = settings.backoff_cap_s
+    return RetryPolicy(
+        max_attempts=settings.provider_max_attempts,
+        base_delay_s=min(settings.backoff_base_s, cap),
+        max_delay_s=cap,
+        max_retry_after_s=cap,
+    )
+
+
+def provider_secrets(settings: Settings) -> tuple[str, ...]:
+    """Secrets every run redacts from stored errors and prompts: the provider API key, if set."""
+    key = _api_key(settings)
+    return (key,) if key else ()
+
+
+def provider_factory(settings: Settings) -> Callable[[], Provider]:
+    """A callable returning the provider for one run, per ``OM_PROVIDER``.
+
+    HTTP adapters are built once here and shared (connection pooling); ``extractive`` and
+    ``module:factory`` providers are built per run, as before. Raises :class:`ConfigError` for
+    an unknown name or a factory that cannot be loaded (checked now, not at the first run).
+    """
+    spec = settings.provider
+    if spec in HTTP_PROVIDERS:
+        shared = build_http_provider(settings)
+        return lambda: shared
+    if spec != "extractive" and ":" not in spec:
+        raise ConfigError(
+            f"OM_PROVIDER must be extractive, openai, anthropic or module:factory, got {spec!r}"
+        )
+    load_provider(spec)  # fail loudly at startup, not inside every run
+    return lambda: load_provider(spec)
+
+
+def build_http_provider(settings: Settings) -> OpenAICompatibleProvider | AnthropicProvider:
+    """The ``openai`` or ``anthropic`` adapter configured from settings.
+
+    Raises :class:`ConfigError` when ``OM_PROVIDER`` names neither.
+    """
+    key, timeout_s, policy = _api_key(settings), settings.http_timeout_s, retry_policy(settings)
+    if settings.provider == "openai":
+        return OpenAICompatibleProvider(
+            settings.provider_base_url or OPENAI_BASE_URL,
+            api_key=key,
+            timeout_s=timeout_s,
+            policy=policy,
+        )
+    if settings.provider == "anthropic":
+        return AnthropicProvider(
+            settings.provider_base_url or ANTHROPIC_BASE_URL,
+            api_key=key,
+            timeout_s=timeout_s,
+            policy=policy,
+        )
+    raise ConfigError(f"{settings.provider!r} is not an HTTP provider")
+
+
+def worker_models(settings: Settings) -> Mapping[str, str]:
+    """Per-worker model overrides (``OM_OBSERVER_MODEL`` ...), only those that are set.
+
+    A worker without one uses its memory-settings group's model, then ``OM_MODEL``.
+    """
+    chosen = {
+        "observer": settings.observer_model,
+        "reflector": settings.reflector_model,
+        "dropper": settings.dropper_model,
+    }
+    return {name: model for name, model in chosen.items() if model}
+
+
+def _api_key(settings: Settings) -> str | None:
+    secret = settings.provider_api_key
+    value = secret.get_secret_value() if secret is not None else ""
+    return value or None
+
+
+__all__ = [
+    "HTTP_PROVIDERS",
+    "WORKERS",
+    "build_http_provider",
+    "provider_factory",
+    "provider_secrets",
+    "retry_policy",
+    "worker_models",
+]

@@ -1,0 +1,109 @@
+"""One reconciler pass (what ``om.reconcile`` runs on Celery beat), pure of Celery.
+
+Lost Redis state must cost latency, never work. A pass heals, in order:
+
+1. ``pending`` markers that outlived any lock (their message was dropped at a busy lock and
+   the holder died before its release re-published, or the broker lost it): re-published;
+2. runs still ``running`` long after they started (their worker died and every redelivery is
+   over): failed, and their sessions requested again, so the work they did not finish is done;
+3. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
+   ``pending`` marker nor a lock: requested again. This is what recovers a Redis restart (the
+   embedded Redis keeps nothing on disk, so every marker and queued message is gone) and a
+   request that never reached Redis at all.
+
+Every re-request goes through :func:`om_workers.flush.request_flush_run`, so it coalesces with
+whatever is already pending, and a duplicate publish is skipped by the run row's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import redis
+
+from om_workers import coalesce, redis_keys
+from om_workers.flush import PublishJob, request_flush_run
+from om_workers.metrics import METRICS
+from om_workers.redis_client import translate_errors
+from om_workers.store import SessionRef, SqlStore, sessions_of_runs, sessions_over_unobserved
+from om_workers.store.base import utc_now
+
+DEFAULT_SCAN_LIMIT = 500
+"""Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
+never floods the queue after an outage."""
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What one reconciler pass did.
+
+    ``republished``: job ids of stale markers published again; ``failed_runs``: run ids swept as
+    failed; ``requested``: job ids of new runs published for swept or backlogged sessions
+    (coalesced requests add none).
+    """
+
+    republished: tuple[str, ...]
+    failed_runs: tuple[str, ...]
+    requested: tuple[str, ...] = ()
+
+
+def reconcile_once(
+    store: SqlStore,
+    client: redis.Redis,
+    publish: PublishJob,
+    *,
+    stale_pending_s: float,
+    stuck_run_s: float,
+    unobserved_threshold: int | None = None,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
+) -> ReconcileReport:
+    """Run the three healing steps of the module docstring once.
+
+    ``stale_pending_s``: age in seconds after which an unlocked marker is re-published;
+    ``stuck_run_s``: seconds after its start when a ``running`` run counts as dead;
+    ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
+    no marker and no lock is requested again (``None`` skips step 3); ``scan_limit``: sessions
+    step 3 looks at per pass. Also sets the pending-flush gauges from its scan.
+
+    Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
+    retries everything (each step is idempotent).
+    """
+    markers = list(coalesce.pending_flushes(client))
+    METRICS.observe_pending(m.age_s for m in markers)
+    republished = []
+    for marker in markers:
+        if not marker.locked and marker.age_s >= stale_pending_s:
+            publish(marker.tenant_id, marker.session_id, marker.job_id)
+            republished.append(marker.job_id)
+    failed = store.fail_stuck_runs(utc_now() - timedelta(seconds=stuck_run_s))
+    requested = [
+        job
+        for ref in sessions_of_runs(store, failed)
+        if (job := _request(store, client, publish, ref))
+    ]
+    if unobserved_threshold is not None:
+        for ref in sessions_over_unobserved(store, unobserved_threshold, scan_limit):
+            if not _busy(client, ref) and (job := _request(store, client, publish, ref)):
+                requested.append(job)
+    return ReconcileReport(tuple(republished), failed, tuple(requested))
+
+
+def _busy(client: redis.Redis, ref: SessionRef) -> bool:
+    """A marker means a run is already asked for; a lock means one is running (and will read
+    the whole session, including what made it cross the threshold)."""
+    with translate_errors("checking a backlogged session"):
+        found = client.exists(
+            redis_keys.pending_key(ref.tenant_id, ref.session_id),
+            redis_keys.lock_key(ref.tenant_id, ref.session_id),
+        )
+    return bool(found)
+
+
+def _request(store: SqlStore, client: redis.Redis, publish: PublishJob, ref: SessionRef) -> str:
+    """Request a flush of the session; the new job id, or "" when it coalesced."""
+    request = request_flush_run(store, client, ref.tenant_id, ref.session_id, publish=publish)
+    return "" if request.coalesced else request.job_id
+
+
+__all__ = ["DEFAULT_SCAN_LIMIT", "ReconcileReport", "reconcile_once"]

@@ -1,0 +1,69 @@
+"""Cross-tenant read queries for the reconciler (``om.reconcile``), on top of :class:`SqlStore`.
+
+These look across every tenant on purpose: the reconciler heals lost Redis state (a restart
+empties it) from what the store knows durably, and it is no tenant's request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from om_workers.store.schema import flush_runs, sessions
+from om_workers.store.store import SqlStore
+
+
+@dataclass(frozen=True)
+class SessionRef:
+    """One session, by tenant and id; ``unobserved_tokens`` as the store counts them."""
+
+    tenant_id: str
+    session_id: str
+    unobserved_tokens: int = 0
+
+
+def sessions_over_unobserved(store: SqlStore, threshold: int, limit: int) -> list[SessionRef]:
+    """Sessions whose unobserved tokens are at least ``threshold``, most backlogged first, at
+    most ``limit`` of them.
+
+    ``threshold`` is the observer's ``observation.messageTokens`` (a session below it would
+    flush to nothing). Raises ``ValueError`` for ``threshold < 1`` or ``limit < 1``, and the
+    store's :class:`~om_workers.errors.StoreUnavailableError` / ``StoreError``.
+    """
+    if threshold < 1 or limit < 1:
+        raise ValueError(f"threshold and limit must be >= 1, got {threshold}, {limit}")
+    query = (
+        select(sessions.c.tenant_id, sessions.c.id, sessions.c.unobserved_tokens)
+        .where(sessions.c.unobserved_tokens >= threshold)
+        .order_by(sessions.c.unobserved_tokens.desc(), sessions.c.pk)
+        .limit(limit)
+    )
+    with store._read() as connection:  # the package's own transaction and error translation
+        rows = connection.execute(query).all()
+    return [SessionRef(row.tenant_id, row.id, int(row.unobserved_tokens)) for row in rows]
+
+
+def sessions_of_runs(store: SqlStore, run_ids: Iterable[str]) -> list[SessionRef]:
+    """The distinct sessions the given runs belong to (unknown ids are ignored), in id order.
+
+    For re-enqueueing the sessions whose runs the reconciler swept as failed. Raises the
+    store's errors like :func:`sessions_over_unobserved`.
+    """
+    wanted = sorted(set(run_ids))
+    if not wanted:
+        return []
+    query = (
+        select(sessions.c.tenant_id, sessions.c.id)
+        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
+        .where(flush_runs.c.id.in_(wanted))
+        .distinct()
+        .order_by(sessions.c.tenant_id, sessions.c.id)
+    )
+    with store._read() as connection:
+        rows = connection.execute(query).all()
+    return [SessionRef(row.tenant_id, row.id) for row in rows]
+
+
+__all__ = ["SessionRef", "sessions_of_runs", "sessions_over_unobserved"]
