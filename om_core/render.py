@@ -71,11 +71,22 @@ def _bytes(line: str) -> int:
     return len(line.encode("utf-8"))
 
 
+_HEADING_BYTES = {
+    h: len(h.encode("utf-8"))
+    for h in (OUTLINE_HEADING, REFLECTIONS_HEADING, OBSERVATIONS_HEADING, MEMORY_HEADING)
+}
+_NOTE_BYTES_BUT_COUNT = len(_omitted_note(0).encode("utf-8")) - 1
+
+
 @dataclass
 class _Layout:
-    """Exact byte size of the rendering for the items still kept, updated per removal."""
+    """Exact byte size of the rendering for the items still kept, updated per removal.
 
-    outline: list[int]
+    Only running totals, so that each removal costs O(1) however many items there are.
+    """
+
+    outline_bytes: int
+    outline_count: int
     ref_bytes: int
     ref_count: int
     obs_bytes: int
@@ -84,17 +95,19 @@ class _Layout:
 
     def size(self) -> int:
         # Each section is a blank line, its heading and its lines; all joined by newlines.
-        parts = [_bytes(MEMORY_HEADING)]
-        for heading, count, total in (
-            (OUTLINE_HEADING, len(self.outline), sum(self.outline)),
+        total, parts = _HEADING_BYTES[MEMORY_HEADING], 1
+        for heading, count, lines in (
+            (OUTLINE_HEADING, self.outline_count, self.outline_bytes),
             (REFLECTIONS_HEADING, self.ref_count, self.ref_bytes),
             (OBSERVATIONS_HEADING, self.obs_count, self.obs_bytes),
         ):
             if count:
-                parts += [0, _bytes(heading), total + count - 1]
+                total += _HEADING_BYTES[heading] + lines + count - 1
+                parts += 3
         if self.omitted:
-            parts += [0, _bytes(_omitted_note(self.omitted))]
-        return sum(parts) + len(parts) - 1
+            total += _NOTE_BYTES_BUT_COUNT + len(str(self.omitted))
+            parts += 2
+        return total + parts - 1
 
 
 def _omit_to_fit(
@@ -106,7 +119,8 @@ def _omit_to_fit(
 ) -> int:
     """Blank out items (in place) until the rendering fits; return how many were left out."""
     layout = _Layout(
-        outline=[_bytes(line) for line in outline],
+        outline_bytes=sum(_bytes(line) for line in outline),
+        outline_count=len(outline),
         ref_bytes=sum(_bytes(x) for x in refs if x),
         ref_count=len(refs),
         obs_bytes=sum(_bytes(x) for x in obs if x),
@@ -131,6 +145,6 @@ def _omit_to_fit(
         layout.omitted += 1
     # Only an outline too large on its own is left: cut it rather than break the cap.
     while outline and layout.size() > max_bytes:
-        outline.pop()
-        layout.outline.pop()
+        layout.outline_bytes -= _bytes(outline.pop())
+        layout.outline_count -= 1
     return layout.omitted
