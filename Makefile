@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean
+.PHONY: test lint install clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m tests.bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,30 @@
+"""``make bench``: run every benchmark, print the figures, write results.md and results.png."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import bench_coalesce, bench_context, bench_fidelity, bench_fold
+from .common import Section, write_results
+
+BENCHMARKS = [bench_fold, bench_context, bench_coalesce, bench_fidelity]
+
+
+def main() -> int:
+    only = set(sys.argv[1:])
+    sections: list[Section] = []
+    for module in BENCHMARKS:
+        name = module.__name__.rsplit(".", 1)[-1]
+        if only and name not in only:
+            continue
+        print(f"== {name}", flush=True)
+        start = time.perf_counter()
+        sections.append(module.run())
+        print(f"   ({time.perf_counter() - start:.1f} s)", flush=True)
+    write_results(sections)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
