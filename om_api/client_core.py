@@ -1,0 +1,258 @@
+"""What the sync and async clients share: the error tree, the retry rule, request descriptions
+and response decoding. No I/O happens here, so both clients behave identically.
+
+Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``)::
+
+    OMClientError
+    ├── Unauthorized      401/403: no key, a bad or revoked key, a bad admin token
+    ├── NotFound          404: missing, or another tenant's (never told apart)
+    ├── Conflict          409: an id already stored with other content, a scope state clash
+    ├── InvalidRequest    400/422: the reason is in ``detail``
+    │   └── PayloadTooLarge   413
+    ├── Unavailable       503 or a transport failure, after every retry
+    ├── ServerError       500 and other statuses the API does not document
+    ├── InvalidResponse   a 2xx whose body does not match the wire model
+    └── JobTimeout        ``wait_for_job`` ran out of time (``job`` is the last state seen)
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from om_api.schemas import EntryIn, ErrorBody, JobOut, MessageWire
+
+T = TypeVar("T")
+
+FINAL_JOB_STATES: Final = frozenset({"succeeded", "failed", "skipped"})
+MAX_BATCH: Final = 1000
+"""Entries per append request (the API's cap); longer lists go in several requests."""
+
+
+class OMClientError(Exception):
+    """Root of every client error. ``status`` is the HTTP status (``None`` when no answer came),
+    ``code`` the API's machine error code, ``detail`` its reason, ``request_id`` the server's id
+    of the request (quote it when reporting a problem)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        detail: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.request_id = request_id
+
+
+class Unauthorized(OMClientError):
+    """401/403: the API key (or admin token) is missing, unknown or revoked."""
+
+
+class NotFound(OMClientError):
+    """404: the session, job or scope does not exist for this tenant."""
+
+
+class Conflict(OMClientError):
+    """409: the request clashes with stored state (same id, other content ...)."""
+
+
+class InvalidRequest(OMClientError):
+    """400/422: the request was refused as invalid; ``detail`` says why."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """413: the body exceeds the API's limit; send smaller batches."""
+
+
+class Unavailable(OMClientError):
+    """503 or no answer (connection refused, timeout) after the retries ran out."""
+
+
+class ServerError(OMClientError):
+    """A 5xx other than 503, or any status the API does not document."""
+
+
+class InvalidResponse(OMClientError):
+    """A success status whose body does not parse as the expected wire model."""
+
+
+class JobTimeout(OMClientError):
+    """:meth:`wait_for_job` gave up; ``job`` is the last state it read."""
+
+    def __init__(self, message: str, job: JobOut) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+_BY_STATUS: Final[Mapping[int, type[OMClientError]]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+    503: Unavailable,
+}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to retry.
+
+    A 503 or 429 is retried for every request (the server refused it before doing anything);
+    502/504 and transport errors after the request was sent only for idempotent requests
+    (connection failures before sending are always retried). The wait before retry ``n`` (from
+    0) is uniform in ``[0, min(cap_s, base_s * 2**n)]`` ("full jitter", so a crowd of clients
+    does not return in step), or the server's ``Retry-After`` plus up to 10 % jitter, capped at
+    ``max_retry_after_s``.
+    """
+
+    attempts: int = 5
+    base_s: float = 0.25
+    cap_s: float = 8.0
+    max_retry_after_s: float = 30.0
+
+    def delay(self, retry: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
+        if retry_after is not None:
+            wait = min(retry_after, self.max_retry_after_s)
+            return wait + random.uniform(0, wait * 0.1)
+        return random.uniform(0, min(self.cap_s, self.base_s * 2**retry))
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API request and the model its success body parses into (``str``: plain text)."""
+
+    method: str
+    path: str
+    model: type[T]
+    json: Any = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    idempotent: bool = True
+    admin: bool = False
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    """The response's ``Retry-After`` in seconds (delta-seconds or an HTTP date), if any."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def should_retry(call: Call[Any], status: int | None, sent: bool) -> bool:
+    """Whether a failed attempt may be repeated (see :class:`RetryPolicy`). ``status`` is
+    ``None`` for a transport error; ``sent`` is false when the connection never opened."""
+    if status is None:
+        return call.idempotent or not sent
+    if status in (429, 503):
+        return True
+    return status in (502, 504) and call.idempotent
+
+
+def decode(call: Call[T], response: httpx.Response) -> T:
+    """The success body parsed into ``call.model``, or the typed error for a failure status.
+
+    Raises an :class:`OMClientError` subclass for every non-2xx status, and
+    :class:`InvalidResponse` for a 2xx body that is not the expected model.
+    """
+    if response.is_success:
+        if call.model is str:
+            return response.text  # type: ignore[return-value]
+        model: Any = call.model
+        try:
+            parsed: T = model.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise InvalidResponse(
+                f"{call.method} {call.path}: unexpected response body: {exc}",
+                status=response.status_code,
+            ) from exc
+        return parsed
+    raise error_for(call, response)
+
+
+def error_for(call: Call[Any], response: httpx.Response) -> OMClientError:
+    """The typed error for a failure response, with the API's code, detail and request id."""
+    code: str | None = None
+    detail = response.text[:500]
+    request_id = response.headers.get("x-request-id")
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        pass
+    else:
+        code, detail, request_id = body.error, body.detail, body.request_id or request_id
+    kind = _BY_STATUS.get(response.status_code, ServerError)
+    message = f"{call.method} {call.path}: {response.status_code} {code or ''} {detail}".strip()
+    return kind(
+        message, status=response.status_code, code=code, detail=detail, request_id=request_id
+    )
+
+
+def transport_error(call: Call[Any], exc: httpx.TransportError) -> Unavailable:
+    """The :class:`Unavailable` raised when the last attempt got no answer."""
+    return Unavailable(f"{call.method} {call.path}: no answer ({exc.__class__.__name__}: {exc})")
+
+
+def was_sent(exc: httpx.TransportError) -> bool:
+    """False when the request surely never reached the server (connecting failed)."""
+    return not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+EntryLike = EntryIn | MessageWire | Mapping[str, Any]
+
+
+def entry_batches(entries: Sequence[EntryLike]) -> list[list[dict[str, Any]]]:
+    """Request bodies for an append: each entry as a wire dict with an id (a fresh UUID when
+    it has none, so a retried request is recognised as the same append), in batches of at most
+    :data:`MAX_BATCH`. A bare :class:`MessageWire` (or a dict with a ``role``) becomes a
+    ``message`` entry.
+
+    Raises ``pydantic.ValidationError`` for an entry that is not a valid ``EntryIn``.
+    """
+    bodies: list[dict[str, Any]] = []
+    for item in entries:
+        entry = _as_entry(item)
+        if entry.id is None:
+            entry = entry.model_copy(update={"id": f"e-{uuid.uuid4().hex}"})
+        bodies.append(entry.model_dump(mode="json", exclude_none=True))
+    return [bodies[i : i + MAX_BATCH] for i in range(0, len(bodies), MAX_BATCH)]
+
+
+def _as_entry(item: EntryLike) -> EntryIn:
+    if isinstance(item, EntryIn):
+        return item
+    if isinstance(item, MessageWire):
+        return EntryIn(kind="message", message=item)
+    if "role" in item:
+        return EntryIn(kind="message", message=MessageWire.model_validate(item))
+    return EntryIn.model_validate(item)
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A request model as its JSON body (``None`` fields left out)."""
+    return model.model_dump(mode="json", exclude_none=True)
