@@ -4,9 +4,13 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
 
 1. ``pending`` markers that outlived any lock (their message was dropped at a busy lock and
    the holder died before its release re-published, or the broker lost it): re-published;
-2. runs still ``running`` long after they started (their worker died and every redelivery is
+2. runs still ``queued`` long after they were requested, with no marker naming them (a Redis
+   restart emptied the queue and the markers): published again under a fresh marker, so the
+   job id a client holds does finish; when another job is pending meanwhile, that job will
+   read the session after this request and serves it (the row is finished ``skipped``);
+3. runs still ``running`` long after they started (their worker died and every redelivery is
    over): failed, and their sessions requested again, so the work they did not finish is done;
-3. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
+4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
    ``pending`` marker nor a lock: requested again. This is what recovers a Redis restart (the
    embedded Redis keeps nothing on disk, so every marker and queued message is gone) and a
    request that never reached Redis at all.
@@ -23,10 +27,18 @@ from datetime import timedelta
 import redis
 
 from om_workers import coalesce, redis_keys
+from om_workers.errors import FlushRunNotFoundError, InvalidRunStateError
 from om_workers.flush import PublishJob, request_flush_run
 from om_workers.metrics import METRICS
 from om_workers.redis_client import translate_errors
-from om_workers.store import SessionRef, SqlStore, sessions_of_runs, sessions_over_unobserved
+from om_workers.store import (
+    QueuedRun,
+    SessionRef,
+    SqlStore,
+    queued_runs_before,
+    sessions_of_runs,
+    sessions_over_unobserved,
+)
 from om_workers.store.base import utc_now
 
 DEFAULT_SCAN_LIMIT = 500
@@ -58,13 +70,14 @@ def reconcile_once(
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> ReconcileReport:
-    """Run the three healing steps of the module docstring once.
+    """Run the four healing steps of the module docstring once.
 
-    ``stale_pending_s``: age in seconds after which an unlocked marker is re-published;
+    ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued run that no
+    marker names, is published again;
     ``stuck_run_s``: seconds after its start when a ``running`` run counts as dead;
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
-    no marker and no lock is requested again (``None`` skips step 3); ``scan_limit``: sessions
-    step 3 looks at per pass. Also sets the pending-flush gauges from its scan.
+    no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
+    steps 2 and 4 look at per pass. Also sets the pending-flush gauges from its scan.
 
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
@@ -76,6 +89,10 @@ def reconcile_once(
         if not marker.locked and marker.age_s >= stale_pending_s:
             publish(marker.tenant_id, marker.session_id, marker.job_id)
             republished.append(marker.job_id)
+    stale_before = utc_now() - timedelta(seconds=stale_pending_s)
+    for orphan in queued_runs_before(store, stale_before, scan_limit):
+        if _republish_orphan(store, client, publish, orphan):
+            republished.append(orphan.run_id)
     failed = store.fail_stuck_runs(utc_now() - timedelta(seconds=stuck_run_s))
     requested = [
         job
@@ -87,6 +104,27 @@ def reconcile_once(
             if not _busy(client, ref) and (job := _request(store, client, publish, ref)):
                 requested.append(job)
     return ReconcileReport(tuple(republished), failed, tuple(requested))
+
+
+def _republish_orphan(
+    store: SqlStore, client: redis.Redis, publish: PublishJob, orphan: QueuedRun
+) -> bool:
+    """Publish a queued run whose marker is gone under a fresh marker; True when published."""
+    ref = orphan.session
+
+    def send(job_id: str) -> None:
+        publish(ref.tenant_id, ref.session_id, job_id)
+
+    request = coalesce.request_flush(client, ref.tenant_id, ref.session_id, orphan.run_id, send)
+    if not request.coalesced:
+        return True
+    if request.job_id != orphan.run_id:  # a marker naming this run is step 1's business
+        try:
+            error = f"message lost; served by pending job {request.job_id}"
+            store.finish_run(ref.tenant_id, orphan.run_id, "skipped", error=error)
+        except (InvalidRunStateError, FlushRunNotFoundError):
+            pass  # it ran or was swept meanwhile: nothing left to heal
+    return False
 
 
 def _busy(client: redis.Redis, ref: SessionRef) -> bool:

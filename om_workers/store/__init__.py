@@ -9,7 +9,9 @@ from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.ports import SqlSessionHandle
 from om_workers.store.reconcile_queries import (
+    QueuedRun,
     SessionRef,
+    queued_runs_before,
     sessions_of_runs,
     sessions_over_unobserved,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "ContextState",
     "CreatedApiKey",
     "FlushRun",
+    "QueuedRun",
     "RunState",
     "SessionInfo",
     "SessionRef",
@@ -44,6 +47,7 @@ __all__ = [
     "current_revision",
     "head_revision",
     "normalize_database_url",
+    "queued_runs_before",
     "sessions_of_runs",
     "sessions_over_unobserved",
     "upgrade",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
 
@@ -66,4 +67,36 @@ def sessions_of_runs(store: SqlStore, run_ids: Iterable[str]) -> list[SessionRef
     return [SessionRef(row.tenant_id, row.id) for row in rows]
 
 
-__all__ = ["SessionRef", "sessions_of_runs", "sessions_over_unobserved"]
+def queued_runs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[QueuedRun]:
+    """Runs still ``queued`` that were queued before ``queued_before``, oldest first, at most
+    ``limit``. For the reconciler: such a run's message may be lost (a Redis restart empties
+    the queue). Raises ``ValueError`` for ``limit < 1`` and the store's errors."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    query = (
+        select(flush_runs.c.id, sessions.c.tenant_id, sessions.c.id.label("session_id"))
+        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
+        .where(flush_runs.c.state == "queued", flush_runs.c.queued_at < queued_before)
+        .order_by(flush_runs.c.queued_at, flush_runs.c.id)
+        .limit(limit)
+    )
+    with store._read() as connection:
+        rows = connection.execute(query).all()
+    return [QueuedRun(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run row still waiting for its message: its id and its session."""
+
+    run_id: str
+    session: SessionRef
+
+
+__all__ = [
+    "QueuedRun",
+    "SessionRef",
+    "queued_runs_before",
+    "sessions_of_runs",
+    "sessions_over_unobserved",
+]

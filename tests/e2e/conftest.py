@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from om_workers.celery_app import create_celery_app
 from om_workers.embedded_redis import EmbeddedRedis
 from om_workers.redis_client import connect
 from om_workers.store import SqlStore, upgrade
+from om_workers.timing import TimeLimits
+from tests.e2e.workers import StartWorker, Worker, worker_env
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +49,36 @@ def store(database_url: str) -> Iterator[SqlStore]:
 @pytest.fixture
 def tenant(store: SqlStore) -> str:
     return store.create_tenant("acme").id
+
+
+@pytest.fixture
+def app(redis_server: EmbeddedRedis) -> Any:
+    """A publishing Celery app on the test Redis (the API's side of ``om.flush``)."""
+    return create_celery_app(
+        broker_url=redis_server.url, limits=TimeLimits(60, 70, 80, 90), concurrency=1
+    )
+
+
+@pytest.fixture
+def start_worker(
+    redis_server: EmbeddedRedis, database_url: str, tmp_path: Path, client: redis.Redis
+) -> Iterator[StartWorker]:
+    """Starts ``celery worker`` processes on the test Redis and store; all stopped afterwards.
+    ``redis_url=`` points one at another Redis; other keywords become its environment."""
+    started: list[Worker] = []
+    names = itertools.count(1)
+
+    def start(redis_url: str | None = None, **env: str) -> Worker:
+        name = f"w{next(names)}"
+        worker = Worker(
+            name,
+            worker_env(redis_url or redis_server.url, database_url, **env),
+            tmp_path / f"{name}.log",
+        )
+        started.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 import time
 
+import redis
+
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import ProviderRequest, ProviderResponse
+from om_workers import redis_keys
+from om_workers.store import SqlStore
 
 DELAY_ENV = "OM_TEST_PROVIDER_DELAY_S"
 
@@ -29,3 +33,32 @@ class SlowExtractiveProvider(ExtractiveProvider):
 def slow() -> SlowExtractiveProvider:
     """Factory for ``OM_PROVIDER``."""
     return SlowExtractiveProvider(float(os.environ.get(DELAY_ENV, "0")))
+
+
+THIEF_TENANT_ENV = "OM_TEST_THIEF_TENANT"
+_stolen: set[str] = set()
+
+
+class LockThief(ExtractiveProvider):
+    """On its first call for a session, plays the worker that took the session over after this
+    worker's lock expired: the lock key gets a foreign token and the store epoch is raised (what
+    ``SessionLock.acquire`` and ``begin_pass`` of the new holder do), then it answers normally,
+    so the run reaches its first memory write still believing it holds the lock."""
+
+    def generate(self, request: ProviderRequest) -> ProviderResponse:
+        session = request.correlation_id.removeprefix("om:")
+        if session not in _stolen:
+            _stolen.add(session)
+            tenant = os.environ[THIEF_TENANT_ENV]
+            client = redis.Redis.from_url(os.environ["OM_REDIS_URL"])
+            client.set(redis_keys.lock_key(tenant, session), "another-worker", px=60_000)
+            client.close()
+            store = SqlStore.from_url(os.environ["OM_DATABASE_URL"])
+            store.begin_pass(tenant, session)
+            store.close()
+        return super().generate(request)
+
+
+def thief() -> LockThief:
+    """Factory for ``OM_PROVIDER``."""
+    return LockThief()

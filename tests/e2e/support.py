@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -69,3 +70,12 @@ def wait_for(
     if not condition():
         extra = f": {detail()}" if detail is not None else ""
         raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{extra}")
+
+
+def assert_observed_once(store: SqlStore, tenant: str, session: str, messages: list[str]) -> None:
+    """Every message cited by exactly one observation, nothing else cited, no id twice."""
+    sources = Counter(covered_sources(store, tenant, session))
+    assert {m for m, n in sources.items() if n > 1} == set(), "a source entry observed twice"
+    assert set(sources) == set(messages), "coverage has a gap"
+    ids = Counter(observation_ids(store, tenant, session))
+    assert all(n == 1 for n in ids.values()), "an observation id recorded twice"

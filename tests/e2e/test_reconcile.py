@@ -130,3 +130,24 @@ def test_reconcile_re_requests_the_session_of_a_swept_run(
     (job,) = report.requested
     assert job != stuck.id and published == [(tenant, "crashed", job)]
     assert sessions_of_runs(store, [stuck.id, "unknown"])[0].session_id == "crashed"
+
+
+def test_reconcile_republishes_queued_runs_whose_message_was_lost(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    store.create_session(tenant, "lost")
+    first = store.create_run(tenant, "lost")  # queued; Redis lost its marker and message
+    second = store.create_run(tenant, "lost")
+    published: list[tuple[str, str, str]] = []
+    report = reconcile_once(
+        store,
+        client,
+        lambda t, s, j: published.append((t, s, j)),
+        stale_pending_s=0,
+        stuck_run_s=1000,
+    )
+    # The oldest gets the fresh marker and is published; the newer one is served by it.
+    assert report.republished == (first.id,) and published == [(tenant, "lost", first.id)]
+    assert client.get(redis_keys.pending_key(tenant, "lost")) == first.id
+    run = store.get_run(tenant, second.id)
+    assert run.state == "skipped" and run.error is not None and first.id in run.error

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +20,7 @@ from tests.e2e.support import LOW
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
+FINAL = frozenset({"succeeded", "failed", "skipped"})
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,20 @@ def runs_of(database_url: str, session_id: str) -> list[RunRow]:
             ).all()
     finally:
         engine.dispose()
-    return [RunRow(r[0], r[1], int(r[2]), _dt(r[3]), _dt(r[4]), r[5]) for r in rows]
+    return [RunRow(r[0], r[1], int(r[2]), as_datetime(r[3]), as_datetime(r[4]), r[5]) for r in rows]
 
 
-def _dt(value: Any) -> datetime | None:
+def as_datetime(value: Any) -> datetime | None:
+    """A run row's timestamp as read back from SQLite (text) or PostgreSQL (datetime)."""
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(str(value))
+
+
+def settled(database_url: str, session: str) -> bool:
+    """True when the session has run rows and every one has finished."""
+    runs = runs_of(database_url, session)
+    return bool(runs) and all(r.state in FINAL for r in runs)
+
+
+StartWorker = Callable[..., Worker]

@@ -1,0 +1,173 @@
+"""A Redis restart healed by the reconciler, and Flower watching the workers, through real
+``celery worker`` processes (and a real ``celery flower`` process)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from om_workers.celery_app import QUEUE, create_celery_app
+from om_workers.embedded_redis import EmbeddedRedis, free_port
+from om_workers.redis_client import connect
+from om_workers.store import SqlStore
+from om_workers.tasks import RECONCILE_TASK, enqueue_flush
+from om_workers.timing import TimeLimits
+from tests.e2e.support import (
+    add_chat,
+    assert_observed_once,
+    covered_sources,
+    fully_observed,
+    wait_for,
+)
+from tests.e2e.workers import FINAL, ROOT, StartWorker, runs_of, settled, worker_env
+
+
+@pytest.fixture
+def restartable() -> Iterator[EmbeddedRedis]:
+    """A Redis of this test's own: restarting the shared one would disturb other tests."""
+    with EmbeddedRedis() as server:
+        yield server
+
+
+def test_redis_restart_mid_load_loses_no_work(
+    restartable: EmbeddedRedis, start_worker: StartWorker, store: SqlStore, tenant: str,
+    database_url: str,
+) -> None:  # fmt: skip
+    client = connect(restartable.url)
+    app = create_celery_app(
+        broker_url=restartable.url, limits=TimeLimits(60, 70, 80, 90), concurrency=1
+    )
+    sessions = [f"r{i:02d}" for i in range(12)]
+    messages = {}
+    for session in sessions:
+        store.create_session(tenant, session)
+        messages[session] = add_chat(store, tenant, session, 3)
+    for _ in range(2):
+        start_worker(redis_url=restartable.url, OM_TEST_PROVIDER_DELAY_S="0.3")
+    for session in sessions:
+        enqueue_flush(store, client, tenant, session, app=app)
+    wait_for(
+        lambda: any(r.state == "running" for s in sessions for r in runs_of(database_url, s)),
+        30,
+        "a run in progress before the restart",
+    )
+    restartable.stop()
+    restartable.start()  # same port, empty: markers, locks and queued messages are gone
+    assert client.keys("*") == []
+
+    def healed() -> bool:
+        return all(
+            settled(database_url, s) and fully_observed(store, tenant, s, messages[s])
+            for s in sessions
+        )
+
+    # Beat would send om.reconcile every OM_RECONCILE_INTERVAL_S; the test sends it itself,
+    # through the restarted broker, so the workers' reconnect is exercised by the same path.
+    for _ in range(30):
+        app.send_task(RECONCILE_TASK, queue=QUEUE)
+        try:
+            wait_for(healed, 3, "")
+            break
+        except AssertionError:
+            continue
+    wait_for(
+        healed,
+        5,
+        "every session observed after the restart",
+        lambda: (
+            client.keys("*"),
+            {s: [r.state for r in runs_of(database_url, s)] for s in sessions},
+            {
+                s: sorted(set(messages[s]) - set(covered_sources(store, tenant, s)))
+                for s in sessions
+            },
+        ),
+    )
+    for session in sessions:
+        assert all(r.state in FINAL for r in runs_of(database_url, session))
+        assert_observed_once(store, tenant, session, messages[session])
+    client.close()
+
+
+def _get(url: str, auth: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {auth}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _answers(url: str, auth: str, check: Any) -> bool:
+    try:
+        return bool(check(_get(url, auth)))
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return False
+
+
+def test_flower_lists_the_workers_and_the_flush_tasks(
+    app: Any, start_worker: StartWorker, store: SqlStore, client: redis.Redis, tenant: str,
+    redis_server: EmbeddedRedis, database_url: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    start_worker()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    auth = base64.b64encode(b"u:p").decode()
+    log = tmp_path / "flower.log"
+    args = [
+        sys.executable, "-m", "celery", "-A", "om_workers.tasks", "flower",
+        f"--port={port}", "--address=127.0.0.1", "--basic-auth=u:p",
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        flower = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=worker_env(redis_server.url, database_url),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        wait_for(
+            lambda: _answers(f"{base}/api/workers?refresh=1", auth, lambda w: "w1@" in str(w)),
+            30,
+            "Flower listing worker w1",
+            lambda: log.read_text(errors="replace")[-2000:],
+        )
+        jobs = []
+        for session in ("f1", "f2", "f3"):
+            store.create_session(tenant, session)
+            add_chat(store, tenant, session, 1)
+            jobs.append(enqueue_flush(store, client, tenant, session, app=app).job_id)
+        wait_for(
+            lambda: all(store.get_run(tenant, job).state == "succeeded" for job in jobs),
+            30,
+            "the flushes",
+        )
+
+        def flush_tasks(tasks: dict[str, Any]) -> bool:
+            seen = {t["args"] for t in tasks.values() if t.get("state") == "SUCCESS"}
+            return all(any(job in args for args in seen) for job in jobs)
+
+        wait_for(
+            lambda: _answers(f"{base}/api/tasks?taskname=om.flush", auth, flush_tasks),
+            20,
+            "Flower listing the three om.flush tasks as SUCCESS",
+            lambda: _get(f"{base}/api/tasks?taskname=om.flush", auth),
+        )
+        with pytest.raises(urllib.error.HTTPError):
+            _get(f"{base}/api/workers", base64.b64encode(b"u:wrong").decode())
+    finally:
+        flower.terminate()
+        try:
+            flower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            flower.kill()
+            flower.wait(timeout=10)
