@@ -163,7 +163,10 @@ def create_app(
         if not resolved.redis_url:
             raise ConfigError("OM_REDIS_URL is unset: pass redis= or run the embedded stack")
         redis = connect(resolved.redis_url)
-    registry = SecretRegistry([resolved.admin_token, getattr(resolved, "provider_api_key", None)])
+    provider_key = resolved.provider_api_key
+    registry = SecretRegistry(
+        [resolved.admin_token, provider_key.get_secret_value() if provider_key else None]
+    )
     metrics = ApiMetrics()
     publish_factory: Callable[[], PublishJob] = (
         (lambda: publish) if publish is not None else _default_publish_factory

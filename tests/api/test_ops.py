@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from om_workers.embedded_redis import EmbeddedRedis
 from om_workers.redis_client import connect
@@ -120,4 +121,24 @@ def test_publish_failure_is_503_and_withdraws_the_request(db_path: str, api: Liv
             answer = tenant.post("/v1/sessions/s/flush")
             assert answer.status_code == 503 and "broker refused" in answer.json()["detail"]
             assert answer.headers["retry-after"].isdigit()
+    store.close()
+
+
+def test_provider_key_and_admin_token_are_redacted(db_path: str, api: LiveApi) -> None:
+    provider_key = "sk-provider-secret-0123456789"
+    settings = make_settings(db_path, "redis://127.0.0.1:1/0").model_copy(
+        update={"provider_api_key": SecretStr(provider_key)}
+    )
+    store = SqlStore.from_url(db_path)
+    with serve(settings, store, api.redis, Published()) as live:
+        tid, tenant = live.tenant()
+        tenant.post("/v1/sessions", json={"id": "s"})
+        text = f"provider {provider_key} admin {ADMIN_TOKEN}"
+        entries = [
+            {"id": f"{tid}-1", "kind": "message", "message": {"role": "user", "content": text}}
+        ]
+        tenant.post("/v1/sessions/s/entries", json={"entries": entries})
+        recent = tenant.get("/v1/sessions/s/context").json()["blocks"][1]["text"]
+        assert provider_key not in recent and ADMIN_TOKEN not in recent
+        assert recent.count("[REDACTED]") == 2
     store.close()
