@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean bench
+.PHONY: test lint install clean bench rehearsal
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m tests.bench
+
+# The compose topology as local processes (PostgreSQL on 127.0.0.1:5432 needed), one worker
+# killed mid-load; see tests/deploy/rehearsal.py.
+WORKERS ?= 3
+rehearsal: $(STAMP)
+	$(BIN)/python -m tests.deploy.rehearsal --workers $(WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
