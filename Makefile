@@ -17,6 +17,14 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The embedded stack (private Redis, SQLite, a worker, the API) and a scripted agent session.
+demo: $(STAMP)
+	$(BIN)/om demo
+
+# The embedded stack in the foreground (API, worker, beat, Flower); Ctrl-C stops it.
+up: $(STAMP)
+	$(BIN)/om up
+
 # Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
