@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from om_api.client import OMClient
 from om_api.schemas import ContextOut, EntryIn, MessageWire, RecallOut
@@ -40,9 +41,11 @@ DEMO_MEMORY_SETTINGS: Final = {
     # are folded into reflections once enough observations pile up.
     "observation": {"messageTokens": 200},
     "reflection": {"observationTokens": 600},
-    "context": {"recentMessages": 8, "observationsPoolMaxTokens": 4000},
+    "context": {"recentMessages": 8, "observationsPoolMaxTokens": 1500},
 }
 JOB_TIMEOUT_S: Final = 30.0
+RECALL_HINT: Final = "ACME-4411"
+"""A planted fact; the demo recalls the memory that shows it, to trace it back to its source."""
 _MEMORY_REF = re.compile(r"\b(?:om|reflection):[a-f0-9]{12}\b")
 
 TASKS: Final = (
@@ -131,29 +134,29 @@ FACTS: Final = (
         "All 14 idempotency tests passed in 6.2 seconds.",
     ),
 )
-FILLER: Final = (
-    ("read_file", "The module has no other references to the retry path."),
-    ("grep", "No further matches outside the vendored code."),
-    ("run_shell", "Command finished with exit code 0 and no warnings."),
-    ("list_dir", "The directory holds handlers, models and a tests folder."),
+QUIET: Final = (
+    ("grep", "no matches"),
+    ("run_shell", "exit 0"),
+    ("list_dir", "3 entries"),
 )
-ROUNDS_PER_RUN: Final = 7
+ROUNDS_PER_RUN: Final = 5
+CALLS_PER_ROUND: Final = 3
+BODY_LINES: Final = 36
 
 
 def script(runs: int) -> Iterator[list[Message]]:
-    """The scripted session, one list of messages per run (deterministic)."""
+    """The scripted session, one list of messages per run (deterministic).
+
+    Like a real coding agent: assistant turns are tool calls without prose, most tool results
+    are terse, and the few that matter are bulky (a file, a query result, a test log) with the
+    fact in their first sentence. The raw history is therefore large while what is worth
+    remembering is small, which is the case observational memory is for.
+    """
     for run in range(runs):
-        task = TASKS[run % len(TASKS)]
-        messages = [Message(role="user", content=task)]
+        messages = [Message(role="user", content=TASKS[run % len(TASKS)])]
         for step in range(ROUNDS_PER_RUN):
             calls, results = _round(run, step)
-            messages.append(
-                Message(
-                    role="assistant",
-                    content=f"Step {step + 1}: checking {', '.join(c.name for c in calls)}.",
-                    tool_calls=tuple(calls),
-                )
-            )
+            messages.append(Message(role="assistant", content="", tool_calls=tuple(calls)))
             messages.extend(results)
         messages.append(
             Message(role="assistant", content=f"Done with run {run + 1}: {_conclusion(run)}")
@@ -164,21 +167,30 @@ def script(runs: int) -> Iterator[list[Message]]:
 def _round(run: int, step: int) -> tuple[list[ToolCall], list[Message]]:
     calls: list[ToolCall] = []
     results: list[Message] = []
-    for slot in range(2):
+    for slot in range(CALLS_PER_ROUND):
         call_id = f"call-{run}-{step}-{slot}"
         if slot == 0 and step == 0:
-            name, arguments, text = FACTS[run % len(FACTS)]
+            name, arguments, fact = FACTS[run % len(FACTS)]
+            text = f"{fact}\n{_body(name, run)}"
         else:
-            name, text = FILLER[(run + step + slot) % len(FILLER)]
-            arguments = {"target": f"item-{run}-{step}-{slot}"}
+            name, text = QUIET[(run + step + slot) % len(QUIET)]
+            arguments = {"target": f"src/payments/part_{run}_{step}_{slot}.py"}
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         results.append(Message(role="tool", content=text, tool_call_id=call_id, tool_name=name))
     return calls, results
 
 
+def _body(name: str, run: int) -> str:
+    # The bulk a real tool returns around the one line that matters.
+    return "\n".join(
+        f"{name} | {run:02d}:{line:03d} | charge_id=ch_{run}{line:04d} status=ok amount={line * 7}"
+        for line in range(BODY_LINES)
+    )
+
+
 def _conclusion(run: int) -> str:
-    name, _, text = FACTS[run % len(FACTS)]
-    return f"the key finding came from {name}: {text.split('.')[0]}."
+    name, _, fact = FACTS[run % len(FACTS)]
+    return f"the key finding came from {name}: {fact.split('. ')[0].rstrip('.')}."
 
 
 def to_wire(message: Message) -> MessageWire:
@@ -252,7 +264,8 @@ def _print_context(out: Console, context: ContextOut, raw_tokens: int, messages:
     for block in context.blocks:
         tokens = estimate_text_tokens(block.text)
         shown += tokens
-        out.print(Panel(block.text or "(empty)", title=f"{block.id}: {tokens} tokens"))
+        # Text, not markup: rendered memory holds "[om:<id>]" which rich would eat as a tag.
+        out.print(Panel(Text(block.text or "(empty)"), title=f"{block.id}: {tokens} tokens"))
         table.add_row(block.id, str(tokens))
     table.add_row("context total", str(shown))
     table.add_row(f"raw history ({messages} messages)", str(raw_tokens))
@@ -263,12 +276,22 @@ def _print_context(out: Console, context: ContextOut, raw_tokens: int, messages:
 
 def _print_recall(out: Console, client: OMClient, session_id: str, context: ContextOut) -> None:
     memory = next(b for b in context.blocks if b.id == "observational-memory")
-    refs = _MEMORY_REF.findall(memory.text)
+    ref = pick_recall_ref(memory.text)
+    result = client.recall(session_id, ref)
+    out.print(Panel(Text(_render_recall(ref, result)), title=f"recall {ref}"))
+
+
+def pick_recall_ref(memory_text: str) -> str:
+    """The memory id to recall: the one shown next to a planted fact (:data:`RECALL_HINT`),
+    else the last id shown. Raises ``RuntimeError`` when the text shows no id at all."""
+    refs = _MEMORY_REF.findall(memory_text)
     if not refs:
         raise RuntimeError("the observational-memory block shows no memory id to recall")
-    # The last id shown is the most recent observation: its sources are easy to recognise.
-    result = client.recall(session_id, refs[-1])
-    out.print(Panel(_render_recall(refs[-1], result), title=f"recall {refs[-1]}"))
+    for line in memory_text.splitlines():
+        found = _MEMORY_REF.findall(line)
+        if found and RECALL_HINT in line:
+            return str(found[0])
+    return str(refs[-1])
 
 
 def _render_recall(ref: str, result: RecallOut) -> str:
@@ -280,5 +303,5 @@ def _render_recall(ref: str, result: RecallOut) -> str:
         if source.message is not None:
             content = source.message.content
             text = content if isinstance(content, str) else " ".join(p.text or "" for p in content)
-            lines.append(f"  {source.id} [{source.message.role}] {text[:120]}")
+            lines.append(f"  {source.id} [{source.message.role}] {' '.join(text.split())[:120]}")
     return "\n".join(lines)

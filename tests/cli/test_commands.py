@@ -1,0 +1,166 @@
+"""The ``om`` command line as a user runs it: real subprocesses, real Redis, SQLite, workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, inspect
+
+from om_workers.store import SqlStore
+
+ROOT = Path(__file__).resolve().parents[2]
+OM = [sys.executable, "-m", "om_api.cli"]
+COMMANDS = (
+    [], ["api"], ["worker"], ["beat"], ["flower"], ["up"], ["demo"], ["db"], ["db", "upgrade"],
+    ["keys"], ["keys", "create"], ["status"], ["view"], ["recall"],
+)  # fmt: skip
+UP_TIMEOUT_S = 120.0
+
+
+def env(**extra: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
+    clean.update(PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="120", **extra)
+    return clean
+
+
+def om(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*OM, *args], env=env(**extra), capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_help_everywhere() -> None:
+    processes = [
+        (args, subprocess.Popen([*OM, *args, "--help"], env=env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True))
+        for args in COMMANDS
+    ]  # fmt: skip
+    for args, process in processes:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, (args, err)
+        assert "Usage:" in out, args
+    top = om("--help").stdout
+    for name in ("api", "worker", "beat", "flower", "up", "demo", "status", "view", "recall"):
+        assert name in top
+
+
+def test_db_upgrade_creates_the_tables(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    url = f"sqlite:///{path}"
+    result = om("db", "upgrade", "--database-url", url)
+    assert result.returncode == 0, result.stderr
+    assert "revision" in result.stdout
+    engine = create_engine(url)
+    try:
+        tables = set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    assert {"tenants", "api_keys", "sessions", "flush_runs"} <= tables
+    # Again: a no-op on an up-to-date database; OM_DATABASE_URL is the default.
+    assert om("db", "upgrade", OM_DATABASE_URL=url).returncode == 0
+
+
+def test_keys_create_makes_a_key_that_resolves(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'om.db'}"
+    assert om("db", "upgrade", "--database-url", url).returncode == 0
+    first = om("keys", "create", "--tenant", "acme", OM_DATABASE_URL=url)
+    second = om("keys", "create", "--tenant", "acme", "--label", "ci", "--database-url", url)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    store = SqlStore.from_url(url)
+    try:
+        for result in (first, second):
+            key = result.stdout.strip()
+            assert store.resolve_api_key(key) == "acme"
+    finally:
+        store.close()
+    assert first.stdout != second.stdout
+
+
+def test_client_commands_fail_cleanly_without_a_server() -> None:
+    result = om("status", "s-1", "--api", "http://127.0.0.1:9", "--key", "k")
+    assert result.returncode == 1 and "no answer" in result.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'om.db'}"
+    process = subprocess.Popen(
+        [*OM, "up", "--api-port", "0", "--flower-port", "0", "--database-url", url,
+         "--flower-basic-auth", "ops:s3cret"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        assert process.stdout is not None
+        while not any(line.startswith("Ready.") for line in lines):
+            line = process.stdout.readline()
+            assert line, f"om up ended early: {''.join(lines)}"
+            lines.append(line)
+            assert time.monotonic() < deadline, "".join(lines)
+
+        def value(label: str) -> str:
+            return next(line[len(label) :].split()[0] for line in lines if line.startswith(label))
+
+        api_url, flower_url = value("API  "), value("Flower  ")
+        key = value("API key ")
+        pids = json.loads(next(line for line in lines if line.startswith("PIDs"))[4:])
+        assert set(pids) == {"api", "worker", "beat", "flower", "redis"}
+
+        assert httpx.get(f"{api_url}/readyz").status_code == 200
+        assert httpx.get(f"{flower_url}/api/workers").status_code == 401
+        workers = httpx.get(
+            f"{flower_url}/api/workers", params={"refresh": 1}, auth=("ops", "s3cret"), timeout=30
+        )
+        assert workers.status_code == 200
+        assert any(name.startswith("om-worker@") for name in workers.json()), workers.text
+
+        # The dev key works, and the client commands reach the API with it.
+        session = f"s-{uuid.uuid4().hex[:8]}"
+        headers = {"Authorization": f"Bearer {key}"}
+        assert httpx.post(
+            f"{api_url}/v1/sessions", json={"id": session}, headers=headers
+        ).is_success
+        status = om("status", session, "--api", api_url, "--key", key)
+        assert status.returncode == 0 and '"recorded_observations": 0' in status.stdout
+        view = om("view", session, "--full", OM_API_URL=api_url, OM_API_KEY=key)
+        assert view.returncode == 0 and view.stdout.strip()
+        recall = om("recall", session, "0123456789ab", "--api", api_url, "--key", key)
+        assert recall.returncode == 0 and '"found": false' in recall.stdout
+        bad = om("recall", session, "nope", "--api", api_url, "--key", key)
+        assert bad.returncode == 1 and "422" in bad.stderr
+        assert all(_alive(pid) for pid in pids.values())
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    assert "stopped." in rest
+    for pid in pids.values():
+        assert not _alive(pid), f"pid {pid} outlived om up"
+
+
+def test_demo_runs_end_to_end() -> None:
+    started = time.monotonic()
+    result = om("demo")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "observational-memory:" in out and "recent-messages:" in out
+    assert "raw history" in out and "context total" in out
+    assert "recall " in out and "found=True" in out
+    assert time.monotonic() - started < 90
