@@ -19,7 +19,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from om_workers.celery_app import QUEUE
 from om_workers.config import get_settings
 from om_workers.errors import OMWorkersError
 
@@ -106,6 +105,8 @@ def worker(
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run a Celery worker on queue ``om`` (threads pool, task events on). Needs OM_REDIS_URL."""
+    from om_workers.celery_app import QUEUE
+
     celery_app = _celery_app()
     slots = concurrency if concurrency is not None else get_settings().worker_concurrency
     argv = [
