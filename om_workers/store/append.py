@@ -87,7 +87,9 @@ class _Existing:
     payload: dict[str, Any]
 
 
-def _load_existing(connection: Connection, ids: Sequence[str]) -> dict[str, _Existing]:
+def _load_existing(
+    connection: Connection, tenant_id: str, ids: Sequence[str]
+) -> dict[str, _Existing]:
     found: dict[str, _Existing] = {}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = ids[start : start + _IN_CHUNK]
@@ -98,7 +100,7 @@ def _load_existing(connection: Connection, ids: Sequence[str]) -> dict[str, _Exi
                 entries.c.seq,
                 entries.c.run_start,
                 entries.c.payload,
-            ).where(entries.c.id.in_(chunk))
+            ).where(entries.c.tenant_id == tenant_id, entries.c.id.in_(chunk))
         )
         for row in rows:
             found[row.id] = _Existing(
@@ -157,7 +159,7 @@ def append_locked(
     """
     _check_batch(session, batch)
     ids = [entry.id for entry in batch]
-    existing = _load_existing(connection, ids)
+    existing = _load_existing(connection, session.tenant_id, ids)
     wanted = {e.parent_id for e in batch if e.parent_id is not None and e.parent_id not in existing}
     if session.leaf_id is not None:
         wanted.add(session.leaf_id)
@@ -217,6 +219,7 @@ def append_locked(
         rows.append(
             {
                 "id": entry.id,
+                "tenant_id": session.tenant_id,
                 "session_pk": session.pk,
                 "parent_id": parent,
                 "seq": seq,

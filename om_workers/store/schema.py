@@ -106,6 +106,10 @@ sessions = Table(
 entries = Table(
     "entries",
     metadata,
+    # Entry ids are unique within a tenant (the seed's "unique across the store", where a
+    # tenant is the store a host sees): one tenant's ids never collide with, or reveal,
+    # another's.
+    Column("tenant_id", String(TENANT_ID_LENGTH), primary_key=True),
     Column("id", String(ID_LENGTH), primary_key=True),
     Column(
         "session_pk",
@@ -121,6 +125,7 @@ entries = Table(
     Column("payload", Json, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("session_pk", "seq", name="uq_entries_session_pk_seq"),
+    Index("ix_entries_session_pk_id", "session_pk", "id"),
 )
 
 snapshots = Table(

@@ -66,17 +66,22 @@ def test_same_id_other_content_is_a_conflict(store: SqlStore, tenant: str, sessi
         )
 
 
-def test_entry_ids_are_unique_across_sessions_and_tenants(
+def test_entry_ids_are_unique_within_a_tenant_and_private_to_it(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
-    store.append_entries(tenant, session_id, message("a"))
+    store.append_entries(tenant, session_id, message("a", text="tenant one"))
     store.create_session(tenant, "s2")
     with pytest.raises(EntryConflictError):
         store.append_entries(tenant, "s2", message("a", "s2"))
+    # Another tenant's ids are its own: same id, same session id, other content, no conflict.
     store.create_tenant("other")
     store.create_session("other", "s1")
-    with pytest.raises(EntryConflictError):
-        store.append_entries("other", "s1", message("a"))
+    result = store.append_entries("other", "s1", message("a", text="tenant two"))
+    assert result.appended_ids == ("a",)
+    assert [e.message.text for e in store.read_branch("other", "s1") if e.message] == ["tenant two"]
+    assert [e.message.text for e in store.read_branch(tenant, session_id) if e.message] == [
+        "tenant one"
+    ]
 
 
 def test_batch_with_one_bad_entry_writes_nothing(

@@ -41,3 +41,48 @@ def test_upgrade_is_idempotent_and_store_works_after(database_url: str) -> None:
         assert store.create_session("t", "s").entry_count == 0
     finally:
         store.close()
+
+
+def test_upgrade_keeps_entries_written_under_global_ids(database_url: str) -> None:
+    from sqlalchemy import text
+
+    upgrade(database_url, revision="0002")
+    engine = create_store_engine(database_url)
+    now = "2026-01-01 00:00:00+00:00"
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"),
+                {"now": now},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO sessions (tenant_id, id, leaf_id, epoch, entry_count, "
+                    "unobserved_tokens, meta, created_at, updated_at) VALUES "
+                    "('t', 's', 'a', 0, 1, 0, '{}', :now, :now)"
+                ),
+                {"now": now},
+            )
+            pk = connection.execute(text("SELECT pk FROM sessions")).scalar_one()
+            payload = '{"id": "a", "sessionId": "s", "kind": "message", "message": {"role": "user", "content": "hi"}}'  # noqa: E501
+            connection.execute(
+                text(
+                    "INSERT INTO entries (id, session_pk, parent_id, seq, run_start, kind, "
+                    "eligible_tokens, payload, created_at) VALUES "
+                    "('a', :pk, NULL, 1, 1, 'message', 1, :payload, :now)"
+                ),
+                {"pk": pk, "payload": payload, "now": now},
+            )
+    finally:
+        engine.dispose()
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        assert [e.id for e in store.read_branch("t", "s")] == ["a"]
+        store.create_tenant("u")
+        store.create_session("u", "s")
+        assert store.append_entries(
+            "u", "s", store.read_branch("t", "s")[0].model_copy(update={"session_id": "s"})
+        ).appended_ids == ("a",)
+    finally:
+        store.close()
