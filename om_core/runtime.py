@@ -80,7 +80,9 @@ class ObservationalMemoryRuntime:
     names from settings groups; the reflector and dropper fall back to the observer's provider.
     ``compact`` (with ``should_compact`` deciding, else ``context.compactAfterTokens``) is the
     compaction step. After ``backoff_after`` consecutive flushes that ran a worker but did not
-    advance, flushes skip with ``backoff`` until the branch leaf changes.
+    advance, flushes skip with ``backoff`` until the branch leaf changes. ``invalidated_ids``
+    (read once per flush: the tombstone port's withheld ids) keeps revoked entries out of the
+    observer's input.
     """
 
     def __init__(
@@ -103,8 +105,10 @@ class ObservationalMemoryRuntime:
         now: Callable[[], str] | None = None,
         new_entry_id: Callable[[], str] = create_memory_id,
         debug: DebugSink | None = None,
+        invalidated_ids: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.session = session
+        self._invalidated = invalidated_ids
         self.settings = (
             settings
             if isinstance(settings, ObservationalMemorySettings)
@@ -159,27 +163,28 @@ class ObservationalMemoryRuntime:
         """True while a flush holds the pipeline."""
         return self._lock.locked()
 
-    def flush(self, full_reflection_rebuild: bool = False) -> FlushResult:
+    def flush(self, full_reflection_rebuild: bool = False, *, force: bool = False) -> FlushResult:
         """Run the pipeline once; never raises for worker, provider or append failures.
 
         ``full_reflection_rebuild`` reflects over every active observation instead of only
-        those recorded after the last reflection coverage.
+        those recorded after the last reflection coverage. ``force`` observes whatever is
+        unscanned now, below ``observation.messageTokens`` too (a host ending a session).
         """
         if not self._lock.acquire(blocking=False):
             return FlushResult(skipped=(WorkerSkip(worker="flush", reason=BUSY),))
         try:
-            return self._flush_locked(full_reflection_rebuild)
+            return self._flush_locked(full_reflection_rebuild, force)
         finally:
             self._lock.release()
 
-    def _flush_locked(self, full_rebuild: bool) -> FlushResult:
+    def _flush_locked(self, full_rebuild: bool, force: bool) -> FlushResult:
         state = FlushState()
         leaf = self._leaf_id()
         if self._stalled >= self._backoff_after and leaf == self._stalled_leaf:
             state.skip("flush", BACKOFF)
             return state.result()
         steps: list[Callable[[FlushState], None]] = [
-            self._observe,
+            lambda st: self._observe(st, force),
             lambda st: self._reflect(st, full_rebuild),
             self._drop,
             self._bind,
@@ -213,13 +218,18 @@ class ObservationalMemoryRuntime:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def _observe(self, state: FlushState) -> None:
+    def _observe(self, state: FlushState, force: bool) -> None:
         entries = self._entries()
         backlog = unscanned_entries(entries, self.ledger(entries))
+        if self._invalidated is not None:
+            # A revoked source never reaches the observer (nor, so, any new memory).
+            withheld = frozenset(self._invalidated())
+            backlog = [e for e in backlog if e.id not in withheld]
         pending = sum(
             estimate_entry_tokens(e) for e in backlog if is_eligible_observation_source(e)
         )
-        if pending < self.settings.observation.message_tokens:
+        threshold = 1 if force else self.settings.observation.message_tokens
+        if pending < threshold:
             state.skip("observer", BELOW_THRESHOLD)
             return
         worker = self._worker("observer", state)

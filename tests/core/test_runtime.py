@@ -334,3 +334,25 @@ def test_a_failed_step_writes_nothing_and_later_steps_still_run() -> None:
     assert result.observation_ids == ()
     assert result.dropped_observation_ids  # the drop step still ran
     assert memory_types(s)[-1] == "om.observations.dropped"
+
+
+def test_force_observes_below_the_threshold() -> None:
+    s = Session()
+    chat(s, 1)
+    high = {**LOW, "observation": {"messageTokens": 100_000}}
+    assert ("observer", "below_threshold") in [
+        (k.worker, k.reason) for k in runtime(s, high).flush().skipped
+    ]
+    forced = runtime(s, high).flush(force=True)
+    assert len(forced.observation_ids) == 2
+    assert runtime(s, high).flush(force=True).observation_ids == ()  # nothing new to observe
+
+
+def test_revoked_entries_never_reach_the_observer() -> None:
+    s = Session()
+    chat(s, 2)
+    revoked = s.entries[0].id
+    result = runtime(s, invalidated_ids=lambda: [revoked]).flush()
+    ledger = fold_ledger(s.entries)
+    assert len(result.observation_ids) == 3
+    assert all(revoked not in o.source_entry_ids for o in ledger.observations)
