@@ -195,9 +195,10 @@ class SessionOut(WireModel):
 class FlushRequest(RequestModel):
     """``POST /v1/sessions/{sid}/flush`` (the body is optional).
 
-    ``force`` runs the workers even below their token thresholds.
-    ``full_reflection_rebuild`` is accepted only as ``false`` until the flush job can carry it:
-    ``true`` is a 422 rather than a silently ignored request.
+    ``force`` observes whatever is unscanned now, below ``observation.messageTokens`` too.
+    ``full_reflection_rebuild`` reflects over every active observation, not only the new ones.
+    Both are kept in the run row; a request that coalesces into a pending job adds its options
+    to that job's.
     """
 
     force: bool = False

@@ -19,7 +19,7 @@ from om_core.settings import ObservationalMemorySettings
 from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
 from om_workers.flush import PublishJob
-from om_workers.store import SqlStore
+from om_workers.store import SqlStore, tombstone_scope
 
 
 @dataclass
@@ -64,15 +64,6 @@ class ApiState:
     def invalidated_ids(self, tenant_id: str, session_id: str) -> frozenset[str]:
         """Entry ids revoked in this session (its tombstone scope)."""
         return self.store.invalidated_ids(tenant_id, tombstone_scope(session_id))
-
-
-def tombstone_scope(session_id: str) -> str:
-    """The tombstone scope of one session: ``POST .../revocations`` writes it, reads withhold it.
-
-    Entry ids are unique per tenant, so a per-session scope loses nothing and keeps one
-    session's revocations from costing another session's reads.
-    """
-    return f"session:{session_id}"
 
 
 def get_state(request: Request) -> ApiState:

@@ -20,6 +20,7 @@ duplicate nothing). A marker is therefore only needed to serve *other* requests.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import time
@@ -46,7 +47,7 @@ from om_workers.errors import (
 from om_workers.locks import SessionLock
 from om_workers.metrics import METRICS
 from om_workers.redis_client import translate_errors
-from om_workers.store import SqlStore
+from om_workers.store import SqlStore, tombstone_scope
 from om_workers.store.records import FINAL_RUN_STATES, FlushRun
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ def request_flush_run(
     *,
     publish: PublishJob,
     force: bool = False,
+    full_reflection_rebuild: bool = False,
 ) -> FlushRequest:
     """Accept a flush request: the job id that will serve it, publishing a new job if needed.
 
@@ -189,8 +191,11 @@ def request_flush_run(
         pending = client.get(redis_keys.pending_key(tenant_id, session_id))
     if pending is not None:
         METRICS.coalesced.inc()
+        _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
         return FlushRequest(str(pending), coalesced=True)
-    run = store.create_run(tenant_id, session_id, force=force)
+    run = store.create_run(
+        tenant_id, session_id, force=force, full_reflection_rebuild=full_reflection_rebuild
+    )
 
     def send(job_id: str) -> None:
         publish(tenant_id, session_id, job_id)
@@ -204,7 +209,23 @@ def request_flush_run(
         METRICS.coalesced.inc()
         # Nobody else knows this row's id, so nothing can have finished it meanwhile.
         store.finish_run(tenant_id, run.id, "skipped", error=f"coalesced into {request.job_id}")
+        _widen(store, tenant_id, request.job_id, force, full_reflection_rebuild)
     return request
+
+
+def _widen(
+    store: SqlStore, tenant_id: str, job_id: str, force: bool, full_reflection_rebuild: bool
+) -> None:
+    """Give the pending job this request's options (its row is read when the job starts).
+
+    A job that already started has claimed its marker, so a request only coalesces into one
+    that is still queued; should it have started in between, its run read the session after
+    this request was made, and the options miss one run at most.
+    """
+    if not store.widen_run_options(
+        tenant_id, job_id, force=force, full_reflection_rebuild=full_reflection_rebuild
+    ):
+        log.info("flush %s started before a coalesced request widened its options", job_id)
 
 
 def run_flush_job(
@@ -285,10 +306,24 @@ def _run_locked(deps: FlushDeps, lock: SessionLock, run: FlushRun, force: bool) 
     if claimed is None and run.state == "queued":
         log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
     if claimed is not None and claimed != job_id:
-        # That request was made before this run reads the session: this run serves it.
+        # That request was made before this run reads the session: this run serves it,
+        # options included.
         METRICS.coalesced.inc()
+        run = _with_options_of(deps, run, claimed)
         _finish_quietly(deps, tenant_id, claimed, "skipped", error=f"served by run {job_id}")
     return _execute(deps, lock, run)
+
+
+def _with_options_of(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
+    try:
+        other = deps.store.get_run(run.tenant_id, other_id)
+    except FlushRunNotFoundError:
+        return run
+    return dataclasses.replace(
+        run,
+        force=run.force or other.force,
+        full_reflection_rebuild=run.full_reflection_rebuild or other.full_reflection_rebuild,
+    )
 
 
 def _run_other(
@@ -331,8 +366,11 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
             dropper=WorkerConfig(model=models.get("dropper")),
             session_model=deps.model,
             secrets=deps.secrets,
+            invalidated_ids=lambda: deps.store.invalidated_ids(
+                tenant_id, tombstone_scope(session_id)
+            ),
         )
-        result = runtime.flush(full_reflection_rebuild=run.full_reflection_rebuild)
+        result = runtime.flush(full_reflection_rebuild=run.full_reflection_rebuild, force=run.force)
     except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
         crashed = f"{type(exc).__name__}: {exc}"
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)

@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 
 from om_api.auth import TenantId
 from om_api.convert import job_out
-from om_api.errors import ApiError
 from om_api.logging import redact_text
 from om_api.routes import JobPath, SessionPath
 from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
@@ -50,12 +49,6 @@ def flush(
     before Redis is touched), 503 + ``Retry-After`` when Redis is down.
     """
     request = body or FlushRequest()
-    if request.full_reflection_rebuild:
-        raise ApiError(
-            422,
-            "invalid_input",
-            "full_reflection_rebuild is not supported by the flush job yet; send false",
-        )
     # Existence first: another tenant's session is a 404 even while Redis is down.
     state.store.get_session(tenant_id, session_id)
     try:
@@ -66,6 +59,7 @@ def flush(
             session_id,
             publish=state.publisher(),
             force=request.force,
+            full_reflection_rebuild=request.full_reflection_rebuild,
         )
     except CoordinationError:
         state.metrics.observe_enqueue("unavailable")

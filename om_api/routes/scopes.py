@@ -24,8 +24,9 @@ from om_api.schemas import (
     ScopeRecordOut,
     ScopeRefsRequest,
 )
-from om_api.state import ApiState, State, tombstone_scope
+from om_api.state import ApiState, State
 from om_core import ObservationalMemoryDropHandler, SessionEntry, WorkScopeController
+from om_workers.store import tombstone_scope
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["scopes"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -26,6 +26,7 @@ from om_workers.store.records import (
     Tenant,
     Tombstone,
 )
+from om_workers.store.runs import tombstone_scope
 from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
 
 __all__ = [
@@ -50,5 +51,6 @@ __all__ = [
     "queued_runs_before",
     "sessions_of_runs",
     "sessions_over_unobserved",
+    "tombstone_scope",
     "upgrade",
 ]

@@ -61,6 +61,15 @@ def _locked_run(connection: Connection, tenant_id: str, run_id: str) -> Row[Any]
     return row
 
 
+def tombstone_scope(session_id: str) -> str:
+    """The tombstone scope of one session: revocations write it, reads and flushes withhold it.
+
+    Entry ids are unique per tenant, so a per-session scope loses nothing and keeps one
+    session's revocations from costing another session's reads.
+    """
+    return f"session:{session_id}"
+
+
 class RunsMixin(StoreBase):
     """Flush-run and tombstone operations of :class:`~om_workers.store.SqlStore`."""
 
@@ -163,6 +172,33 @@ class RunsMixin(StoreBase):
                 )
             )
             return _to_run(_locked_run(connection, tenant_id, run_id))
+
+    def widen_run_options(
+        self, tenant_id: str, run_id: str, *, force: bool, full_reflection_rebuild: bool
+    ) -> bool:
+        """Add ``force`` / ``full_reflection_rebuild`` to a queued run a request coalesced into.
+
+        Options only ever widen (a coalesced request never takes one away). Returns False when
+        the run is no longer queued (it already read its options; the caller then lets it be).
+        """
+        if not (force or full_reflection_rebuild):
+            return True
+        values: dict[str, bool] = {}
+        if force:
+            values["force"] = True
+        if full_reflection_rebuild:
+            values["full_reflection_rebuild"] = True
+        with self._write() as connection:
+            changed = connection.execute(
+                update(flush_runs)
+                .where(
+                    flush_runs.c.id == run_id,
+                    flush_runs.c.tenant_id == tenant_id,
+                    flush_runs.c.state == "queued",
+                )
+                .values(**values)
+            ).rowcount
+        return bool(changed)
 
     def fail_stuck_runs(self, started_before: datetime) -> tuple[str, ...]:
         """Mark every run still ``running`` that started before ``started_before`` as failed.

@@ -21,11 +21,11 @@ Published = list[tuple[str, str, str]]
 
 
 def deps_for(store: SqlStore, client: redis.Redis, published: Published, **kw: object) -> FlushDeps:
+    kw.setdefault("memory_settings", LOW)
     return FlushDeps(
         store=store,
         redis=client,
         publish=lambda t, s, j: published.append((t, s, j)),
-        memory_settings=LOW,
         **kw,  # type: ignore[arg-type]
     )
 
@@ -213,3 +213,21 @@ def test_load_provider() -> None:
         load_provider("nonsense")
     with pytest.raises(ValueError):
         load_provider("tests.e2e.providers:missing")
+
+
+def test_forced_job_observes_below_the_threshold_and_skips_revoked_entries(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    from om_workers.store import tombstone_scope
+
+    high = {**LOW, "observation": {"messageTokens": 1_000_000}}
+    deps = deps_for(store, client, published, memory_settings=high)
+    plain = enqueue(deps, tenant, "s1")
+    assert run_flush_job(deps, tenant, "s1", plain, False).outcome == "succeeded"
+    assert covered_sources(store, tenant, "s1") == []
+
+    store.add_tombstones(tenant, tombstone_scope("s1"), [chat[0]])
+    forced = request_flush_run(store, client, tenant, "s1", publish=deps.publish, force=True)
+    assert store.get_run(tenant, forced.job_id).force
+    assert run_flush_job(deps, tenant, "s1", forced.job_id, False).outcome == "succeeded"
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat[1:])
