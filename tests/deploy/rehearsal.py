@@ -272,6 +272,7 @@ class Rehearsal:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         sessions = [f"rh-{i:02d}" for i in range(config.sessions)]
         messages: dict[str, list[str]] = {s: [] for s in sessions}
+        requests: dict[str, list[tuple[int, str, bool]]] = {s: [] for s in sessions}
         with httpx.Client(base_url=self.api_url, headers=headers, timeout=30) as client:
             for session in sessions:
                 _ok(client.post("/v1/sessions", json={"id": session}), 201)
@@ -283,6 +284,7 @@ class Rehearsal:
                     messages[session] += [e["id"] for e in entries]
                     flush = _ok(client.post(f"/v1/sessions/{session}/flush", json={}), 202)
                     report.jobs[flush["job_id"]] = "queued"
+                    requests[session].append((rnd, flush["job_id"], flush["coalesced"]))
                 if rnd == 0 and config.kill is not None:
                     time.sleep(min(1.0, 2 * config.provider_delay_s))  # runs are in flight
                     victim = self.process("worker0").process
@@ -313,7 +315,8 @@ class Rehearsal:
                         for job in jobs
                         if job["session_id"] == session
                     ]
-                    raise AssertionError(f"{exc}; its runs: {runs}") from None
+                    asked = requests[session]
+                    raise AssertionError(f"{exc}; flushes {asked}; runs {runs}") from None
         report.messages = sum(len(ids) for ids in messages.values())
         report.redelivered = sum(1 for job in jobs if job["attempts"] > 1)
         ran = [job for job in jobs if job["started_at"] and job["finished_at"]]
