@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean bench rehearsal
+.PHONY: test lint install clean bench rehearsal demo up
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
