@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from om_core.appending import append_checked
 from om_core.compaction import ObservationalMemoryCompactionStrategy
 from om_core.context import build_context_blocks
-from om_core.errors import AppendNotVisibleError, InvalidInputError, InvalidTriggerError
+from om_core.errors import InvalidInputError, InvalidTriggerError
 from om_core.ids import create_memory_id
 from om_core.limits import WorkerLimits
 from om_core.models import ContextBlock, Frozen, SessionEntry
@@ -259,14 +260,9 @@ class AttachedMemory:
         entries = self._host.get_entries()
         result = self.strategy.compact(entries, trigger=trigger, secrets=self._memory.secrets)
         entry = result.to_entry(
-            entry_id=self._new_entry_id(),
-            session_id=self._host.id,
-            parent_id=entries[-1].id if entries else None,
+            entry_id=self._new_entry_id(), session_id=self._host.id, parent_id=None
         )
-        self._append(entry)
-        after = self._host.get_entries()
-        if not after or after[-1].id != entry.id:
-            raise AppendNotVisibleError(f"compaction entry {entry.id!r} is not the session leaf")
+        append_checked(self._append, self._host.get_entries, entry, "compaction entry")
         return entry
 
     # -- proxy support ---------------------------------------------------------------------

@@ -17,7 +17,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from om_core.errors import AppendNotVisibleError, InvalidInputError, WrongSessionError
+from om_core.appending import append_checked
+from om_core.errors import InvalidInputError, WrongSessionError
 from om_core.ids import create_memory_id
 from om_core.ledger import fold_ledger
 from om_core.models import Frozen, ObservationalMemoryLedger, ObservationsDropped, SessionEntry
@@ -126,16 +127,13 @@ class ObservationalMemoryDropHandler:
         entry = SessionEntry(
             id=self._new_entry_id(),
             session_id=self.session_id,
-            parent_id=entries[-1].id if entries else None,
+            parent_id=None,
             kind="custom",
             created_at=self._now() if self._now is not None else None,
             data=ObservationsDropped(observation_ids=dropped).to_json_dict(),
         )
-        self._append(entry)
         if self._get_entries is not None:
-            after = self._get_entries()
-            if not after or after[-1].id != entry.id:
-                raise AppendNotVisibleError(
-                    f"drop entry {entry.id!r} is not the leaf of session {self.session_id!r}"
-                )
+            append_checked(self._append, self._get_entries, entry, "drop entry")
+        else:
+            self._append(entry)
         return dropped

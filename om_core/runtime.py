@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from om_core.appending import append_checked
 from om_core.errors import AppendNotVisibleError
 from om_core.ids import create_memory_id
 from om_core.ledger import (
@@ -75,7 +76,7 @@ class ObservationalMemoryRuntime:
     """Explicit flush of one session's observational memory (see the module docstring).
 
     ``append_entry`` must append to the same branch ``session.get_entries()`` reads; an append
-    that does not become the leaf fails the flush closed (:class:`AppendNotVisibleError`,
+    that does not land on that branch fails the flush closed (:class:`AppendNotVisibleError`,
     reported in ``FlushResult.error`` and ``last_error``). ``providers`` resolves provider
     names from settings groups; the reflector and dropper fall back to the observer's provider.
     ``compact`` (with ``should_compact`` deciding, else ``context.compactAfterTokens``) is the
@@ -388,21 +389,16 @@ class ObservationalMemoryRuntime:
         self._append_payload(record, state)
 
     def _append_payload(self, payload: Record | ScopeBound, state: FlushState) -> None:
-        """Append one custom entry at the leaf, then check it is the leaf (else fail closed)."""
-        parent = self._leaf_id()
+        """Append one custom entry at the leaf (see :func:`append_checked`)."""
         entry = SessionEntry(
             id=self._new_entry_id(),
             session_id=self.session.id,
-            parent_id=parent,
+            parent_id=None,
             kind="custom",
             created_at=self._now() if self._now else None,
             data=payload.to_json_dict(),
         )
-        self._append(entry)
-        if self._leaf_id() != entry.id:
-            raise AppendNotVisibleError(
-                f"appended entry {entry.id!r} is not the leaf of session {self.session.id!r}"
-            )
+        append_checked(self._append, self._entries, entry)
         state.appended.append(entry.id)
 
     def _emit(self, event: str, data: Mapping[str, Any]) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from om_core.appending import append_checked
 from om_core.errors import (
-    AppendNotVisibleError,
     InvalidScopeInputError,
     ScopeCapError,
     ScopeOwnershipError,
@@ -254,17 +254,12 @@ class WorkScopeController:
         entry = SessionEntry(
             id=self._new_entry_id(),
             session_id=self.session_id,
-            parent_id=entries[-1].id if entries else None,
+            parent_id=None,
             kind="custom",
             created_at=self._now() if self._now is not None else None,
             data=record.to_json_dict(),
         )
-        self._append(entry)
-        after = self._get_entries()
-        if not after or after[-1].id != entry.id:
-            raise AppendNotVisibleError(
-                f"appended scope entry {entry.id!r} is not the leaf of session {self.session_id!r}"
-            )
+        append_checked(self._append, self._get_entries, entry, "scope entry")
         return entry
 
 

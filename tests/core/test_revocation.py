@@ -83,7 +83,7 @@ def test_drop_handler_appends_one_entry_naming_every_observation_resting_on_tomb
     assert len(drops) == 1
     # Ids only: no coversUpToId, no observation text.
     assert drops[0].data == {"type": "om.observations.dropped", "observationIds": [mid(1), mid(3)]}
-    assert drops[0].parent_id == b.entries[-2].id
+    assert drops[0].parent_id is None  # the sink appends it at the leaf of its moment
     ledger = fold_ledger(b.entries)
     assert [o.id for o in ledger.active_observations] == [mid(2)]
     assert ledger.observation_covers_up_to_id == "m2"  # a drop is not progress

@@ -111,8 +111,8 @@ def test_records_use_the_seed_wire_keys() -> None:
     left = c.leave()
     assert left is not None and left.data == {"type": "om.scope.left"}
     assert opened.kind == "custom" and opened.session_id == "s1"
-    # Each entry hangs off the previous leaf of the branch.
-    assert child.parent_id == opened.id
+    # No entry names a parent: the sink appends each at the leaf of its moment.
+    assert child.parent_id is None and opened.parent_id is None
 
 
 def test_enter_pushes_and_leave_pops_back_to_the_previous_leaf() -> None:

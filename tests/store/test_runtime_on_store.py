@@ -51,3 +51,32 @@ def test_a_superseded_pass_cannot_write_through_the_runtime(
     assert fold_ledger(store.read_branch(tenant, session_id)).observations == ()
     with pytest.raises(StaleEpochError):
         stale.append_entry(message("late"))
+
+
+def test_messages_appended_while_a_flush_runs_stay_on_the_branch(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    """An agent server appends between the worker's read and its memory append: no fork."""
+    from om_core.models import SessionEntry
+
+    asked = "Please deploy build 9 of the billing service to staging today."
+    store.append_entries(tenant, session_id, [message("u0", text=asked)])
+    handle = store.session(tenant, session_id, epoch=store.begin_pass(tenant, session_id))
+    late: list[str] = []
+
+    def append_while_the_agent_appends(entry: SessionEntry) -> SessionEntry:
+        late.append(f"late{len(late)}")
+        store.append_entries(tenant, session_id, [message(late[-1], text="a new question")])
+        return handle.append_entry(entry)
+
+    runtime = ObservationalMemoryRuntime(
+        handle,
+        append_entry=append_while_the_agent_appends,
+        settings=LOW,
+        observation=WorkerConfig(provider=ExtractiveProvider()),
+        session_model="extractive",
+    )
+    result = runtime.flush()
+    assert result.error is None and result.observation_ids
+    branch_ids = [e.id for e in store.read_branch(tenant, session_id)]
+    assert late and set(late) <= set(branch_ids)
