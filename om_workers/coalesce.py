@@ -83,6 +83,18 @@ def request_flush(
     return FlushRequest(job_id, coalesced=False)
 
 
+def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: str) -> bool:
+    """Delete the session's ``pending`` marker if it still names ``job_id``; True if deleted.
+
+    For a marker that names a job which already read the session (it ran, or is running): a
+    request coalesced onto it would never be served, so it must not be left to coalesce onto.
+    Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
+    """
+    key = redis_keys.pending_key(tenant_id, session_id)
+    with translate_errors("dropping a stale flush marker"):
+        return bool(client.register_script(redis_keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id]))
+
+
 def claim_pending(lock: SessionLock) -> str | None:
     """Delete the session's ``pending`` marker under the held lock and return its job id.
 

@@ -35,7 +35,12 @@ from om_core.models import SessionEntry
 from om_core.provider import Provider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers import redelivery, redis_keys, timing
-from om_workers.coalesce import FlushRequest, release_and_republish, request_flush
+from om_workers.coalesce import (
+    FlushRequest,
+    drop_marker,
+    release_and_republish,
+    request_flush,
+)
 from om_workers.errors import (
     ConfigError,
     FlushRunNotFoundError,
@@ -189,7 +194,7 @@ def request_flush_run(
     """
     with translate_errors("reading the pending flush"):
         pending = client.get(redis_keys.pending_key(tenant_id, session_id))
-    if pending is not None:
+    if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
         METRICS.coalesced.inc()
         _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
         return FlushRequest(str(pending), coalesced=True)
@@ -202,6 +207,11 @@ def request_flush_run(
 
     try:
         request = request_flush(client, tenant_id, session_id, run.id, send)
+        if request.coalesced and not _still_queued(
+            store, client, tenant_id, session_id, request.job_id
+        ):
+            # A stale marker won the race and is gone now: ours takes its place.
+            request = request_flush(client, tenant_id, session_id, run.id, send)
     except Exception as exc:
         store.finish_run(tenant_id, run.id, "failed", error=f"not published: {exc}")
         raise
@@ -211,6 +221,24 @@ def request_flush_run(
         store.finish_run(tenant_id, run.id, "skipped", error=f"coalesced into {request.job_id}")
         _widen(store, tenant_id, request.job_id, force, full_reflection_rebuild)
     return request
+
+
+def _still_queued(
+    store: SqlStore, client: redis.Redis, tenant_id: str, session_id: str, job_id: str
+) -> bool:
+    """True when the pending job has not read the session yet, so it serves a new request.
+
+    A marker can outlive its job's read (the reconciler re-marks a queued run whose marker it
+    found gone while the job was just starting, say): such a marker would swallow every later
+    request, so it is dropped here and False returned.
+    """
+    try:
+        queued = store.get_run(tenant_id, job_id).state == "queued"
+    except FlushRunNotFoundError:
+        queued = False
+    if not queued:
+        drop_marker(client, tenant_id, session_id, job_id)
+    return queued
 
 
 def _widen(
@@ -271,6 +299,8 @@ def _run(
         # A message naming no run row was never accepted (enqueue writes the row first).
         return FlushOutcome("unknown", job_id)
     if run.state in FINAL_RUN_STATES:
+        # A marker still naming this finished job would swallow later requests.
+        drop_marker(deps.redis, tenant_id, session_id, job_id)
         return FlushOutcome("skipped", job_id, run.id)
     lock = SessionLock(
         deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc

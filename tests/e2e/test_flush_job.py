@@ -231,3 +231,23 @@ def test_forced_job_observes_below_the_threshold_and_skips_revoked_entries(
     assert store.get_run(tenant, forced.job_id).force
     assert run_flush_job(deps, tenant, "s1", forced.job_id, False).outcome == "succeeded"
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat[1:])
+
+
+def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    first = enqueue(deps, tenant, "s1")
+    assert run_flush_job(deps, tenant, "s1", first, False).outcome == "succeeded"
+    # The reconciler re-marked the run while it was starting: the marker outlives its read.
+    client.set(redis_keys.pending_key(tenant, "s1"), first)
+    more = add_chat(store, tenant, "s1", 2, start=3)
+    second = request_flush_run(store, client, tenant, "s1", publish=deps.publish)
+    assert not second.coalesced and second.job_id != first
+    assert run_flush_job(deps, tenant, "s1", second.job_id, False).outcome == "succeeded"
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat + more)
+
+    # A redelivered message of a finished job clears a marker still naming it.
+    client.set(redis_keys.pending_key(tenant, "s1"), first)
+    assert run_flush_job(deps, tenant, "s1", first, False).outcome == "skipped"
+    assert client.get(redis_keys.pending_key(tenant, "s1")) is None
