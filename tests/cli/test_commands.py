@@ -146,6 +146,18 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
         assert recall.returncode == 0 and '"found": false' in recall.stdout
         bad = om("recall", session, "nope", "--api", api_url, "--key", key)
         assert bad.returncode == 1 and "422" in bad.stderr
+
+        # The README's client tour, against this stack's worker.
+        tour = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "client_tour.py")],
+            env=env(OM_API_URL=api_url, OM_API_KEY=key),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert tour.returncode == 0, tour.stderr
+        assert "flush: succeeded" in tour.stdout, tour.stdout
+        assert "recalled: ['Our staging database is pg-staging-7" in tour.stdout, tour.stdout
         assert all(_alive(pid) for pid in pids.values())
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C
