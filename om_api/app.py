@@ -180,7 +180,7 @@ def create_app(
         registry=registry,
         publish_factory=publish_factory,
     )
-    configure_logging(registry)
+    configure_logging(registry, resolved.log_level)
     app = FastAPI(
         title="Observational memory API",
         version=API_VERSION,

@@ -18,12 +18,12 @@ from types import FrameType
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import SecretStr
 
 from om_workers.config import get_settings
 from om_workers.errors import OMWorkersError
 
 HOST = "127.0.0.1"
-DEFAULT_API_URL = "http://127.0.0.1:8000"
 
 app = typer.Typer(
     name="om",
@@ -38,17 +38,21 @@ app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 
 HostOption = Annotated[str, typer.Option(help="Interface to bind (127.0.0.1: this machine).")]
-LogLevel = Annotated[str, typer.Option("--log-level", help="Log level of the service.")]
-ApiUrl = Annotated[str, typer.Option("--api", envvar="OM_API_URL", help="Base URL of the om API.")]
+LogLevel = Annotated[
+    str | None, typer.Option("--log-level", help="Log level (default: OM_LOG_LEVEL, else INFO).")
+]
+ApiUrl = Annotated[
+    str | None, typer.Option("--api", help="Base URL of the om API (default: OM_API_URL).")
+]
 ApiKey = Annotated[
-    str, typer.Option("--key", envvar="OM_API_KEY", help="API key (Bearer).", show_default=False)
+    str | None,
+    typer.Option("--key", help="API key, Bearer (default: OM_API_KEY).", show_default=False),
 ]
 FlowerAuth = Annotated[
     str | None,
     typer.Option(
         "--flower-basic-auth",
-        envvar="OM_FLOWER_BASIC_AUTH",
-        help="user:password for Flower (generated and printed when unset).",
+        help="user:password for Flower (default: OM_FLOWER_BASIC_AUTH, else generated).",
         show_default=False,
     ),
 ]
@@ -76,11 +80,20 @@ def _celery_app() -> Any:
 # Services ------------------------------------------------------------------------------------
 
 
+def _log_level(option: str | None) -> str:
+    """The option, else OM_LOG_LEVEL (INFO by default), upper case."""
+    return (option or get_settings().log_level).upper()
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
 @app.command()
 def api(
     host: HostOption = HOST,
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    log_level: LogLevel = "info",
+    log_level: LogLevel = None,
 ) -> None:
     """Serve the HTTP API (uvicorn, ``om_api.app:create_app``). Needs OM_REDIS_URL."""
     import uvicorn
@@ -90,7 +103,7 @@ def api(
         factory=True,
         host=host,
         port=port,
-        log_level=log_level.lower(),
+        log_level=_log_level(log_level).lower(),
         access_log=False,
     )
 
@@ -102,7 +115,7 @@ def worker(
         typer.Option("--concurrency", "-c", help="Task slots (default: OM_WORKER_CONCURRENCY)."),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="Celery node name.")] = "om-worker@%h",
-    log_level: LogLevel = "INFO",
+    log_level: LogLevel = None,
 ) -> None:
     """Run a Celery worker on queue ``om`` (threads pool, task events on). Needs OM_REDIS_URL."""
     from om_workers.celery_app import QUEUE
@@ -111,13 +124,13 @@ def worker(
     slots = concurrency if concurrency is not None else get_settings().worker_concurrency
     argv = [
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
-        "-n", name, f"--loglevel={log_level.upper()}",
+        "-n", name, f"--loglevel={_log_level(log_level)}",
     ]  # fmt: skip
     celery_app.worker_main(argv=argv)
 
 
 @app.command()
-def beat(log_level: LogLevel = "INFO") -> None:
+def beat(log_level: LogLevel = None) -> None:
     """Run Celery beat: schedules ``om.reconcile``. Needs OM_REDIS_URL.
 
     The schedule is kept in memory (no shelve file): a missed tick is harmless, because
@@ -125,7 +138,7 @@ def beat(log_level: LogLevel = "INFO") -> None:
     """
     celery_app = _celery_app()
     celery_app.start(
-        argv=["beat", "-S", "celery.beat.Scheduler", f"--loglevel={log_level.upper()}"]
+        argv=["beat", "-S", "celery.beat.Scheduler", f"--loglevel={_log_level(log_level)}"]
     )
 
 
@@ -139,6 +152,7 @@ def flower(
     from om_api.stack import generate_basic_auth
 
     celery_app = _celery_app()
+    basic_auth = basic_auth or _secret(get_settings().flower_basic_auth)
     if not basic_auth:
         basic_auth = generate_basic_auth()
         typer.echo(f"flower basic auth (generated): {basic_auth}")
@@ -184,7 +198,7 @@ def up(
         host=host,
         api_port=api_port,
         flower_port=flower_port,
-        flower_basic_auth=flower_basic_auth,
+        flower_basic_auth=flower_basic_auth or _secret(settings.flower_basic_auth),
         log_dir=log_dir,
     )
     _install_stop_handlers()
@@ -273,13 +287,19 @@ def keys_create(
 # Client commands -------------------------------------------------------------------------------
 
 
+def _target(api_url: str | None, key: str | None) -> tuple[str, str]:
+    """The API URL and key: the options, else OM_API_URL / OM_API_KEY."""
+    settings = get_settings()
+    return api_url or settings.api_url, key or _secret(settings.api_key) or ""
+
+
 @app.command()
-def status(session: str, api_url: ApiUrl = DEFAULT_API_URL, key: ApiKey = "") -> None:
+def status(session: str, api_url: ApiUrl = None, key: ApiKey = None) -> None:
     """Memory status of a session (om:status)."""
     from om_api.client import OMClient, OMClientError
 
     try:
-        with OMClient(api_url, key) as client:
+        with OMClient(*_target(api_url, key)) as client:
             result = client.status(session)
     except OMClientError as exc:
         _fail(str(exc))
@@ -292,14 +312,14 @@ def view(
     full: Annotated[bool, typer.Option("--full", help="All active memory, not just visible.")] = (
         False
     ),
-    api_url: ApiUrl = DEFAULT_API_URL,
-    key: ApiKey = "",
+    api_url: ApiUrl = None,
+    key: ApiKey = None,
 ) -> None:
     """Render a session's observational memory (om:view)."""
     from om_api.client import OMClient, OMClientError
 
     try:
-        with OMClient(api_url, key) as client:
+        with OMClient(*_target(api_url, key)) as client:
             result = client.view(session, full=full)
     except OMClientError as exc:
         _fail(str(exc))
@@ -310,14 +330,14 @@ def view(
 def recall(
     session: str,
     memory_id: Annotated[str, typer.Argument(metavar="ID", help="Observation/reflection id.")],
-    api_url: ApiUrl = DEFAULT_API_URL,
-    key: ApiKey = "",
+    api_url: ApiUrl = None,
+    key: ApiKey = None,
 ) -> None:
     """Recall one memory item with its source messages."""
     from om_api.client import OMClient, OMClientError
 
     try:
-        with OMClient(api_url, key) as client:
+        with OMClient(*_target(api_url, key)) as client:
             result = client.recall(session, memory_id)
     except OMClientError as exc:
         _fail(str(exc))

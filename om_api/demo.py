@@ -212,7 +212,7 @@ def run_demo(runs: int = 12, console: Console | None = None) -> None:
             env={
                 "OM_PROVIDER": "extractive",
                 "OM_MODEL": "extractive",
-                "OM_MEMORY_SETTINGS": json.dumps(DEMO_MEMORY_SETTINGS),
+                "OM_SETTINGS_JSON": json.dumps(DEMO_MEMORY_SETTINGS),
                 "OM_WORKER_CONCURRENCY": "2",
             },
         )

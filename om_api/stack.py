@@ -56,7 +56,7 @@ class StackError(RuntimeError):
 class StackConfig:
     """What to run. Port 0 means "a free port"; ``redis_url`` ``None`` means a private Redis.
 
-    ``env`` is added to every child's environment (``OM_MEMORY_SETTINGS``, ``OM_PROVIDER``...).
+    ``env`` is added to every child's environment (``OM_SETTINGS_JSON``, ``OM_PROVIDER``...).
     """
 
     database_url: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
@@ -63,7 +63,9 @@ class Settings(BaseSettings):
     worker_metrics_host: str = Field(default="127.0.0.1", description="Metrics bind address.")
     memory_settings: dict[str, Any] = Field(
         default_factory=dict,
-        description="JSON object of observational-memory settings for worker flushes.",
+        # OM_SETTINGS_JSON is the contract's name; OM_MEMORY_SETTINGS was its first spelling.
+        validation_alias=AliasChoices("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS", "memory_settings"),
+        description="JSON object of observational-memory settings (the seed's nested groups).",
     )
     lock_ttl_s: float = Field(default=60.0, gt=0, description="Session lock TTL.")
     max_deliveries: int = Field(default=5, ge=1, description="Deliveries before poison.")
@@ -84,6 +86,16 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Largest request body the API reads (413)."
+    )
+    log_level: str = Field(default="INFO", description="Log level of every om service.")
+
+    # Command line (issue 7): the client commands' target, and Flower's credentials.
+    api_url: str = Field(
+        default="http://127.0.0.1:8000", description="API base URL for om status/view/recall."
+    )
+    api_key: SecretStr | None = Field(default=None, description="API key for those commands.")
+    flower_basic_auth: SecretStr | None = Field(
+        default=None, description="user:password of Flower (om flower, om up)."
     )
 
 

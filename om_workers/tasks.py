@@ -209,7 +209,7 @@ def _reconcile_task() -> dict[str, list[str]]:
 
 def unobserved_threshold(settings: Settings) -> int:
     """Unobserved tokens from which the reconciler requests a flush: the observer's own
-    ``observation.messageTokens`` from ``OM_MEMORY_SETTINGS`` (below it a flush observes
+    ``observation.messageTokens`` from ``OM_SETTINGS_JSON`` (below it a flush observes
     nothing). Raises ``pydantic.ValidationError`` for invalid memory settings."""
     return resolve_settings(dict(settings.memory_settings)).observation.message_tokens
 

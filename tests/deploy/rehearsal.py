@@ -54,7 +54,7 @@ STOP_TIMEOUT_S: Final = 10.0
 
 OVERRIDES: Final = {
     "OM_PROVIDER": "tests.e2e.providers:slow",
-    "OM_MEMORY_SETTINGS": json.dumps(
+    "OM_SETTINGS_JSON": json.dumps(
         {
             "observation": {"messageTokens": 1},
             "reflection": {"observationTokens": 1_000_000},

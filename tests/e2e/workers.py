@@ -40,7 +40,7 @@ def worker_env(redis_url: str, database_url: str, **extra: str) -> dict[str, str
         OM_REDIS_URL=redis_url,
         OM_DATABASE_URL=database_url,
         OM_PROVIDER="tests.e2e.providers:slow",
-        OM_MEMORY_SETTINGS=json.dumps(LOW),
+        OM_SETTINGS_JSON=json.dumps(LOW),
         OM_LOCK_TTL_S="2",
         OM_WORKER_CONCURRENCY="4",
         OM_HTTP_TIMEOUT_S="2",
