@@ -126,7 +126,8 @@ def test_three_workers_fifty_sessions_never_overlap_and_finish(
         store.create_session(tenant, session)
         messages[session] = add_chat(store, tenant, session, 2)
     for _ in range(3):
-        start_worker(OM_TEST_PROVIDER_DELAY_S="0.02")
+        # 12 slots on 2 cores: a 2 s lock TTL could starve a heartbeat and fence a run out.
+        start_worker(OM_TEST_PROVIDER_DELAY_S="0.02", OM_LOCK_TTL_S="6")
     for rnd in range(2):
         for session in sessions:
             if rnd:

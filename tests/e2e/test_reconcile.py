@@ -20,7 +20,8 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
     for session in ("old", "locked", "fresh"):
         store.create_session(tenant, session)
     age_100s = redis_keys.PENDING_TTL_S - 100
-    client.set(redis_keys.pending_key(tenant, "old"), "job-old", ex=age_100s)
+    old_job = store.create_run(tenant, "old").id  # a real queued run: markers name known jobs
+    client.set(redis_keys.pending_key(tenant, "old"), old_job, ex=age_100s)
     client.set(redis_keys.pending_key(tenant, "locked"), "job-locked", ex=age_100s)
     client.set(redis_keys.pending_key(tenant, "fresh"), "job-fresh")
     holder = SessionLock(client, tenant, "locked")
@@ -35,8 +36,9 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
         stale_pending_s=10,
         stuck_run_s=0,
     )
-    assert published == [(tenant, "old", "job-old")] and report.republished == ("job-old",)
+    assert published == [(tenant, "old", old_job)] and report.republished == (old_job,)
     assert report.failed_runs == (stuck.id,)
+    assert report.requested == ()  # the swept run's session coalesced onto the pending job
     assert store.get_run(tenant, stuck.id).state == "failed"
     holder.release()
 
