@@ -84,7 +84,7 @@ def test_worker_flush_equals_in_process_runtime_and_exports_metrics(
     add_chat(store, tenant, "same", 30)
     entries = list(store.read_branch(tenant, "same"))
     port = free_port()
-    start_worker(OM_MEMORY_SETTINGS=json.dumps(REFLECTING), OM_WORKER_METRICS_PORT=str(port))
+    start_worker(OM_SETTINGS_JSON=json.dumps(REFLECTING), OM_WORKER_METRICS_PORT=str(port))
     job = enqueue_flush(store, client, tenant, "same", app=app).job_id
     wait_for(lambda: store.get_run(tenant, job).state in FINAL, 30, "the worker's run")
     assert store.get_run(tenant, job).state == "succeeded", store.get_run(tenant, job)

@@ -63,7 +63,8 @@ def test_redis_restart_mid_load_loses_no_work(
     )
     restartable.stop()
     restartable.start()  # same port, empty: markers, locks and queued messages are gone
-    assert client.keys("*") == []
+    # (Reconnecting workers soon re-declare their queue bindings; no flush marker comes back.)
+    assert client.keys("om:pending:*") == []
 
     def healed() -> bool:
         return all(
