@@ -10,10 +10,13 @@ re-fold a long session.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, Row, delete, insert, select, update
 
 from om_core.ledger import fold_ledger
 from om_core.models import ObservationalMemoryLedger
@@ -43,19 +46,58 @@ class Snapshot:
 
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
     """The session's snapshot row, or ``None``."""
-    row = connection.execute(
-        select(
-            snapshots.c.entry_id, snapshots.c.seq, snapshots.c.ledger, snapshots.c.scope_map
-        ).where(snapshots.c.session_pk == session_pk)
-    ).first()
-    if row is None:
-        return None
+    row = connection.execute(select(snapshots).where(snapshots.c.session_pk == session_pk)).first()
+    return None if row is None else _to_snapshot(row)
+
+
+def _to_snapshot(row: Row[Any]) -> Snapshot:
     return Snapshot(
         entry_id=row.entry_id,
         seq=int(row.seq),
         ledger=ObservationalMemoryLedger.model_validate(row.ledger),
         scope_map=None if row.scope_map is None else WorkScopeMap.model_validate(row.scope_map),
     )
+
+
+class SnapshotCache:
+    """Parsed snapshots of the sessions read last, reused while their row is unchanged.
+
+    Parsing a long session's ledger (10,000 observations) costs more than the rest of a
+    context read; the row's ``(entry_id, seq, updated_at)`` says whether the parsed copy is
+    still what the row holds, so a hit costs one narrow SELECT. Thread-safe; ``size`` sessions.
+    """
+
+    def __init__(self, size: int = 128) -> None:
+        self._items: OrderedDict[int, tuple[tuple[str, int, datetime], Snapshot]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def read(self, connection: Connection, session_pk: int) -> Snapshot | None:
+        """The session's snapshot, as :func:`read_snapshot` returns it."""
+        row = connection.execute(
+            select(snapshots.c.entry_id, snapshots.c.seq, snapshots.c.updated_at).where(
+                snapshots.c.session_pk == session_pk
+            )
+        ).first()
+        if row is None:
+            return None
+        with self._lock:
+            hit = self._items.get(session_pk)
+            if hit is not None and hit[0] == (row.entry_id, int(row.seq), row.updated_at):
+                self._items.move_to_end(session_pk)
+                return hit[1]
+        full = connection.execute(
+            select(snapshots).where(snapshots.c.session_pk == session_pk)
+        ).first()
+        if full is None:
+            return None
+        snapshot = _to_snapshot(full)
+        with self._lock:
+            self._items[session_pk] = ((full.entry_id, int(full.seq), full.updated_at), snapshot)
+            self._items.move_to_end(session_pk)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return snapshot
 
 
 def valid_snapshot(snapshot: Snapshot | None, segments: list[Segment]) -> Snapshot | None:

@@ -42,7 +42,7 @@ from om_workers.store.records import (
 )
 from om_workers.store.runs import RunsMixin
 from om_workers.store.schema import ID_LENGTH, sessions
-from om_workers.store.snapshot import read_snapshot, refresh_memory_state, valid_snapshot
+from om_workers.store.snapshot import SnapshotCache, refresh_memory_state, valid_snapshot
 
 MAX_PAGE_LIMIT = 1000
 
@@ -88,6 +88,7 @@ class SqlStore(AccountsMixin, RunsMixin):
 
     def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = utc_now) -> None:
         super().__init__(engine, clock=clock)
+        self._snapshots = SnapshotCache()
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -329,7 +330,7 @@ class SqlStore(AccountsMixin, RunsMixin):
             row = _session_row(connection, tenant_id, session_id)
             session_pk = int(row.pk)
             segments = branch_segments(connection, session_pk, row.leaf_id)
-            stored = read_snapshot(connection, session_pk)
+            stored = self._snapshots.read(connection, session_pk)
             snapshot = valid_snapshot(stored, segments)
             if snapshot is None and stored is not None:
                 # Writes keep the snapshot on the branch; should one not be, fold the branch's

@@ -157,3 +157,20 @@ def test_a_snapshot_row_without_a_scope_map_is_refolded(
     assert store.read_context_state(tenant, session_id).scope_map.leaf == "plan"
     store.append_entries(tenant, session_id, [message("u2")])
     _check(store, tenant, session_id)
+
+
+def test_a_cached_snapshot_is_never_served_after_another_process_wrote_memory(
+    store: SqlStore, tenant: str, session_id: str, migrated_url: str
+) -> None:
+    other = SqlStore.from_url(migrated_url)  # another API or worker process
+    try:
+        store.append_entries(tenant, session_id, [message("u1"), message("u2")])
+        record, _ = observations("o1", ["u1"], "u1")
+        store.append_entries(tenant, session_id, record)
+        _check(store, tenant, session_id)  # now cached in `store`
+        record, _ = observations("o2", ["u2"], "u2")
+        other.append_entries(tenant, session_id, record)
+        _check(store, tenant, session_id)
+        assert len(store.read_context_state(tenant, session_id).ledger.observations) == 2
+    finally:
+        other.close()
