@@ -1,17 +1,23 @@
-"""4. Context read: the snapshot path for 1k, 10k and 100k-entry sessions, against a full
-re-fold of the same session and against reading its rows alone."""
+"""4. Context read: the context endpoint over HTTP and the snapshot path in process, for 1k,
+10k and 100k-entry sessions, against a full re-fold of the same session and against reading
+its rows alone."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import httpx
 from sqlalchemy import select, text
 
-from om_core import build_context_blocks, resolve_settings
+from om_core import ObservationalMemorySettings, build_context_blocks, resolve_settings
+from om_workers.config import Settings
+from om_workers.embedded_redis import EmbeddedRedis
 from om_workers.reads import session_context_blocks
+from om_workers.redis_client import connect
 from om_workers.store import SqlStore, upgrade
 from om_workers.store.schema import entries as entries_table
+from tests.api.server import Published, serve
 
 from .common import Section, median_of
 from .synthetic import branch
@@ -28,39 +34,61 @@ def _fill(store: SqlStore, tenant: str, session_id: str, size: int) -> None:
 
 
 def run() -> Section:
-    section = Section("4. Context read (SQLite store, in process)")
+    section = Section("4. Context read (SQLite store)")
     settings = resolve_settings()
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, EmbeddedRedis() as redis_server:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
         store = SqlStore.from_url(url)
         tenant = store.create_tenant("bench").id
-        for size in SIZES:
-            session_id = f"s{size}"
-            _fill(store, tenant, session_id, size)
-            snapshot_s = median_of(
-                lambda sid=session_id: session_context_blocks(store, tenant, sid, settings=settings)
-            )
-            repeat = 3 if size >= 100_000 else 9
-            refold_s = median_of(
-                lambda sid=session_id: build_context_blocks(
-                    store.read_branch(tenant, sid), settings
-                ),
-                repeat,
-            )
-            rows_s = median_of(lambda sid=session_id: _rows_alone(store, sid), repeat)
-            label = f"{size:,} entries"
-            section.add(
-                f"context, {label}", snapshot_s * 1000, "ms", "full re-fold", refold_s * 1000
-            )
-            section.add(f"context, {label}", snapshot_s * 1000, "ms", "rows alone", rows_s * 1000)
+        key = store.create_api_key(tenant).plaintext
+        client = connect(redis_server.url)
+        api_settings = Settings(database_url=url, redis_url=redis_server.url, log_level="WARNING")
+        with (
+            serve(api_settings, store, client, Published()) as api,
+            httpx.Client(
+                base_url=api.url, headers={"Authorization": f"Bearer {key}"}, timeout=120
+            ) as http,
+        ):
+            for size in SIZES:
+                _measure(section, store, http, tenant, size, settings)
+        client.close()
         store.close()
     section.notes.append(
-        "context = `om_workers.reads.session_context_blocks` (stored ledger + branch tail); "
+        "endpoint = `GET /v1/sessions/{id}/context` over HTTP (uvicorn in this process); "
+        "in process = `om_workers.reads.session_context_blocks` (stored ledger + branch tail); "
         "full re-fold = read and parse the branch, then `build_context_blocks`; rows alone = "
-        "`SELECT payload` of every entry of the session, unparsed. Median of 9 (3 at 100k)."
+        "`SELECT payload` of every entry of the session, unparsed. Median of 9 (3 at 100k). "
+        "At 100k entries the rest is rendering a 10,000-observation pool down to 256 KiB."
     )
     return section
+
+
+def _measure(
+    section: Section,
+    store: SqlStore,
+    http: httpx.Client,
+    tenant: str,
+    size: int,
+    settings: ObservationalMemorySettings,
+) -> None:
+    session_id = f"s{size}"
+    _fill(store, tenant, session_id, size)
+    endpoint_s = median_of(
+        lambda: http.get(f"/v1/sessions/{session_id}/context").raise_for_status()
+    )
+    snapshot_s = median_of(
+        lambda: session_context_blocks(store, tenant, session_id, settings=settings)
+    )
+    repeat = 3 if size >= 100_000 else 9
+    refold_s = median_of(
+        lambda: build_context_blocks(store.read_branch(tenant, session_id), settings), repeat
+    )
+    rows_s = median_of(lambda: _rows_alone(store, session_id), repeat)
+    label = f"{size:,} entries"
+    section.add(f"endpoint, {label}", endpoint_s * 1000, "ms", "full re-fold", refold_s * 1000)
+    section.add(f"in process, {label}", snapshot_s * 1000, "ms", "full re-fold", refold_s * 1000)
+    section.add(f"in process, {label}", snapshot_s * 1000, "ms", "rows alone", rows_s * 1000)
 
 
 def _rows_alone(store: SqlStore, session_id: str) -> int:
