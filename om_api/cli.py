@@ -20,6 +20,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import SecretStr
 
+from om_api.evaluation.command import eval_app
 from om_workers.config import get_settings
 from om_workers.errors import OMWorkersError
 
@@ -36,6 +37,7 @@ db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 keys_app = typer.Typer(help="Tenant API keys.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(eval_app, name="eval")
 
 HostOption = Annotated[str, typer.Option(help="Interface to bind (127.0.0.1: this machine).")]
 LogLevel = Annotated[

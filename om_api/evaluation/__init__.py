@@ -1,0 +1,56 @@
+"""Evaluation harness: replay LoCoMo-format conversations through the memory and score them.
+
+``om eval locomo PATH...`` is the command (:mod:`om_api.evaluation.command`); the pieces are
+importable for other harnesses: :mod:`~om_api.evaluation.locomo` reads files,
+:mod:`~om_api.evaluation.targets` replays into the in-process runtime or a running stack,
+:mod:`~om_api.evaluation.runner` scores one conversation, :mod:`~om_api.evaluation.scoring`
+holds the metric definitions, :mod:`~om_api.evaluation.report` aggregates and renders, and
+:mod:`~om_api.evaluation.answering` asks and judges a model. Nothing here knows where data
+lives; the shared LoCoMo files are passed in by path.
+"""
+
+from om_api.evaluation.answering import ModelJudge, parse_label
+from om_api.evaluation.locomo import (
+    Conversation,
+    LocomoFormatError,
+    Question,
+    data_files,
+    load_conversations,
+    parse_conversation,
+)
+from om_api.evaluation.report import tally, to_json, to_markdown
+from om_api.evaluation.runner import (
+    ConversationResult,
+    QuestionResult,
+    evaluate_conversation,
+    run_messages,
+    session_id_for,
+)
+from om_api.evaluation.scoring import answer_in_context, evidence_one_hop, memory_refs, normalize
+from om_api.evaluation.targets import ApiTarget, EvalError, InProcessTarget
+
+__all__ = [
+    "ApiTarget",
+    "Conversation",
+    "ConversationResult",
+    "EvalError",
+    "InProcessTarget",
+    "LocomoFormatError",
+    "ModelJudge",
+    "Question",
+    "QuestionResult",
+    "answer_in_context",
+    "data_files",
+    "evaluate_conversation",
+    "evidence_one_hop",
+    "load_conversations",
+    "memory_refs",
+    "normalize",
+    "parse_conversation",
+    "parse_label",
+    "run_messages",
+    "session_id_for",
+    "tally",
+    "to_json",
+    "to_markdown",
+]

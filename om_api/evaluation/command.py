@@ -1,0 +1,216 @@
+"""``om eval locomo``: replay LoCoMo conversations through the memory pipeline and score them.
+
+Only ``typer`` is imported at module level: ``om --help`` stays fast and Celery-free; the
+runtime, client and providers load when the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from om_api.evaluation.answering import ModelJudge
+    from om_api.evaluation.runner import ConversationResult
+    from om_api.evaluation.targets import ApiTarget, InProcessTarget
+    from om_workers.config import Settings
+
+eval_app = typer.Typer(
+    help="Evaluate what the memory keeps, on real conversations.", no_args_is_help=True
+)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"om eval: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@eval_app.command("locomo")
+def locomo(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="LoCoMo JSON files, or folders of them (their *.json).", show_default=False
+        ),
+    ],
+    settings_json: Annotated[
+        str | None,
+        typer.Option(
+            "--settings",
+            help="Memory settings JSON for the in-process runtime, e.g. "
+            '\'{"observation": {"messageTokens": 2000}}\' (default: OM_SETTINGS_JSON).',
+        ),
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the full report (every question) here.")
+    ] = None,
+    markdown_path: Annotated[
+        Path | None, typer.Option("--markdown", help="Write the markdown tables here too.")
+    ] = None,
+    api_url: Annotated[
+        str | None,
+        typer.Option("--api", help="Replay through a running om API at this URL (not in process)."),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="API key for --api (default: OM_API_KEY).", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Flush with force: observe below observation.messageTokens."),
+    ] = False,
+    answer: Annotated[
+        bool,
+        typer.Option(
+            "--answer",
+            help="Also ask the configured model (OM_PROVIDER=openai|anthropic, OM_MODEL) each "
+            "question from the context, and grade it with the LLM-judge prompt.",
+        ),
+    ] = False,
+    job_timeout: Annotated[
+        float, typer.Option("--job-timeout", help="Seconds to wait for each flush job (--api).")
+    ] = 300.0,
+) -> None:
+    """Replay each conversation (one agent run per LoCoMo session, a flush after each), then
+    report per question whether the short answer is in the context and whether every
+    evidence turn is one recall away, with raw-history vs context tokens per conversation.
+
+    Exits 0 with a message when no data file is found (the data is not shipped). Exit 2 for
+    bad usage or a malformed file, 1 when a flush, the API or the model fails.
+    """
+    from om_api.evaluation.locomo import LocomoFormatError, data_files, load_conversations
+    from om_api.evaluation.report import to_json, to_markdown
+    from om_api.evaluation.targets import EvalError
+    from om_workers.config import get_settings
+    from om_workers.errors import OMWorkersError
+
+    files, missing = data_files(paths)
+    for path in missing:
+        typer.echo(f"om eval locomo: no LoCoMo data at {path}; skipped", err=True)
+    if not files:
+        typer.echo("om eval locomo: no LoCoMo data found; nothing to evaluate (skipped)")
+        raise typer.Exit(0)
+    try:
+        conversations = [c for f in files for c in load_conversations(f)]
+    except (LocomoFormatError, OSError) as exc:
+        _fail(str(exc), 2)
+    settings = get_settings()
+    judge = _judge(settings) if answer else None
+    tag = secrets.token_hex(4) if api_url else ""
+    target: InProcessTarget | ApiTarget = (
+        _api_target(settings, api_url, key, force, job_timeout)
+        if api_url
+        else _local_target(settings, settings_json, force)
+    )
+    try:
+        results = _replay(conversations, target, tag, judge)
+    except (EvalError, OMWorkersError) as exc:
+        _fail(str(exc))
+    finally:
+        if hasattr(target, "close"):
+            target.close()
+    meta: dict[str, Any] = {
+        "files": [str(f) for f in files],
+        "mode": "api" if api_url else "in-process",
+        "api_url": api_url,
+        "force": force,
+        "provider": settings.provider,
+        "model": settings.model,
+        "answer": answer,
+    }
+    if not api_url:
+        meta["settings"] = target.settings.to_json_dict()  # type: ignore[union-attr]
+    markdown = to_markdown(results, judged=answer)
+    typer.echo(markdown)
+    if json_path is not None:
+        json_path.write_text(json.dumps(to_json(results, meta), indent=2) + "\n", encoding="utf-8")
+    if markdown_path is not None:
+        markdown_path.write_text(markdown, encoding="utf-8")
+
+
+def _local_target(settings: Settings, settings_json: str | None, force: bool) -> InProcessTarget:
+    from om_api.evaluation.targets import InProcessTarget
+    from om_core import resolve_settings
+    from om_core.errors import ObservationalMemoryError
+    from om_workers.errors import OMWorkersError
+    from om_workers.provider_setup import provider_factory, worker_models
+
+    try:
+        raw = json.loads(settings_json) if settings_json else dict(settings.memory_settings)
+        memory = resolve_settings(raw)
+        provider = provider_factory(settings)()
+    except json.JSONDecodeError as exc:
+        _fail(f"--settings is not JSON: {exc}", 2)
+    except (ObservationalMemoryError, OMWorkersError, TypeError) as exc:
+        _fail(str(exc), 2)
+    return InProcessTarget(
+        memory, provider, model=settings.model, models=worker_models(settings), force=force
+    )
+
+
+def _api_target(
+    settings: Settings, url: str, key: str | None, force: bool, job_timeout: float
+) -> ApiTarget:
+    from om_api.evaluation.targets import ApiTarget
+
+    secret = key or (settings.api_key.get_secret_value() if settings.api_key else "")
+    if not secret:
+        _fail("--api needs --key or OM_API_KEY", 2)
+    return ApiTarget(url, secret, force=force, job_timeout_s=job_timeout)
+
+
+def _judge(settings: Settings) -> ModelJudge:
+    from om_api.evaluation.answering import ModelJudge
+    from om_workers.provider_setup import HTTP_PROVIDERS, build_http_provider
+
+    if settings.provider not in HTTP_PROVIDERS:
+        _fail(
+            f"--answer needs a real model: set OM_PROVIDER=openai or anthropic and OM_MODEL "
+            f"(OM_PROVIDER is {settings.provider!r})",
+            2,
+        )
+    return ModelJudge(build_http_provider(settings), settings.model)
+
+
+def _replay(
+    conversations: list[Any],
+    target: InProcessTarget | ApiTarget,
+    tag: str,
+    judge: ModelJudge | None,
+) -> list[ConversationResult]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from om_api.evaluation.runner import evaluate_conversation, session_id_for
+
+    results = []
+    console = Console(stderr=True, force_terminal=None if sys.stderr.isatty() else False)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as bar:
+        for conversation in conversations:
+            task = bar.add_task(f"locomo {conversation.name}", total=None)
+
+            def advance(done: int, total: int, task: Any = task) -> None:
+                bar.update(task, completed=done, total=total)
+
+            results.append(
+                evaluate_conversation(
+                    conversation,
+                    target,
+                    session_id=session_id_for(conversation, tag),
+                    judge=judge,
+                    progress=advance,
+                )
+            )
+    return results

@@ -1,0 +1,231 @@
+"""Where a replayed conversation goes: the in-process runtime, or a running om stack.
+
+Both targets take the same calls: ``run`` appends one agent run's messages and flushes
+through the real pipeline, ``context`` reads the two context blocks, ``sources`` recalls the
+entry ids behind memory ids. The in-process target runs :class:`ObservationalMemoryRuntime`
+over an in-memory branch with the provider ``OM_PROVIDER`` names (the offline extractive
+heuristic by default); the API target drives :class:`~om_api.client.OMClient` (append, flush,
+wait for the job, context, recall), so the stack's workers and settings do the memory work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+from om_core import (
+    Message,
+    ObservationalMemoryRuntime,
+    ObservationalMemorySettings,
+    SessionEntry,
+    WorkerConfig,
+    build_context_blocks,
+)
+from om_core.models import Role
+from om_core.provider import Provider
+from om_core.recall import recall_memory
+
+T = TypeVar("T")
+
+
+class EvalError(RuntimeError):
+    """A replay could not go on: a flush failed, or the API refused a call (message says why)."""
+
+
+@dataclass(frozen=True)
+class ReplayMessage:
+    """One message to append: its entry id, role, text and, in process, its ``created_at``."""
+
+    entry_id: str
+    role: Role
+    text: str
+    created_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """The context an agent would get: memory block text, recent block text and its ids."""
+
+    memory_text: str
+    recent_text: str
+    recent_ids: frozenset[str]
+
+
+class MemoryTarget(Protocol):
+    """What the runner drives; see the module docstring."""
+
+    def start(self, session_id: str) -> None: ...
+
+    def run(self, session_id: str, messages: Sequence[ReplayMessage]) -> None: ...
+
+    def context(self, session_id: str) -> ContextView: ...
+
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]: ...
+
+
+class _Branch:
+    """A linear in-memory session: what the runtime reads and appends to."""
+
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.entries: list[SessionEntry] = []
+
+    def get_entries(self) -> list[SessionEntry]:
+        return list(self.entries)
+
+    def append(self, entry: SessionEntry) -> None:
+        self.entries.append(entry)
+
+    @property
+    def leaf(self) -> str | None:
+        return self.entries[-1].id if self.entries else None
+
+
+class InProcessTarget:
+    """The runtime in this process, one in-memory branch per session.
+
+    ``provider`` does the observer/reflector/dropper work (``models`` may name a model per
+    worker, else ``model``). Memory records carry the replayed session's date as their
+    ``created_at``/``observedAt``, so the ledger reads as if written at the time.
+    """
+
+    def __init__(
+        self,
+        settings: ObservationalMemorySettings,
+        provider: Provider,
+        *,
+        model: str = "extractive",
+        models: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> None:
+        self.settings = settings
+        self._provider = provider
+        self._model = model
+        self._models = dict(models or {})
+        self._force = force
+        self._branches: dict[str, _Branch] = {}
+        self._runtimes: dict[str, ObservationalMemoryRuntime] = {}
+        self._now: str | None = None
+
+    def start(self, session_id: str) -> None:
+        """Open an empty session (a second start of the same id starts it over)."""
+        branch = _Branch(session_id)
+        self._branches[session_id] = branch
+        self._runtimes[session_id] = ObservationalMemoryRuntime(
+            branch,
+            append_entry=branch.append,
+            settings=self.settings,
+            observation=WorkerConfig(provider=self._provider, model=self._models.get("observer")),
+            reflection=WorkerConfig(model=self._models.get("reflector")),
+            dropper=WorkerConfig(model=self._models.get("dropper")),
+            session_model=self._model,
+            now=lambda: self._now or "",
+        )
+
+    def entries(self, session_id: str) -> list[SessionEntry]:
+        """The session's branch so far (KeyError for a session never started)."""
+        return self._branches[session_id].get_entries()
+
+    def run(self, session_id: str, messages: Sequence[ReplayMessage]) -> None:
+        """Append the run's messages and flush; :class:`EvalError` when the flush reports one."""
+        branch = self._branches[session_id]
+        for message in messages:
+            branch.append(
+                SessionEntry(
+                    id=message.entry_id,
+                    session_id=session_id,
+                    parent_id=branch.leaf,
+                    kind="message",
+                    created_at=message.created_at,
+                    message=Message(role=message.role, content=message.text),
+                )
+            )
+        self._now = next((m.created_at for m in messages if m.created_at), None)
+        result = self._runtimes[session_id].flush(force=self._force)
+        if result.error:
+            raise EvalError(f"flush of {session_id} failed: {result.error}")
+
+    def context(self, session_id: str) -> ContextView:
+        """The two blocks the runtime would hand the next turn."""
+        runtime = self._runtimes[session_id]
+        entries = self.entries(session_id)
+        memory, recent = build_context_blocks(entries, self.settings, ledger=runtime.ledger())
+        return ContextView(memory.text, recent.text, frozenset(recent.entry_ids or ()))
+
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]:
+        """The entry ids each memory id recalls (one :func:`recall_memory` per id)."""
+        entries = self.entries(session_id)
+        ledger = self._runtimes[session_id].ledger()
+        return {
+            ref: frozenset(recall_memory(entries, ref, ledger=ledger).source_entry_ids)
+            for ref in refs
+        }
+
+
+class ApiTarget:
+    """A running om stack through :class:`~om_api.client.OMClient`.
+
+    Each run is one append request then ``flush`` and ``wait_for_job`` (``job_timeout_s`` per
+    job). A failed job, a timeout or a refused call raises :class:`EvalError`; a ``skipped``
+    job (below the stack's ``observation.messageTokens``) is the pipeline's own choice and is
+    not an error. Entry ids are unique per tenant, so callers give each replay a fresh session
+    id and derive entry ids from it.
+    """
+
+    def __init__(
+        self, url: str, key: str, *, force: bool = False, job_timeout_s: float = 300.0
+    ) -> None:
+        from om_api.client import OMClient
+
+        self._client = OMClient(url, key)
+        self._force = force
+        self._timeout = job_timeout_s
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def start(self, session_id: str) -> None:
+        """Create the session on the stack."""
+        self._call(lambda: self._client.create_session(session_id, {"source": "om eval locomo"}))
+
+    def run(self, session_id: str, messages: Sequence[ReplayMessage]) -> None:
+        """Append the run, request a flush and wait for its job."""
+        body: list[Any] = [
+            {"id": m.entry_id, "kind": "message", "message": {"role": m.role, "content": m.text}}
+            for m in messages
+        ]
+        self._call(lambda: self._client.append(session_id, body))
+        accepted = self._call(lambda: self._client.flush(session_id, force=self._force))
+        job = self._call(lambda: self._client.wait_for_job(accepted.job_id, self._timeout))
+        if job.state == "failed":
+            raise EvalError(f"flush job {job.id} of {session_id} failed: {job.error}")
+
+    def context(self, session_id: str) -> ContextView:
+        """``GET .../context``: the memory and recent-messages blocks."""
+        out = self._call(lambda: self._client.context(session_id))
+        by_id = {block.id: block for block in out.blocks}
+        memory, recent = by_id.get("observational-memory"), by_id.get("recent-messages")
+        return ContextView(
+            memory.text if memory else "",
+            recent.text if recent else "",
+            frozenset(recent.entry_ids or ()) if recent else frozenset(),
+        )
+
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]:
+        """One recall request per memory id shown."""
+        found: dict[str, frozenset[str]] = {}
+        for ref in refs:
+            out = self._call(partial(self._client.recall, session_id, ref))
+            found[ref] = frozenset(out.source_entry_ids)
+        return found
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        from om_api.client import OMClientError
+
+        try:
+            return fn()
+        except OMClientError as exc:
+            raise EvalError(f"om API: {exc}") from exc
