@@ -5,10 +5,24 @@ from __future__ import annotations
 import sys
 import time
 
-from . import bench_coalesce, bench_context, bench_fidelity, bench_fold, bench_locomo
+from . import (
+    bench_coalesce,
+    bench_context,
+    bench_fidelity,
+    bench_fold,
+    bench_locomo,
+    bench_workers,
+)
 from .common import Section, write_results
 
-BENCHMARKS = [bench_fold, bench_context, bench_coalesce, bench_fidelity, bench_locomo]
+BENCHMARKS = [
+    bench_workers,
+    bench_fold,
+    bench_context,
+    bench_coalesce,
+    bench_fidelity,
+    bench_locomo,
+]
 
 
 def main() -> int:
