@@ -11,9 +11,11 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
 3. runs still ``running`` long after they started (their worker died and every redelivery is
    over): failed, and their sessions requested again, so the work they did not finish is done;
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
-   ``pending`` marker nor a lock: requested again. This is what recovers a Redis restart (the
-   embedded Redis keeps nothing on disk, so every marker and queued message is gone) and a
-   request that never reached Redis at all.
+   ``pending`` marker nor a lock: requested again, unless their last runs keep failing (a
+   provider that is down, a session that breaks a guard): then the pass waits longer after
+   each failure (:func:`om_workers.timing.failure_backoff_s`) instead of spending every pass.
+   This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so every
+   marker and queued message is gone) and a request that never reached Redis at all.
 
 Every re-request goes through :func:`om_workers.flush.request_flush_run`, so it coalesces with
 whatever is already pending, and a duplicate publish is skipped by the run row's state.
@@ -26,7 +28,7 @@ from datetime import timedelta
 
 import redis
 
-from om_workers import coalesce, redis_keys
+from om_workers import coalesce, redis_keys, timing
 from om_workers.errors import FlushRunNotFoundError, InvalidRunStateError
 from om_workers.flush import PublishJob, request_flush_run
 from om_workers.metrics import METRICS
@@ -35,6 +37,7 @@ from om_workers.store import (
     QueuedRun,
     SessionRef,
     SqlStore,
+    failure_streak,
     queued_runs_before,
     sessions_of_runs,
     sessions_over_unobserved,
@@ -52,12 +55,14 @@ class ReconcileReport:
 
     ``republished``: job ids of stale markers published again; ``failed_runs``: run ids swept as
     failed; ``requested``: job ids of new runs published for swept or backlogged sessions
-    (coalesced requests add none).
+    (coalesced requests add none); ``backed_off``: backlogged session ids left for a later
+    pass because their runs keep failing.
     """
 
     republished: tuple[str, ...]
     failed_runs: tuple[str, ...]
     requested: tuple[str, ...] = ()
+    backed_off: tuple[str, ...] = ()
 
 
 def reconcile_once(
@@ -69,6 +74,8 @@ def reconcile_once(
     stuck_run_s: float,
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
+    failure_backoff_base_s: float = 60.0,
+    failure_backoff_cap_s: float = 3600.0,
 ) -> ReconcileReport:
     """Run the four healing steps of the module docstring once.
 
@@ -77,7 +84,8 @@ def reconcile_once(
     ``stuck_run_s``: seconds after its start when a ``running`` run counts as dead;
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
-    steps 2 and 4 look at per pass. Also sets the pending-flush gauges from its scan.
+    steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
+    failures (seconds). Also sets the pending-flush gauges from its scan.
 
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
@@ -99,11 +107,24 @@ def reconcile_once(
         for ref in sessions_of_runs(store, failed)
         if (job := _request(store, client, publish, ref))
     ]
+    backed_off: list[str] = []
     if unobserved_threshold is not None:
         for ref in sessions_over_unobserved(store, unobserved_threshold, scan_limit):
-            if not _busy(client, ref) and (job := _request(store, client, publish, ref)):
+            if _busy(client, ref):
+                continue
+            if _backing_off(store, ref, failure_backoff_base_s, failure_backoff_cap_s):
+                backed_off.append(ref.session_id)
+            elif job := _request(store, client, publish, ref):
                 requested.append(job)
-    return ReconcileReport(tuple(republished), failed, tuple(requested))
+    return ReconcileReport(tuple(republished), failed, tuple(requested), tuple(backed_off))
+
+
+def _backing_off(store: SqlStore, ref: SessionRef, base_s: float, cap_s: float) -> bool:
+    streak = failure_streak(store, ref.tenant_id, ref.session_id)
+    wait = timing.failure_backoff_s(streak.failures, base_s=base_s, cap_s=cap_s)
+    if not wait or streak.last_failed_at is None:
+        return False
+    return (utc_now() - streak.last_failed_at).total_seconds() < wait
 
 
 def _republish_orphan(

@@ -44,6 +44,33 @@ def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
     return extended_at_s + ttl_s
 
 
+FAILURE_BACKOFF_AFTER = 3
+"""Consecutive failed runs of a session after which automatic re-requests back off."""
+
+
+def failure_backoff_s(
+    consecutive_failures: int,
+    *,
+    base_s: float,
+    cap_s: float,
+    after: int = FAILURE_BACKOFF_AFTER,
+) -> float:
+    """Seconds the reconciler waits, after a session's last failed run, before requesting it
+    again: 0 below ``after`` consecutive failures, then ``base_s`` doubling per further failure,
+    at most ``cap_s``. A session whose provider keeps failing so stops spending every pass.
+
+    Raises ``ValueError`` for a negative count or a non-positive ``base_s``/``cap_s``/``after``.
+    """
+    if consecutive_failures < 0 or after < 1:
+        raise ValueError("consecutive_failures must be >= 0 and after >= 1")
+    _require_positive("base_s", base_s)
+    _require_positive("cap_s", cap_s)
+    if consecutive_failures < after:
+        return 0.0
+    exponent = min(consecutive_failures - after, 32)  # past this the cap applies anyway
+    return float(min(cap_s, base_s * 2**exponent))
+
+
 def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:
     """True when a message delivered ``deliveries`` times (this one included) must not run.
 

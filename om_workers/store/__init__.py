@@ -9,8 +9,10 @@ from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.ports import SqlSessionHandle
 from om_workers.store.reconcile_queries import (
+    FailureStreak,
     QueuedRun,
     SessionRef,
+    failure_streak,
     queued_runs_before,
     sessions_of_runs,
     sessions_over_unobserved,
@@ -35,6 +37,7 @@ __all__ = [
     "BranchPage",
     "ContextState",
     "CreatedApiKey",
+    "FailureStreak",
     "FlushRun",
     "QueuedRun",
     "RunState",
@@ -46,6 +49,7 @@ __all__ = [
     "Tombstone",
     "create_store_engine",
     "current_revision",
+    "failure_streak",
     "head_revision",
     "normalize_database_url",
     "queued_runs_before",

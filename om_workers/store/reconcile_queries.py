@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
+from om_workers.store.records import as_utc
 from om_workers.store.schema import flush_runs, sessions
 from om_workers.store.store import SqlStore
 
@@ -100,3 +101,41 @@ __all__ = [
     "sessions_of_runs",
     "sessions_over_unobserved",
 ]
+
+
+@dataclass(frozen=True)
+class FailureStreak:
+    """A session's consecutive failed runs, newest backwards (skipped runs do not break it),
+    and when the last of them finished."""
+
+    failures: int
+    last_failed_at: datetime | None
+
+
+def failure_streak(
+    store: SqlStore, tenant_id: str, session_id: str, limit: int = 32
+) -> FailureStreak:
+    """The session's current streak of failed runs among its last ``limit`` finished ones.
+
+    Raises the store's errors like :func:`sessions_over_unobserved`.
+    """
+    query = (
+        select(flush_runs.c.state, flush_runs.c.finished_at)
+        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
+        .where(
+            sessions.c.tenant_id == tenant_id,
+            sessions.c.id == session_id,
+            flush_runs.c.state.in_(("succeeded", "failed")),
+        )
+        .order_by(flush_runs.c.finished_at.desc())
+        .limit(limit)
+    )
+    with store._read() as connection:
+        rows = connection.execute(query).all()
+    failures = 0
+    for row in rows:
+        if row.state != "failed":
+            break
+        failures += 1
+    last = as_utc(rows[0].finished_at) if failures else None
+    return FailureStreak(failures, last)

@@ -153,3 +153,46 @@ def test_reconcile_republishes_queued_runs_whose_message_was_lost(
     assert client.get(redis_keys.pending_key(tenant, "lost")) == first.id
     run = store.get_run(tenant, second.id)
     assert run.state == "skipped" and run.error is not None and first.id in run.error
+
+
+def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    from om_workers.store import failure_streak
+
+    store.create_session(tenant, "broken")
+    add_chat(store, tenant, "broken", 6)
+    threshold = store.get_session(tenant, "broken").unobserved_tokens
+
+    def fail_runs(count: int) -> None:
+        for _ in range(count):
+            run = store.create_run(tenant, "broken")
+            store.start_run(tenant, run.id)
+            store.finish_run(tenant, run.id, "failed", error="provider down")
+
+    def reconcile() -> tuple[list[tuple[str, str, str]], object]:
+        published: list[tuple[str, str, str]] = []
+        report = reconcile_once(
+            store,
+            client,
+            lambda t, s, j: published.append((t, s, j)),
+            stale_pending_s=1000,
+            stuck_run_s=1000,
+            unobserved_threshold=threshold,
+        )
+        return published, report
+
+    fail_runs(2)  # below the streak that backs off: still requested
+    published, _ = reconcile()
+    assert [s for _, s, _ in published] == ["broken"]
+    client.delete(redis_keys.pending_key(tenant, "broken"))
+    (queued,) = [j for _, _, j in published]
+    store.finish_run(tenant, queued, "failed", error="provider down")
+    assert failure_streak(store, tenant, "broken").failures == 3
+    published, report = reconcile()
+    assert published == [] and report.backed_off == ("broken",)  # type: ignore[attr-defined]
+    # A success ends the streak.
+    ok = store.create_run(tenant, "broken")
+    store.start_run(tenant, ok.id)
+    store.finish_run(tenant, ok.id, "succeeded")
+    assert failure_streak(store, tenant, "broken").failures == 0

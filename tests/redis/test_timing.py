@@ -79,3 +79,24 @@ def test_derived_time_limits_are_ordered_and_cover_the_retry_chain(
 def test_out_of_order_limits_are_named(limits: timing.TimeLimits, first_bad: str) -> None:
     with pytest.raises(ValueError, match=first_bad):
         timing.check_time_limits(limits)
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [(0, 0.0), (2, 0.0), (3, 60.0), (4, 120.0), (5, 240.0), (9, 3600.0), (200, 3600.0)],
+)
+def test_failure_backoff_grows_after_three_failures_up_to_the_cap(
+    failures: int, expected: float
+) -> None:
+    assert timing.failure_backoff_s(failures, base_s=60, cap_s=3600) == expected
+
+
+@pytest.mark.parametrize(
+    ("failures", "base", "cap", "after"),
+    [(-1, 60, 3600, 3), (3, 0, 3600, 3), (3, 60, 0, 3), (3, 60, 3600, 0)],
+)
+def test_failure_backoff_rejects_bad_input(
+    failures: int, base: float, cap: float, after: int
+) -> None:
+    with pytest.raises(ValueError):
+        timing.failure_backoff_s(failures, base_s=base, cap_s=cap, after=after)
