@@ -1,4 +1,4 @@
-"""Worker tests run on a private real Redis (never the machine's) and a SQLite store file."""
+"""Worker tests run on the shared private Redis (tests/conftest.py) and a SQLite store file."""
 
 from __future__ import annotations
 
@@ -12,24 +12,9 @@ import redis
 
 from om_workers.celery_app import create_celery_app
 from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.redis_client import connect
 from om_workers.store import SqlStore, upgrade
 from om_workers.timing import TimeLimits
 from tests.e2e.workers import StartWorker, Worker, worker_env
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as server:
-        yield server
-
-
-@pytest.fixture
-def client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
-    conn = connect(redis_server.url)
-    conn.flushdb()
-    yield conn
-    conn.close()
 
 
 @pytest.fixture

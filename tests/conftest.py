@@ -1,4 +1,5 @@
-"""Redis tests run against a private, real Redis server started here (never the machine's)."""
+"""Fixtures every suite shares: one private, real Redis server per test run (never the
+machine's), and a client on it that starts each test on an empty database."""
 
 from __future__ import annotations
 
