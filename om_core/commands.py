@@ -6,10 +6,10 @@ from collections.abc import Iterable, Sequence
 
 from om_core.context import visible_observations
 from om_core.ledger import fold_ledger
-from om_core.models import Frozen, SessionEntry
+from om_core.models import Frozen, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import project_ledger
 from om_core.render import render_observational_memory
-from om_core.scopes import fold_work_scope_map
+from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.tokens import estimate_text_tokens
@@ -58,13 +58,16 @@ def memory_status(
     *,
     in_flight: bool = False,
     last_error: str | None = None,
+    ledger: ObservationalMemoryLedger | None = None,
 ) -> MemoryStatus:
     """Count recorded, dropped, active and visible memory on one branch (session-local).
 
-    ``last_error`` must already be redacted (the runtime keeps it so).
+    ``last_error`` must already be redacted (the runtime keeps it so). Pass ``ledger`` when
+    the branch is already folded (a store keeps it); ``entries`` then need only cover the
+    recent window.
     """
     resolved = settings or resolve_settings()
-    ledger = fold_ledger(entries)
+    ledger = ledger if ledger is not None else fold_ledger(entries)
     projection = project_ledger(ledger, invalidated_ids)
     recent = select_recent_message_entries(
         entries, resolved.context.recent_messages, resolved.context.recent_message_max_tokens
@@ -92,16 +95,25 @@ def memory_view(
     invalidated_ids: Iterable[str] = (),
     secrets: Iterable[str] = (),
     shared: Sequence[SharedScopeMemory] = (),
+    *,
+    ledger: ObservationalMemoryLedger | None = None,
+    scope_map: WorkScopeMap | None = None,
 ) -> str:
     """Render visible memory (default) or all active recorded memory (``mode="full"``).
 
     ``shared`` (resolved shared scopes) joins the view; ``memory_status`` stays local.
-    Any other mode returns the usage line ``Usage: /om:view [full]``.
+    Pass ``ledger`` and ``scope_map`` when the branch is already folded; ``entries`` then need
+    only cover the recent window. Any other mode returns the usage line
+    ``Usage: /om:view [full]``.
     """
     if mode not in ("visible", "full"):
         return VIEW_USAGE
     resolved = settings or resolve_settings()
-    ledger, _ = merge_shared_memory(fold_ledger(entries), fold_work_scope_map(entries), shared)
+    ledger, _ = merge_shared_memory(
+        ledger if ledger is not None else fold_ledger(entries),
+        scope_map if scope_map is not None else fold_work_scope_map(entries),
+        shared,
+    )
     projection = project_ledger(ledger, invalidated_ids)
     observations = projection.observations
     if mode == "visible":

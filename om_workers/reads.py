@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from om_core.commands import MemoryStatus, memory_status, memory_view
 from om_core.context import build_context_blocks
 from om_core.ids import parse_memory_ref
 from om_core.ledger import is_eligible_observation_source
 from om_core.models import ContextBlock, ObservationalMemoryLedger, SessionEntry
+from om_core.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
 from om_core.recall import RecallResult, recall_memory
 from om_core.settings import ObservationalMemorySettings
 from om_core.work_memory import Include
@@ -108,3 +110,89 @@ def _source_ids(ledger: ObservationalMemoryLedger, memory_id: str) -> list[str]:
         if oid in ledger.observations_by_id
         for source in ledger.observations_by_id[oid].source_entry_ids
     ]
+
+
+def session_status(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    *,
+    settings: ObservationalMemorySettings,
+    invalidated_ids: Iterable[str] = (),
+    in_flight: bool = False,
+) -> MemoryStatus:
+    """``om:status`` of a stored session from its snapshot and tail (no history read).
+
+    Raises the store's :class:`~om_workers.errors.SessionNotFoundError`.
+    """
+    state = store.read_context_state(tenant_id, session_id)
+    tail = recent_tail(store, tenant_id, session_id, settings.context.recent_messages)
+    return memory_status(tail, settings, invalidated_ids, in_flight=in_flight, ledger=state.ledger)
+
+
+def session_view(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    mode: str,
+    *,
+    settings: ObservationalMemorySettings,
+    invalidated_ids: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+) -> str:
+    """``om:view`` of a stored session from its snapshot and tail (no history read).
+
+    Raises the store's :class:`~om_workers.errors.SessionNotFoundError`.
+    """
+    state = store.read_context_state(tenant_id, session_id)
+    tail = recent_tail(store, tenant_id, session_id, settings.context.recent_messages)
+    return memory_view(
+        tail,
+        mode,
+        settings,
+        invalidated_ids,
+        secrets,
+        ledger=state.ledger,
+        scope_map=state.scope_map,
+    )
+
+
+def session_page(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    cursor: str,
+    *,
+    limit: int,
+    direction: Direction = "forward",
+    detail: Detail = "summary",
+    secrets: Iterable[str] = (),
+) -> BranchPage:
+    """A page of messages around ``cursor``, reading only a span of the branch around it.
+
+    The span widens until it holds one message more than the page (so ``has_more`` is
+    exact) or reaches the end of the branch. Fails like
+    :func:`~om_core.paging.recall_branch_page`, and with the store's
+    :class:`~om_workers.errors.SessionNotFoundError`.
+    """
+    check_page_limit(limit)
+    leaf = store.get_session(tenant_id, session_id).leaf_id
+    margin = 4 * limit + 32
+    while True:
+        span = store.read_span(tenant_id, session_id, [cursor], margin=margin)
+        if _page_fits(span, cursor, limit, direction, leaf):
+            return recall_branch_page(span, cursor, limit, direction, detail, secrets)
+        margin *= 4
+
+
+def _page_fits(
+    span: Sequence[SessionEntry], cursor: str, limit: int, direction: Direction, leaf: str | None
+) -> bool:
+    position = next((i for i, e in enumerate(span) if e.id == cursor), None)
+    if position is None:
+        return True  # not on the branch: the page call reports it
+    if direction == "forward":
+        side, at_end = span[position + 1 :], bool(span) and span[-1].id == leaf
+    else:
+        side, at_end = span[:position], bool(span) and span[0].parent_id is None
+    return at_end or sum(1 for e in side if is_eligible_observation_source(e)) > limit

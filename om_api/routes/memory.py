@@ -30,15 +30,18 @@ from om_core import (
     ContextBlock,
     ObservationalMemoryCompactionStrategy,
     RecallResult,
-    memory_status,
-    memory_view,
-    recall_branch_page,
 )
 from om_core.errors import UnknownScopeError
 from om_core.ids import create_memory_id
 from om_workers import redis_keys
 from om_workers.errors import CoordinationError
-from om_workers.reads import session_context_blocks, session_recall
+from om_workers.reads import (
+    session_context_blocks,
+    session_page,
+    session_recall,
+    session_status,
+    session_view,
+)
 from om_workers.redis_client import translate_errors
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
@@ -130,8 +133,16 @@ def messages(
 
     422 when the cursor is not on the current branch or is not a message.
     """
-    entries = state.store.read_branch(tenant_id, session_id)
-    page = recall_branch_page(entries, cursor, limit, direction, detail, secrets=state.secrets)
+    page = session_page(
+        state.store,
+        tenant_id,
+        session_id,
+        cursor,
+        limit=limit,
+        direction=direction,
+        detail=detail,
+        secrets=state.secrets,
+    )
     return MessagesPage.model_validate(page.model_dump(mode="json"))
 
 
@@ -148,11 +159,12 @@ def _in_flight(state: ApiState, tenant_id: str, session_id: str) -> bool:
 def status(state: State, tenant_id: TenantId, session_id: SessionPath) -> StatusOut:
     """om:status: recorded, dropped, active and visible memory counts (session-local), whether
     a flush is pending, and the rendered status text."""
-    entries = state.store.read_branch(tenant_id, session_id)
-    result = memory_status(
-        entries,
-        state.memory_settings,
-        state.invalidated_ids(tenant_id, session_id),
+    result = session_status(
+        state.store,
+        tenant_id,
+        session_id,
+        settings=state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
         in_flight=_in_flight(state, tenant_id, session_id),
     )
     return StatusOut(**result.model_dump(), text=result.render())
@@ -167,12 +179,13 @@ def view(
 ) -> ViewOut:
     """om:view: the memory the next context shows (``visible``) or all active memory
     (``full``)."""
-    entries = state.store.read_branch(tenant_id, session_id)
-    text = memory_view(
-        entries,
+    text = session_view(
+        state.store,
+        tenant_id,
+        session_id,
         mode,
-        state.memory_settings,
-        state.invalidated_ids(tenant_id, session_id),
+        settings=state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
         secrets=state.secrets,
     )
     return ViewOut(mode=mode, text=text)

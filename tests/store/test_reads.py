@@ -90,3 +90,29 @@ def test_recall_of_a_withheld_id_is_revoked(store: SqlStore, tenant: str, sessio
         store, tenant, session_id, observation.id, invalidated_ids=[observation.source_entry_ids[0]]
     )
     assert not result.found and result.reason == "revoked"
+
+
+def test_status_view_and_pages_from_snapshot_and_spans_equal_the_full_branch(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    from om_core import memory_status, memory_view, recall_branch_page
+    from om_workers.reads import session_page, session_status, session_view
+
+    _long_session(store, tenant, session_id, runs=30)
+    settings = resolve_settings({"context": {"recentMessages": 5}})
+    branch = store.read_branch(tenant, session_id)
+    assert session_status(store, tenant, session_id, settings=settings) == memory_status(
+        branch, settings
+    )
+    for mode in ("visible", "full", "nonsense"):
+        assert session_view(
+            store, tenant, session_id, mode, settings=settings, secrets=["sk-x"]
+        ) == memory_view(branch, mode, settings, secrets=["sk-x"])
+    messages = [e.id for e in branch if e.message is not None]
+    for cursor in (messages[0], messages[len(messages) // 2], messages[-1]):
+        for direction in ("forward", "backward"):
+            for limit in (1, 7, 100):
+                got = session_page(
+                    store, tenant, session_id, cursor, limit=limit, direction=direction
+                )
+                assert got == recall_branch_page(branch, cursor, limit, direction)
