@@ -63,7 +63,6 @@ class Provider(Protocol):
 
     def generate(self, request: ProviderRequest) -> ProviderResponse:
         """Run one turn; raise on failure."""
-        ...
 
 
 def correlation_id_for(session_id: str) -> str:

@@ -41,7 +41,6 @@ class TombstoneSource(Protocol):
 
     def list_tombstones(self, scope: str) -> Iterable[Tombstone]:
         """Every tombstone of ``scope``; a store without invalidation returns none."""
-        ...
 
 
 def list_invalidated_ids(
