@@ -248,13 +248,7 @@ class ObservationalMemoryRuntime:
             record = run_observer(
                 worker.provider,
                 chunk,
-                session_id=self.session.id,
-                model=worker.model,
-                limits=self.limits,
-                secrets=self.secrets,
-                instructions=worker.instructions,
-                options=worker.options,
-                credential=worker.credential,
+                **self._call_options(worker),
                 observed_at=self._now() if self._now else None,
             )
             self._append_record(record, state)
@@ -276,13 +270,7 @@ class ObservationalMemoryRuntime:
             worker.provider,
             window,
             active=ledger.active_observations,
-            session_id=self.session.id,
-            model=worker.model,
-            limits=self.limits,
-            secrets=self.secrets,
-            instructions=worker.instructions,
-            options=worker.options,
-            credential=worker.credential,
+            **self._call_options(worker),
             reflected_at=self._now() if self._now else None,
             covers_up_to_id=entries[-1].id if entries else None,
         )
@@ -312,13 +300,7 @@ class ObservationalMemoryRuntime:
                 worker.provider,
                 active,
                 target_tokens=target,
-                session_id=self.session.id,
-                model=worker.model,
-                limits=self.limits,
-                secrets=self.secrets,
-                instructions=worker.instructions,
-                options=worker.options,
-                credential=worker.credential,
+                **self._call_options(worker),
             )
         if record is not None:
             self._append_record(record, state)
@@ -400,6 +382,18 @@ class ObservationalMemoryRuntime:
         )
         append_checked(self._append, self._entries, entry)
         state.appended.append(entry.id)
+
+    def _call_options(self, worker: ResolvedWorker) -> dict[str, Any]:
+        """What every observer/reflector/dropper call takes from the runtime and the worker."""
+        return {
+            "session_id": self.session.id,
+            "model": worker.model,
+            "limits": self.limits,
+            "secrets": self.secrets,
+            "instructions": worker.instructions,
+            "options": worker.options,
+            "credential": worker.credential,
+        }
 
     def _emit(self, event: str, data: Mapping[str, Any]) -> None:
         if self._debug is not None:
