@@ -9,9 +9,26 @@ from om_workers import redis_keys
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.locks import SessionLock
+from om_workers.reconcile import ReconcileReport
 from om_workers.store import SqlStore, sessions_of_runs, sessions_over_unobserved
 from om_workers.tasks import reconcile_once, stuck_run_age_s, time_limits
 from tests.e2e.support import add_chat
+
+Published = list[tuple[str, str, str]]
+
+
+def reconcile(
+    store: SqlStore, client: redis.Redis, **options: object
+) -> tuple[Published, ReconcileReport]:
+    """One reconciler pass; what it published, and its report."""
+    published: Published = []
+    report = reconcile_once(
+        store,
+        client,
+        lambda t, s, j: published.append((t, s, j)),
+        **options,  # type: ignore[arg-type]
+    )
+    return published, report
 
 
 def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
@@ -28,14 +45,7 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
     assert holder.acquire()
     stuck = store.create_run(tenant, "old")
     store.start_run(tenant, stuck.id)
-    published: list[tuple[str, str, str]] = []
-    report = reconcile_once(
-        store,
-        client,
-        lambda t, s, j: published.append((t, s, j)),
-        stale_pending_s=10,
-        stuck_run_s=0,
-    )
+    published, report = reconcile(store, client, stale_pending_s=10, stuck_run_s=0)
     assert published == [(tenant, "old", old_job)] and report.republished == (old_job,)
     assert report.failed_runs == (stuck.id,)
     assert report.requested == ()  # the swept run's session coalesced onto the pending job
@@ -92,14 +102,8 @@ def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
     client.set(redis_keys.pending_key(tenant, "marked"), "job-marked", ex=redis_keys.PENDING_TTL_S)
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
-    published: list[tuple[str, str, str]] = []
-    report = reconcile_once(
-        store,
-        client,
-        lambda t, s, j: published.append((t, s, j)),
-        stale_pending_s=1000,
-        stuck_run_s=1000,
-        unobserved_threshold=threshold,
+    published, report = reconcile(
+        store, client, stale_pending_s=1000, stuck_run_s=1000, unobserved_threshold=threshold
     )
     assert [(t, s) for t, s, _ in published] == [(tenant, "big")]
     (job,) = report.requested
@@ -120,14 +124,7 @@ def test_reconcile_re_requests_the_session_of_a_swept_run(
     store.create_session(tenant, "crashed")
     stuck = store.create_run(tenant, "crashed")
     store.start_run(tenant, stuck.id)
-    published: list[tuple[str, str, str]] = []
-    report = reconcile_once(
-        store,
-        client,
-        lambda t, s, j: published.append((t, s, j)),
-        stale_pending_s=1000,
-        stuck_run_s=0,
-    )
+    published, report = reconcile(store, client, stale_pending_s=1000, stuck_run_s=0)
     assert report.failed_runs == (stuck.id,)
     (job,) = report.requested
     assert job != stuck.id and published == [(tenant, "crashed", job)]
@@ -140,14 +137,7 @@ def test_reconcile_republishes_queued_runs_whose_message_was_lost(
     store.create_session(tenant, "lost")
     first = store.create_run(tenant, "lost")  # queued; Redis lost its marker and message
     second = store.create_run(tenant, "lost")
-    published: list[tuple[str, str, str]] = []
-    report = reconcile_once(
-        store,
-        client,
-        lambda t, s, j: published.append((t, s, j)),
-        stale_pending_s=0,
-        stuck_run_s=1000,
-    )
+    published, report = reconcile(store, client, stale_pending_s=0, stuck_run_s=1000)
     # The oldest gets the fresh marker and is published; the newer one is served by it.
     assert report.republished == (first.id,) and published == [(tenant, "lost", first.id)]
     assert client.get(redis_keys.pending_key(tenant, "lost")) == first.id
@@ -170,27 +160,20 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
             store.start_run(tenant, run.id)
             store.finish_run(tenant, run.id, "failed", error="provider down")
 
-    def reconcile() -> tuple[list[tuple[str, str, str]], object]:
-        published: list[tuple[str, str, str]] = []
-        report = reconcile_once(
-            store,
-            client,
-            lambda t, s, j: published.append((t, s, j)),
-            stale_pending_s=1000,
-            stuck_run_s=1000,
-            unobserved_threshold=threshold,
+    def backlog_pass() -> tuple[Published, ReconcileReport]:
+        return reconcile(
+            store, client, stale_pending_s=1000, stuck_run_s=1000, unobserved_threshold=threshold
         )
-        return published, report
 
     fail_runs(2)  # below the streak that backs off: still requested
-    published, _ = reconcile()
+    published, _ = backlog_pass()
     assert [s for _, s, _ in published] == ["broken"]
     client.delete(redis_keys.pending_key(tenant, "broken"))
     (queued,) = [j for _, _, j in published]
     store.finish_run(tenant, queued, "failed", error="provider down")
     assert failure_streak(store, tenant, "broken").failures == 3
-    published, report = reconcile()
-    assert published == [] and report.backed_off == ("broken",)  # type: ignore[attr-defined]
+    published, report = backlog_pass()
+    assert published == [] and report.backed_off == ("broken",)
     # A success ends the streak.
     ok = store.create_run(tenant, "broken")
     store.start_run(tenant, ok.id)
