@@ -7,7 +7,7 @@ These are the stable contract the Python client builds on. Conventions:
 * Request models forbid unknown keys, so a typo is a 422 naming the key, not a silent no-op.
 * Ids are checked against the patterns below before anything is read or written:
   :data:`ENTRY_ID_PATTERN` for session, entry and tenant ids, :data:`MEMORY_ID_PATTERN` for
-  observation/reflection ids, :data:`SCOPE_ID_PATTERN` for work-scope ids (the seed's).
+  observation/reflection ids, :data:`SCOPE_ID_PATTERN` for work-scope ids.
 * Every error is an :class:`ErrorBody` with a machine ``error`` code and a human ``detail``.
 """
 
@@ -27,10 +27,10 @@ Generated ids (``uuid4().hex``, ``create_memory_id()``) fit it."""
 
 MEMORY_ID_PATTERN = r"^(om:|reflection:)?[a-f0-9]{12}$"
 """Observation/reflection ids: 12 lowercase hex, optionally written as a ``om:`` or
-``reflection:`` reference (the seed's ``isMemoryId``)."""
+``reflection:`` reference."""
 
 SCOPE_ID_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
-"""Work-scope ids (the seed's pattern; ``..`` is refused by the core with a reason)."""
+"""Work-scope ids (``..`` is refused by the core with a reason)."""
 
 PRINCIPAL_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """Principals named in grants: session ids of the same tenant."""
@@ -42,7 +42,7 @@ MAX_ENTRIES_PAGE = 1000
 """Largest ``limit`` of ``GET .../entries`` (the store's page cap)."""
 
 MAX_MESSAGES_PAGE = 100
-"""Largest ``limit`` of ``GET .../messages`` (the seed's recall page cap)."""
+"""Largest ``limit`` of ``GET .../messages`` (the core's recall page cap)."""
 
 MAX_REVOCATION_IDS = 1000
 """Most entry ids one revocation may name."""
@@ -259,7 +259,7 @@ class ObservationOut(WireModel):
 
 
 class RecallOut(WireModel):
-    """``GET .../memory/{memory_id}``: what a memory id rests on (the seed's recall result).
+    """``GET .../memory/{memory_id}``: what a memory id rests on (the core's recall result).
 
     ``found`` is false for an unknown id (``reason: not_found``) and a revoked one
     (``reason: revoked``, no derived text). For a reflection, supporting observations come

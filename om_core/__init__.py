@@ -1,7 +1,8 @@
 """Observational memory, pure core: models, fold, projection, context, recall, compaction.
 
 Nothing here does I/O: every function is a pure function of the entries it is given. The
-names below are the public contract (see CONTRACT.md); each maps to one seed export.
+names below are the public API (stable: add freely, rename nothing without a deprecation
+path); each maps to one export of the TypeScript package, in snake_case.
 """
 
 from om_core.attach import AttachedMemory, ObservationalMemory

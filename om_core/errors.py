@@ -1,4 +1,4 @@
-"""One exception tree for the core: every failure the seed calls "fail closed".
+"""One exception tree for the core: every way an operation fails closed (writes nothing).
 
 Each error subclasses :class:`ObservationalMemoryError`; some also subclass the builtin a
 Python caller would expect (``ValueError`` for bad input, ``LookupError`` for unknown ids), so
@@ -45,7 +45,7 @@ class OversizedPageError(InvalidInputError):
 
 
 class CapExceededError(ObservationalMemoryError):
-    """A hard byte or count cap from the seed would be exceeded and nothing can be trimmed."""
+    """A hard byte or count cap would be exceeded and nothing can be trimmed."""
 
 
 class WorkerLimitError(InvalidInputError):

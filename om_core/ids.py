@@ -1,4 +1,4 @@
-"""Memory ids: 12 lowercase hex characters, as in the seed (``^[a-f0-9]{12}$``)."""
+"""Memory ids: 12 lowercase hex characters (``^[a-f0-9]{12}$``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker limits: the seed's defaults and hard caps, and their resolution."""
+"""Worker limits: defaults and hard caps, and their resolution."""
 
 from __future__ import annotations
 

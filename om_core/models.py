@@ -1,6 +1,6 @@
 """Frozen models of the ledger's wire format.
 
-JSON keys are the seed's camelCase (``sessionId``, ``sourceEntryIds``, ``coversUpToId`` ...),
+JSON keys are camelCase (``sessionId``, ``sourceEntryIds``, ``coversUpToId`` ...),
 Python attributes are snake_case; both spellings are accepted on input, and
 ``model_dump(by_alias=True)`` writes what the TypeScript package writes.
 """
@@ -163,7 +163,7 @@ class ObservationsDropped(Frozen):
 class FoldedMemory(Frozen):
     """Compaction ``data.memory``: a snapshot of the ledger at the compaction point.
 
-    The seed's keys (``fullFold``, ``observations``, ``reflections``,
+    The wire format's keys (``fullFold``, ``observations``, ``reflections``,
     ``droppedObservationIds``) plus the coverage state this package needs to resume a fold
     from the snapshot alone. A snapshot without those keys (written elsewhere) is still read
     for rendering, but a fold does not start from it.

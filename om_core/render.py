@@ -27,7 +27,7 @@ def render_observational_memory(
     """Render memory as markdown: optional scope outline, reflections, then observations.
 
     Each item shows its recall id (``reflection:<id>`` / ``om:<id>``). Known secrets are
-    redacted. The result never exceeds ``max_bytes`` (UTF-8, at most the seed's 256 KiB):
+    redacted. The result never exceeds ``max_bytes`` (UTF-8, at most 256 KiB):
     lowest-relevance observations go first, then the oldest reflections, and a final line
     says how many were left out. Returns ``""`` when there is nothing to render.
     """

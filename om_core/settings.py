@@ -1,4 +1,4 @@
-"""Observational-memory settings: the seed's nested groups, defaults and removed flat keys."""
+"""Observational-memory settings: nested groups, their defaults, and the removed flat keys."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ DEFAULT_PAGE_LIMIT = 20
 MAX_PAGE_LIMIT = 100
 DEFAULT_AGENT_MAX_TURNS = 16
 
-# Removed in 0.1.5 (seed): each flat key and the nested key that replaces it.
+# Flat keys removed in favour of nested groups: each flat key and the nested key that replaces it.
 REMOVED_FLAT_KEYS: Mapping[str, str] = {
     "observeAfterTokens": "observation.messageTokens",
     "reflectAfterTokens": "reflection.observationTokens",
@@ -74,7 +74,7 @@ class RetrievalSettings(Frozen):
 
 
 class ObservationalMemorySettings(Frozen):
-    """Resolved settings; every field has the seed's default."""
+    """Resolved settings; every field has a default."""
 
     observation: ObservationSettings = ObservationSettings()
     reflection: ReflectionSettings = ReflectionSettings()
@@ -127,7 +127,7 @@ def _reject_removed_keys(settings: Mapping[str, Any]) -> None:
 
 
 def _legacy_target_tokens(settings: dict[str, Any]) -> dict[str, Any]:
-    """``context.observationsPoolTargetTokens`` still feeds ``dropper.targetTokens`` (seed)."""
+    """``context.observationsPoolTargetTokens`` (legacy) still feeds ``dropper.targetTokens``."""
     context = settings.get("context")
     if not isinstance(context, Mapping):
         return settings

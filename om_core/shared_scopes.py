@@ -8,7 +8,7 @@ the owner branch, so a revocation lands on the next read. Branches are folded se
 :func:`~om_core.ledger.merge_ledgers`; raw entry lists are never concatenated, because coverage
 cursors and projection boundaries are positional per branch.
 
-Decisions where the seed is silent:
+Decisions this module makes (the wire format leaves them open):
 
 * The owner is implicitly authorized on its own scopes (it is the grant authority).
 * The reader's own branch is never read here: local memory stays in the local ledger, and the

@@ -100,7 +100,7 @@ def render_recent_message_window(
 ) -> tuple[str, tuple[str, ...]]:
     """Render selected message entries; return the text and the ids actually shown.
 
-    Never more than ``max_bytes`` (UTF-8, at most the seed's 512 KiB): whole units are left
+    Never more than ``max_bytes`` (UTF-8, at most 512 KiB): whole units are left
     out oldest first, and a single unit that is still too large is cut with a mark.
     """
     max_bytes = min(max_bytes, MAX_RECENT_WINDOW_BYTES)

@@ -1,6 +1,6 @@
 """Work-memory projection: the observations and reflections a work-scope query selects.
 
-Decisions where the seed is silent:
+Decisions this module makes (the wire format leaves them open):
 
 * Without host scopes the index is off: the map holds only ``session`` and every query on it
   returns the whole active pool (no outline), whatever ``include`` and ``kinds`` say.

@@ -2,7 +2,7 @@
 
 Only configuration lives here; the tasks (``om.flush``, ``om.reconcile``) register on the app
 this module builds. Every choice below closes a way of losing or duplicating work with a Redis
-broker (see ``shared/FIELD-NOTES.md``):
+broker (``docs/architecture.md``, "Delivery settings"):
 
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acked only after its task
   ran, and a worker killed mid-task (``kill -9``, OOM) gives it back instead of acking it.

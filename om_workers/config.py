@@ -34,7 +34,7 @@ class Settings(BaseSettings):
         "PostgreSQL as postgresql+psycopg://user@host:port/db.",
     )
 
-    # Distributed flush (issue 6). Durations are seconds.
+    # Distributed flush (docs/architecture.md). Durations are seconds.
     redis_url: str | None = Field(
         default=None,
         description="Redis for the broker, locks and coalescing; unset: a private embedded Redis.",
@@ -63,9 +63,9 @@ class Settings(BaseSettings):
     worker_metrics_host: str = Field(default="127.0.0.1", description="Metrics bind address.")
     memory_settings: dict[str, Any] = Field(
         default_factory=dict,
-        # OM_SETTINGS_JSON is the contract's name; OM_MEMORY_SETTINGS was its first spelling.
+        # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.
         validation_alias=AliasChoices("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS", "memory_settings"),
-        description="JSON object of observational-memory settings (the seed's nested groups).",
+        description="JSON object of observational-memory settings (nested groups).",
     )
     lock_ttl_s: float = Field(default=60.0, gt=0, description="Session lock TTL.")
     max_deliveries: int = Field(default=5, ge=1, description="Deliveries before poison.")
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     visibility_timeout_s: float | None = Field(default=None, gt=0, description="Override.")
     reconcile_interval_s: float = Field(default=60.0, gt=0, description="om.reconcile period.")
 
-    # HTTP API (issue 7).
+    # HTTP API.
     admin_token: str | None = Field(
         default=None,
         description="Bearer token of the admin routes (tenants, keys); unset: admin routes 401.",
@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Log level of every om service.")
 
-    # Command line (issue 7): the client commands' target, and Flower's credentials.
+    # Command line: the client commands' target, and Flower's credentials.
     api_url: str = Field(
         default="http://127.0.0.1:8000", description="API base URL for om status/view/recall."
     )

@@ -6,7 +6,7 @@ importable for other harnesses: :mod:`~om_api.evaluation.locomo` reads files,
 :mod:`~om_api.evaluation.runner` scores one conversation, :mod:`~om_api.evaluation.scoring`
 holds the metric definitions, :mod:`~om_api.evaluation.report` aggregates and renders, and
 :mod:`~om_api.evaluation.answering` asks and judges a model. Nothing here knows where data
-lives; the shared LoCoMo files are passed in by path.
+lives; LoCoMo files are passed in by path.
 """
 
 from om_api.evaluation.answering import ModelJudge, parse_label

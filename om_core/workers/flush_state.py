@@ -71,7 +71,7 @@ class FlushState:
 def default_compaction_due(
     entries: Sequence[SessionEntry], settings: ObservationalMemorySettings
 ) -> bool:
-    """The seed's token gate: tokens from the latest compaction on reach ``compactAfterTokens``."""
+    """The default token gate: tokens from the latest compaction on reach ``compactAfterTokens``."""
     return estimated_input_tokens(entries) >= settings.context.compact_after_tokens
 
 

@@ -1,6 +1,6 @@
 """Which provider, model and credential a worker runs with, or why it is skipped.
 
-Resolution order (seed): per-worker config, then the settings group, then ``session_model``
+Resolution order: per-worker config, then the settings group, then ``session_model``
 for the model. ``require_explicit_model`` turns the ``session_model`` fallback off (skip with
 ``missing_model``). Credentials are explicit only: a worker that requests one whose resolver
 answers ``None`` is skipped with ``missing_credential``; nothing is read from the environment.

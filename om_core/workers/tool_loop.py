@@ -1,4 +1,4 @@
-"""The tool-only worker loop, bounded by every limit of the seed's worker table.
+"""The tool-only worker loop, bounded by every worker limit (:mod:`om_core.limits`).
 
 One run: a system message and a delimited prompt go to the provider; each answer's tool calls
 are validated as a whole (count, names, argument size/shape) before any of them executes or

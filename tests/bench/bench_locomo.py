@@ -1,5 +1,5 @@
 """8. LoCoMo conversations, extractive provider: what the memory keeps of three real, long
-two-person conversations (``<repo>/../shared/data/locomo``; skipped when absent).
+two-person conversations (read from :data:`DATA`; skipped when absent).
 
 Each session is one agent run with a flush after it (``om eval locomo``'s replay, in process).
 Figures: answer-in-context rate (short gold answers found in the context blocks' text),

@@ -1,4 +1,4 @@
-"""Property tests of the fold, merge, render and recall invariants the seed promises."""
+"""Property tests of the fold, merge, render and recall invariants."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every name of the contract that has landed is importable from ``om_core``."""
+"""Every public name of ``om_core`` (its ``__all__``) is importable from it."""
 
 from __future__ import annotations
 

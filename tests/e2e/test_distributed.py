@@ -1,4 +1,4 @@
-"""Issue 6's must-show list through real ``celery worker`` processes, a private real Redis and a
+"""The distributed flush through real ``celery worker`` processes, a private real Redis and a
 SQLite store: same memory as in-process, exclusivity at scale, fencing after a lost lock,
 provider failures over HTTP, and the worker's Prometheus metrics.
 

@@ -54,7 +54,7 @@ def test_tombstones_per_tenant_and_scope(store: SqlStore, tenant: str) -> None:
     assert store.add_tombstones(tenant, "session:s1", ["b", "c"], corrected=True) == ("c",)
     stones = {t.entry_id: t.corrected for t in store.list_tombstones(tenant, "session:s1")}
     assert stones == {"a": False, "b": True, "c": True}
-    # Corrected ids stay withheld (the seed's rule); scopes and tenants do not mix.
+    # Corrected ids stay withheld; scopes and tenants do not mix.
     assert store.invalidated_ids(tenant, "session:s1") == {"a", "b", "c"}
     assert store.invalidated_ids(tenant, "other-scope") == frozenset()
     store.create_tenant("t2")
