@@ -36,13 +36,13 @@ from om_api.client_core import (
     NotFound,
     OMClientError,
     PayloadTooLarge,
-    RetryPolicy,
     ServerError,
     Unauthorized,
     Unavailable,
     decode,
     entry_batches,
     retry_after_s,
+    retry_wait_s,
     should_retry,
     transport_error,
     was_sent,
@@ -65,6 +65,7 @@ from om_api.schemas import (
     TenantOut,
     ViewOut,
 )
+from om_core.backoff import RetryPolicy, backoff_delay_s
 
 __all__ = [
     "AsyncOMClient",
@@ -84,8 +85,8 @@ __all__ = [
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
-_POLL_START_S = 0.1
-_POLL_MAX_S = 1.0
+_POLL = RetryPolicy(base_s=0.1, cap_s=1.0, multiplier=1.5, jitter=0.0)
+"""``wait_for_job``'s pauses between polls: 0.1 s growing by half per poll, at most 1 s."""
 
 
 def _headers(api_key: str | None, admin_token: str | None, call: Call[Any]) -> dict[str, str]:
@@ -142,8 +143,9 @@ class OMClient:
 
     def send(self, call: Call[T]) -> T:
         """Send one request with retries; the parsed result or a typed error."""
-        retry = 0
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 response = self._http.request(
                     call.method,
@@ -153,17 +155,19 @@ class OMClient:
                     headers=_headers(self._api_key, self._admin_token, call),
                 )
             except httpx.TransportError as exc:
-                if retry + 1 >= self._retry.attempts or not should_retry(call, None, was_sent(exc)):
+                wait = None
+                if should_retry(call, None, was_sent(exc)):
+                    wait = retry_wait_s(self._retry, attempt, None)
+                if wait is None:
                     raise transport_error(call, exc) from exc
-                time.sleep(self._retry.delay(retry, None))
             else:
                 code = response.status_code
-                if code < 400 or retry + 1 >= self._retry.attempts:
+                wait = None
+                if code >= 400 and should_retry(call, code, True):
+                    wait = retry_wait_s(self._retry, attempt, retry_after_s(response))
+                if wait is None:
                     return decode(call, response)
-                if not should_retry(call, code, True):
-                    return decode(call, response)
-                time.sleep(self._retry.delay(retry, retry_after_s(response)))
-            retry += 1
+            time.sleep(wait)
 
     # Sessions and entries ------------------------------------------------------------------
 
@@ -211,16 +215,16 @@ class OMClient:
         failed job is returned, not raised: its ``error`` says why). :class:`JobTimeout` when
         it is still queued/running after ``timeout_s`` seconds."""
         deadline = time.monotonic() + timeout_s
-        pause = _POLL_START_S
+        poll = 0
         while True:
+            poll += 1
             current = self.job(job_id)
             if current.state in FINAL_JOB_STATES:
                 return current
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise JobTimeout(f"job {job_id} still {current.state} after {timeout_s} s", current)
-            time.sleep(min(pause, remaining))
-            pause = min(pause * 1.5, _POLL_MAX_S)
+            time.sleep(min(backoff_delay_s(poll, _POLL, 0.0), remaining))
 
     # Memory reads --------------------------------------------------------------------------
 
@@ -365,8 +369,9 @@ class AsyncOMClient:
 
     async def send(self, call: Call[T]) -> T:
         """Send one request with retries; the parsed result or a typed error."""
-        retry = 0
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 response = await self._http.request(
                     call.method,
@@ -376,17 +381,19 @@ class AsyncOMClient:
                     headers=_headers(self._api_key, self._admin_token, call),
                 )
             except httpx.TransportError as exc:
-                if retry + 1 >= self._retry.attempts or not should_retry(call, None, was_sent(exc)):
+                wait = None
+                if should_retry(call, None, was_sent(exc)):
+                    wait = retry_wait_s(self._retry, attempt, None)
+                if wait is None:
                     raise transport_error(call, exc) from exc
-                await asyncio.sleep(self._retry.delay(retry, None))
             else:
                 code = response.status_code
-                if code < 400 or retry + 1 >= self._retry.attempts:
+                wait = None
+                if code >= 400 and should_retry(call, code, True):
+                    wait = retry_wait_s(self._retry, attempt, retry_after_s(response))
+                if wait is None:
                     return decode(call, response)
-                if not should_retry(call, code, True):
-                    return decode(call, response)
-                await asyncio.sleep(self._retry.delay(retry, retry_after_s(response)))
-            retry += 1
+            await asyncio.sleep(wait)
 
     async def create_session(
         self, session_id: str | None = None, metadata: Mapping[str, Any] | None = None
@@ -422,16 +429,16 @@ class AsyncOMClient:
     async def wait_for_job(self, job_id: str, timeout_s: float = 60.0) -> JobOut:
         """See :meth:`OMClient.wait_for_job`."""
         deadline = time.monotonic() + timeout_s
-        pause = _POLL_START_S
+        poll = 0
         while True:
+            poll += 1
             current = await self.job(job_id)
             if current.state in FINAL_JOB_STATES:
                 return current
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise JobTimeout(f"job {job_id} still {current.state} after {timeout_s} s", current)
-            await asyncio.sleep(min(pause, remaining))
-            pause = min(pause * 1.5, _POLL_MAX_S)
+            await asyncio.sleep(min(backoff_delay_s(poll, _POLL, 0.0), remaining))
 
     async def context(
         self, session_id: str, *, scope: str | None = None, include: Include | None = None

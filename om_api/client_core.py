@@ -1,5 +1,7 @@
 """What the sync and async clients share: the error tree, the retry rule, request descriptions
 and response decoding. No I/O happens here, so both clients behave identically.
+:class:`RetryPolicy` is :class:`om_core.backoff.RetryPolicy`, re-exported here and from
+:mod:`om_api.client`; its defaults are the client's.
 
 Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``)::
 
@@ -17,7 +19,6 @@ Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``
 
 from __future__ import annotations
 
-import email.utils
 import random
 import time
 import uuid
@@ -29,6 +30,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from om_api.schemas import EntryIn, ErrorBody, JobOut, MessageWire
+from om_core.backoff import RetryPolicy, next_delay_s, parse_retry_after
 
 T = TypeVar("T")
 
@@ -110,29 +112,16 @@ _BY_STATUS: Final[Mapping[int, type[OMClientError]]] = {
 }
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to retry.
+def retry_wait_s(policy: RetryPolicy, attempt: int, retry_after: float | None) -> float | None:
+    """Seconds to wait after failed attempt ``attempt`` (1-based), or ``None`` when the
+    attempts are used up: :func:`om_core.backoff.next_delay_s` with a fresh random draw.
 
-    A 503 or 429 is retried for every request (the server refused it before doing anything);
-    502/504 and transport errors after the request was sent only for idempotent requests
-    (connection failures before sending are always retried). The wait before retry ``n`` (from
-    0) is uniform in ``[0, min(cap_s, base_s * 2**n)]`` ("full jitter", so a crowd of clients
-    does not return in step), or the server's ``Retry-After`` plus up to 10 % jitter, capped at
-    ``max_retry_after_s``.
+    With the default :class:`RetryPolicy` the wait before retry ``n`` (from 1) is uniform in
+    ``[0, min(cap_s, base_s * 2**(n-1))]`` ("full jitter", so a crowd of clients does not return
+    in step), or the server's ``Retry-After`` plus up to 10 % jitter, capped at
+    ``max_retry_after_s``. Which failures are retried at all is :func:`should_retry`'s rule.
     """
-
-    attempts: int = 5
-    base_s: float = 0.25
-    cap_s: float = 8.0
-    max_retry_after_s: float = 30.0
-
-    def delay(self, retry: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
-        if retry_after is not None:
-            wait = min(retry_after, self.max_retry_after_s)
-            return wait + random.uniform(0, wait * 0.1)
-        return random.uniform(0, min(self.cap_s, self.base_s * 2**retry))
+    return next_delay_s(attempt, policy, random.random(), retry_after_s=retry_after)
 
 
 @dataclass(frozen=True)
@@ -150,23 +139,16 @@ class Call(Generic[T]):
 
 def retry_after_s(response: httpx.Response) -> float | None:
     """The response's ``Retry-After`` in seconds (delta-seconds or an HTTP date), if any."""
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    return parse_retry_after(response.headers.get("retry-after"), time.time())
 
 
 def should_retry(call: Call[Any], status: int | None, sent: bool) -> bool:
-    """Whether a failed attempt may be repeated (see :class:`RetryPolicy`). ``status`` is
-    ``None`` for a transport error; ``sent`` is false when the connection never opened."""
+    """Whether a failed attempt may be repeated (how often and when: :func:`retry_wait_s`).
+
+    A 503 or 429 is retried for every request (the server refused it before doing anything);
+    502/504 and transport errors after the request was sent only for idempotent requests
+    (connection failures before sending are always retried). ``status`` is ``None`` for a
+    transport error; ``sent`` is false when the connection never opened."""
     if status is None:
         return call.idempotent or not sent
     if status in (429, 503):

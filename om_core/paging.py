@@ -49,6 +49,20 @@ def check_page_limit(limit: object) -> int:
     return limit
 
 
+def check_page_request(
+    limit: object, direction: object, detail: object
+) -> tuple[int, Direction, Detail]:
+    """The page arguments, checked without looking at any entry: :class:`OversizedPageError`
+    for a limit outside ``1..MAX_PAGE_LIMIT``, :class:`InvalidInputError` for an unknown
+    direction or detail."""
+    limit = check_page_limit(limit)
+    if direction != "forward" and direction != "backward":
+        raise InvalidInputError(f"direction must be forward or backward: {direction!r}")
+    if detail != "summary" and detail != "full":
+        raise InvalidInputError(f"detail must be summary or full: {detail!r}")
+    return limit, direction, detail
+
+
 def recall_branch_page(
     entries: Sequence[SessionEntry],
     cursor: str,
@@ -64,11 +78,7 @@ def recall_branch_page(
     message :class:`NonMessageCursorError`, an unknown direction or detail
     :class:`InvalidInputError`.
     """
-    limit = check_page_limit(limit)
-    if direction not in ("forward", "backward"):
-        raise InvalidInputError(f"direction must be forward or backward: {direction!r}")
-    if detail not in ("summary", "full"):
-        raise InvalidInputError(f"detail must be summary or full: {detail!r}")
+    limit, direction, detail = check_page_request(limit, direction, detail)
     position = next((i for i, e in enumerate(entries) if e.id == cursor), None)
     if position is None:
         raise UnknownCursorError(f"cursor {cursor!r} is not an entry on the current branch")

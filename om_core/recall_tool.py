@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from om_core.errors import AmbiguousInputError, InvalidInputError, WrongSessionError
+from om_core.ids import parse_memory_ref
 from om_core.models import SessionEntry
-from om_core.paging import recall_branch_page
+from om_core.paging import check_page_request, recall_branch_page
 from om_core.recall import recall_memory
 from om_core.redaction import normalize_secrets
 from om_core.settings import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
@@ -82,10 +83,13 @@ class RecallMemoryTool:
             raise AmbiguousInputError("recall needs exactly one of 'id' or 'cursor'")
         if has_id and set(arguments) != {"id"}:
             raise AmbiguousInputError("page arguments are only valid with 'cursor'")
-        entries = self._entries(session_id)
+        # Everything the arguments alone can refute is refuted before any host callback runs:
+        # an invalid id or page request never reads the branch.
         if has_id:
+            memory_id = parse_memory_ref(arguments["id"])
+            entries = self._entries(session_id)
             invalidated = self._get_invalidated(session_id) if self._get_invalidated else ()
-            result = recall_memory(entries, arguments["id"], invalidated, self._secrets)
+            result = recall_memory(entries, memory_id, invalidated, self._secrets)
             if result.reason == "not_found" and self._get_shared is not None:
                 # Granted shared scopes are the one exception to single-branch recall.
                 shared = self._get_shared(session_id)
@@ -94,12 +98,17 @@ class RecallMemoryTool:
         cursor = arguments["cursor"]
         if not isinstance(cursor, str):
             raise InvalidInputError("cursor must be an entry id string")
+        limit, direction, detail = check_page_request(
+            arguments.get("limit", self._page_limit),
+            arguments.get("direction", "forward"),
+            arguments.get("detail", "summary"),
+        )
         page = recall_branch_page(
-            entries,
+            self._entries(session_id),
             cursor,
-            limit=arguments.get("limit", self._page_limit),
-            direction=arguments.get("direction", "forward"),
-            detail=arguments.get("detail", "summary"),
+            limit=limit,
+            direction=direction,
+            detail=detail,
             secrets=self._secrets,
         )
         return page.to_json_dict()

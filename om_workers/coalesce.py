@@ -38,7 +38,7 @@ tenant and session). Any exception it raises propagates to the caller."""
 
 
 @dataclass(frozen=True)
-class FlushRequest:
+class FlushTicket:
     """The answer to a flush request: the job that will serve it, and whether that job was
     already pending (``coalesced``: nothing was published)."""
 
@@ -54,7 +54,7 @@ def request_flush(
     publish: Publish,
     *,
     pending_ttl_s: int = redis_keys.PENDING_TTL_S,
-) -> FlushRequest:
+) -> FlushTicket:
     """Ask for a flush of the session; ``job_id`` is the id to use if none is pending.
 
     Publishes ``job_id`` when it became the pending job, otherwise returns the pending job's id
@@ -73,14 +73,14 @@ def request_flush(
         if pending is None:
             # One script cannot see the key exist for SET NX and vanish for GET.
             raise CoordinationError(f"pending marker {key!r} answered without a job id")
-        return FlushRequest(str(pending), coalesced=True)
+        return FlushTicket(str(pending), coalesced=True)
     try:
         publish(job_id)
     except BaseException:
         with translate_errors("withdrawing an unpublished flush"):
             client.register_script(redis_keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id])
         raise
-    return FlushRequest(job_id, coalesced=False)
+    return FlushTicket(job_id, coalesced=False)
 
 
 def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: str) -> bool:

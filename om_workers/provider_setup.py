@@ -19,6 +19,7 @@ joins every run's redaction secrets (:func:`provider_secrets`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Final
 
 from om_core.provider import Provider
@@ -26,6 +27,7 @@ from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.flush import load_provider
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy
+from om_workers.providers.retry import PROVIDER_RETRY_POLICY
 
 HTTP_PROVIDERS: Final = frozenset({"openai", "anthropic"})
 WORKERS: Final = ("observer", "reflector", "dropper")
@@ -41,10 +43,11 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     limits the task was given. Raises ``ValueError`` for an invalid combination.
     """
     cap = settings.backoff_cap_s
-    return RetryPolicy(
-        max_attempts=settings.provider_max_attempts,
-        base_delay_s=min(settings.backoff_base_s, cap),
-        max_delay_s=cap,
+    return replace(
+        PROVIDER_RETRY_POLICY,
+        attempts=settings.provider_max_attempts,
+        base_s=min(settings.backoff_base_s, cap),
+        cap_s=cap,
         max_retry_after_s=cap,
     )
 

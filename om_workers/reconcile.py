@@ -74,8 +74,8 @@ def reconcile_once(
     stuck_run_s: float,
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
-    failure_backoff_base_s: float = 60.0,
-    failure_backoff_cap_s: float = 3600.0,
+    failure_backoff_base_s: float = timing.FAILURE_BACKOFF_POLICY.base_s,
+    failure_backoff_cap_s: float = timing.FAILURE_BACKOFF_POLICY.cap_s,
 ) -> ReconcileReport:
     """Run the four healing steps of the module docstring once.
 

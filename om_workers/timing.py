@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
+
+from om_core.backoff import RetryPolicy, backoff_delay_s
 
 HEARTBEAT_DIVISOR = 3
 """The heartbeat extends the lock every ``ttl / 3``: two extensions can fail (a Redis hiccup, a
@@ -47,6 +50,10 @@ def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
 FAILURE_BACKOFF_AFTER = 3
 """Consecutive failed runs of a session after which automatic re-requests back off."""
 
+FAILURE_BACKOFF_POLICY: Final = RetryPolicy(base_s=60.0, cap_s=3600.0, multiplier=2.0, jitter=0.0)
+"""The reconciler's schedule: 60 s doubling per further failure, at most an hour, no jitter
+(one reconciler decides; there is no crowd to spread). Only the backoff fields apply."""
+
 
 def failure_backoff_s(
     consecutive_failures: int,
@@ -59,6 +66,8 @@ def failure_backoff_s(
     again: 0 below ``after`` consecutive failures, then ``base_s`` doubling per further failure,
     at most ``cap_s``. A session whose provider keeps failing so stops spending every pass.
 
+    The same exponential as every other retry (:func:`om_core.backoff.backoff_delay_s` with
+    :data:`FAILURE_BACKOFF_POLICY`'s shape): failure number ``after`` is its first retry.
     Raises ``ValueError`` for a negative count or a non-positive ``base_s``/``cap_s``/``after``.
     """
     if consecutive_failures < 0 or after < 1:
@@ -67,8 +76,8 @@ def failure_backoff_s(
     _require_positive("cap_s", cap_s)
     if consecutive_failures < after:
         return 0.0
-    exponent = min(consecutive_failures - after, 32)  # past this the cap applies anyway
-    return float(min(cap_s, base_s * 2**exponent))
+    policy = replace(FAILURE_BACKOFF_POLICY, base_s=base_s, cap_s=cap_s)
+    return backoff_delay_s(consecutive_failures - after + 1, policy, draw=0.0)
 
 
 def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from om_core.backoff import RetryPolicy
 from om_core.models import Message, ToolCall
 from om_core.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
 from om_workers.errors import ProviderResponseError
 from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster
-from om_workers.providers.retry import RetryPolicy
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

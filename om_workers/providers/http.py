@@ -1,9 +1,11 @@
 """The HTTP half every provider adapter shares: one JSON POST with timeouts and retries.
 
-Transient failures (transport errors, timeouts, 408/429/5xx) are retried per
-:class:`~om_workers.providers.retry.RetryPolicy`, honouring ``Retry-After``. Every error leaves
-as a :class:`~om_workers.errors.ProviderError` subclass whose text has the API key, the
-request credential and any other known secret redacted, and is cut to a bounded length.
+Transient failures (transport errors, timeouts, 408/429/5xx) are retried per a
+:class:`~om_core.backoff.RetryPolicy` (by default
+:data:`~om_workers.providers.retry.PROVIDER_RETRY_POLICY`), honouring ``Retry-After``. Every
+error leaves as a :class:`~om_workers.errors.ProviderError` subclass whose text has the API
+key, the request credential and any other known secret redacted, and is cut to a bounded
+length.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from om_core.backoff import RetryPolicy, next_delay_s, parse_retry_after
 from om_core.redaction import normalize_secrets, redact
 from om_workers.errors import (
     ProviderError,
@@ -25,12 +28,7 @@ from om_workers.errors import (
     ProviderTimeoutError,
     ProviderTransportError,
 )
-from om_workers.providers.retry import (
-    RetryPolicy,
-    is_retryable_status,
-    next_delay_s,
-    parse_retry_after,
-)
+from om_workers.providers.retry import PROVIDER_RETRY_POLICY, is_retryable_status
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_CHARS = 1024
@@ -59,7 +57,7 @@ class JsonPoster:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.base_url = base_url.rstrip("/")
-        self.policy = policy or RetryPolicy()
+        self.policy = policy or PROVIDER_RETRY_POLICY
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s))
         self._owns_client = client is None
         self._secrets = normalize_secrets(secrets)

@@ -11,11 +11,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from om_core.backoff import RetryPolicy
 from om_core.models import Message, ToolCall
 from om_core.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
 from om_workers.errors import ProviderResponseError
 from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster, bounded
-from om_workers.providers.retry import RetryPolicy
 
 # Options forwarded verbatim; anything else a worker sets is not part of this wire format.
 _PASSTHROUGH = ("temperature", "top_p", "max_tokens", "seed")

@@ -13,6 +13,7 @@ from om_core.errors import (
     UnknownCursorError,
     WrongSessionError,
 )
+from om_core.models import SessionEntry
 from om_core.paging import recall_branch_page
 from om_core.recall import recall_memory
 from om_core.recall_tool import RecallMemoryTool
@@ -186,3 +187,51 @@ def test_recall_tool_withholds_invalidated_ids() -> None:
     b = _session()
     tool = _tool(b, get_invalidated_ids=lambda sid: ["e1"])
     assert tool("s1", {"id": mid(1)})["reason"] == "revoked"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"id": "not-an-id"}, InvalidMemoryIdError),
+        ({"id": "om:ABCABCABCABC"}, InvalidMemoryIdError),
+        ({"id": 7}, InvalidMemoryIdError),
+        ({"cursor": 7}, InvalidInputError),
+        ({"cursor": "e1", "limit": 101}, OversizedPageError),
+        ({"cursor": "e1", "direction": "sideways"}, InvalidInputError),
+        ({"cursor": "e1", "detail": "everything"}, InvalidInputError),
+    ],
+)
+def test_recall_tool_refutes_invalid_arguments_before_reading_entries(
+    arguments: dict[str, Any], error: type[Exception]
+) -> None:
+    b = _session()
+    calls: list[str] = []
+
+    def get_entries(session_id: str) -> list[SessionEntry]:
+        calls.append(f"entries:{session_id}")
+        return b.entries
+
+    def get_invalidated(session_id: str) -> list[str]:
+        calls.append(f"invalidated:{session_id}")
+        return []
+
+    tool = RecallMemoryTool(get_entries=get_entries, get_invalidated_ids=get_invalidated)
+    with pytest.raises(error):
+        tool("s1", arguments)
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"id": mid(1)}, {"id": f"reflection:{mid(10)}"}, {"id": mid(99)}, {"cursor": "e1"}],
+)
+def test_recall_tool_reads_entries_for_valid_arguments(arguments: dict[str, Any]) -> None:
+    b = _session()
+    calls: list[str] = []
+
+    def get_entries(session_id: str) -> list[SessionEntry]:
+        calls.append(session_id)
+        return b.entries
+
+    RecallMemoryTool(get_entries=get_entries)("s1", arguments)
+    assert calls == ["s1"]

@@ -66,7 +66,8 @@ def test_key_is_a_redaction_secret_and_never_in_the_settings_repr() -> None:
 
 def test_retry_policy_and_models_follow_the_settings() -> None:
     policy = retry_policy(Settings(provider_max_attempts=5, backoff_base_s=0.1, backoff_cap_s=2.0))
-    assert (policy.max_attempts, policy.base_delay_s, policy.max_delay_s) == (5, 0.1, 2.0)
+    assert (policy.attempts, policy.base_s, policy.cap_s) == (5, 0.1, 2.0)
+    assert policy.give_up_on_long_retry_after and policy.jitter == 0.5
     assert policy.max_retry_after_s == 2.0  # a longer Retry-After would break the time limits
     assert worker_models(Settings(observer_model="o", dropper_model="d")) == {
         "observer": "o",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -21,13 +21,14 @@ from om_workers.errors import (
     ProviderServerError,
     ProviderTimeoutError,
 )
-from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy
+from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider
 from om_workers.providers.http import JsonPoster
+from om_workers.providers.retry import PROVIDER_RETRY_POLICY
 from tests.core.builders import Branch
 from tests.providers.wire_server import Recorded, Reply, WireServer, running
 
 API_KEY = "sk-test-0123456789"
-FAST = RetryPolicy(max_attempts=3, base_delay_s=0.25, multiplier=2.0, jitter=0.0)
+FAST = replace(PROVIDER_RETRY_POLICY, attempts=3, base_s=0.25, multiplier=2.0, jitter=0.0)
 
 
 @dataclass
