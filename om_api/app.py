@@ -1,5 +1,6 @@
-"""The FastAPI application: :func:`create_app` wires the store, Redis, the publisher, metrics,
-logging, the body-size limit and every router.
+"""The FastAPI application: :func:`create_app` wires the process's services (store, Redis,
+settings: :mod:`om_workers.services`), the publisher, metrics, logging, the body-size limit and
+every router.
 
 Run it under uvicorn (``uvicorn --factory om_api.app:create_app``); tests inject a store, a
 Redis client and a recording ``publish`` callable.
@@ -24,11 +25,9 @@ from om_api.metrics import UNMATCHED_ROUTE, ApiMetrics
 from om_api.routes import jobs, memory, ops, scopes, sessions
 from om_api.schemas import ErrorBody
 from om_api.state import ApiState
-from om_core import resolve_settings
 from om_workers.config import Settings, get_settings
-from om_workers.errors import ConfigError
 from om_workers.flush import PublishJob
-from om_workers.redis_client import connect
+from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
 
 log = logging.getLogger("om_api")
@@ -147,35 +146,35 @@ def _default_publish_factory() -> PublishJob:
 def create_app(
     settings: Settings | None = None,
     *,
+    services: Services | None = None,
     store: SqlStore | None = None,
     redis: redis.Redis | None = None,
     publish: PublishJob | None = None,
 ) -> FastAPI:
-    """The API app. Missing dependencies come from ``settings`` (default: the ``OM_*``
-    environment): the store from ``OM_DATABASE_URL`` (already migrated), Redis from
-    ``OM_REDIS_URL``, ``publish`` from the Celery app (built on the first flush).
+    """The API app on ``services``, else on :func:`~om_workers.services.build_services` of
+    ``settings`` (default: the ``OM_*`` environment) with ``store``/``redis`` replacing the
+    store on ``OM_DATABASE_URL`` (already migrated) and the client on ``OM_REDIS_URL``.
+    ``publish`` defaults to the Celery app's publisher (built on the first flush).
 
-    Raises :class:`ConfigError` when no Redis client is given and ``OM_REDIS_URL`` is unset
-    (the embedded stack, ``om up``, starts a private Redis and passes its URL).
+    Raises :class:`~om_workers.errors.ConfigError` when no Redis client is given and
+    ``OM_REDIS_URL`` is unset (the embedded stack, ``om up``, starts a private Redis and passes
+    its URL) or a URL is unusable, ``pydantic.ValidationError``/``TypeError`` for invalid
+    ``OM_SETTINGS_JSON`` (at startup, not at the first request), and ``ValueError`` when
+    ``services`` is given together with ``settings``, ``store`` or ``redis``.
     """
-    resolved = settings or get_settings()
-    if redis is None:
-        if not resolved.redis_url:
-            raise ConfigError("OM_REDIS_URL is unset: pass redis= or run the embedded stack")
-        redis = connect(resolved.redis_url)
-    provider_key = resolved.provider_api_key
-    registry = SecretRegistry(
-        [resolved.admin_token, provider_key.get_secret_value() if provider_key else None]
-    )
+    if services is None:
+        services = build_services(settings or get_settings(), store=store, redis=redis)
+    elif settings is not None or store is not None or redis is not None:
+        raise ValueError("pass services= or settings/store/redis, not both")
+    resolved = services.settings
+    services.memory()  # invalid memory settings fail here, not at the first request
+    registry = SecretRegistry([resolved.admin_token, *services.secrets])
     metrics = ApiMetrics()
     publish_factory: Callable[[], PublishJob] = (
         (lambda: publish) if publish is not None else _default_publish_factory
     )
     state = ApiState(
-        settings=resolved,
-        memory_settings=resolve_settings(resolved.memory_settings or None),
-        store=store if store is not None else SqlStore.from_settings(resolved),
-        redis=redis,
+        services=services,
         metrics=metrics,
         registry=registry,
         publish_factory=publish_factory,

@@ -4,7 +4,8 @@
 (``om api``, ``om worker``, ``om beat``, ``om flower``), against the Redis on ``OM_REDIS_URL``
 or a private :class:`~om_workers.embedded_redis.EmbeddedRedis`, and a database migrated first
 (SQLite by default). It waits until each answers (API ``/readyz``, a Celery ping of the worker,
-Flower ``/healthcheck``), creates a dev tenant and API key in the store, and stops everything
+Flower ``/healthcheck``), creates a dev tenant and API key in the store (its own
+:func:`~om_workers.services.build_services` on the URLs the children get), and stops everything
 by pid when it leaves.
 
 No orphans: every child leads its own process group (``start_new_session``), so stopping
@@ -32,8 +33,10 @@ from typing import Any, Final, Self
 
 import httpx
 
+from om_workers.config import Settings
 from om_workers.embedded_redis import EmbeddedRedis, free_port
 from om_workers.errors import TenantExistsError
+from om_workers.services import build_services
 from om_workers.store import SqlStore, upgrade
 
 HOST: Final = "127.0.0.1"
@@ -158,7 +161,12 @@ class Stack:
 
         upgrade(config.database_url)
         self._say(f"db      migrated {_redact_url(config.database_url)}")
-        tenant_id, api_key = create_dev_key(config.database_url)
+        # The children build theirs from the same two URLs (OM_DATABASE_URL, OM_REDIS_URL).
+        services = build_services(Settings(database_url=config.database_url, redis_url=redis_url))
+        try:
+            tenant_id, api_key = create_dev_key(services.store)
+        finally:
+            services.close()
 
         api_port = config.api_port or free_port()
         env = dict(os.environ)
@@ -283,19 +291,16 @@ class Stack:
         self.stop()
 
 
-def create_dev_key(database_url: str, tenant_id: str = DEV_TENANT) -> tuple[str, str]:
-    """Create ``tenant_id`` if it does not exist and a new API key for it.
+def create_dev_key(store: SqlStore, tenant_id: str = DEV_TENANT) -> tuple[str, str]:
+    """Create ``tenant_id`` in ``store`` if it does not exist and a new API key for it.
 
     Returns ``(tenant_id, plaintext key)``; the key is not stored in plaintext anywhere.
     Raises the store's errors (``StoreUnavailableError`` ...) when the database is unusable.
+    The caller owns (and closes) ``store``.
     """
-    store = SqlStore.from_url(database_url)
-    try:
-        with contextlib.suppress(TenantExistsError):
-            store.create_tenant(tenant_id)
-        return tenant_id, store.create_api_key(tenant_id, label="om dev key").plaintext
-    finally:
-        store.close()
+    with contextlib.suppress(TenantExistsError):
+        store.create_tenant(tenant_id)
+    return tenant_id, store.create_api_key(tenant_id, label="om dev key").plaintext
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,6 +1,8 @@
 """What every request handler needs: the store, Redis, the publisher, settings and metrics.
 
-One :class:`ApiState` lives on ``app.state.om``; routes get it through :func:`get_state`.
+One :class:`ApiState` lives on ``app.state.om``; routes get it through :func:`get_state`. The
+store, Redis, the settings and the memory settings are the process's
+:class:`~om_workers.services.Services` (the composition root the worker uses too).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from om_core.settings import ObservationalMemorySettings
 from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
 from om_workers.flush import PublishJob
+from om_workers.services import Services
 from om_workers.store import SqlStore, tombstone_scope
 
 
@@ -27,15 +30,32 @@ class ApiState:
     """Dependencies of one app. ``publish`` is resolved on first use when not injected (the
     Celery app needs ``OM_REDIS_URL``, which a read-only API does not)."""
 
-    settings: Settings
-    memory_settings: ObservationalMemorySettings
-    store: SqlStore
-    redis: redis.Redis
+    services: Services
     metrics: ApiMetrics
     registry: SecretRegistry
     publish_factory: Callable[[], PublishJob]
     _publish: PublishJob | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def settings(self) -> Settings:
+        """The ``OM_*`` settings the services were built from."""
+        return self.services.settings
+
+    @property
+    def memory_settings(self) -> ObservationalMemorySettings:
+        """The resolved observational-memory settings (resolved when the app was built)."""
+        return self.services.memory()
+
+    @property
+    def store(self) -> SqlStore:
+        """The SQL session store."""
+        return self.services.store
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis client (locks, coalescing, readiness)."""
+        return self.services.redis
 
     @property
     def secrets(self) -> frozenset[str]:

@@ -7,8 +7,9 @@ the settings of the process that uses it, so importing this module needs no conf
 share a private embedded Redis).
 
 Flush logic lives in :mod:`om_workers.flush` (testable without Celery); this module only
-adapts it: it builds one :class:`~om_workers.flush.FlushDeps` per worker process and turns a
-flush whose Redis or database was unreachable before it started into a Celery retry.
+adapts it: it takes one :class:`~om_workers.flush.FlushDeps` per worker process from the
+composition root (:mod:`om_workers.services`) and turns a flush whose Redis or database was
+unreachable before it started into a Celery retry.
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ import redis
 from om_core.settings import resolve_settings
 from om_workers import metrics
 from om_workers.celery_app import QUEUE, create_celery_app
-from om_workers.coalesce import FlushRequest
+from om_workers.coalesce import FlushTicket
 from om_workers.config import Settings, get_settings
 from om_workers.errors import ConfigError
 from om_workers.flush import FlushDeps, PublishJob, request_flush_run, run_flush_job
-from om_workers.provider_setup import provider_factory, provider_secrets, worker_models
 from om_workers.reconcile import ReconcileReport, reconcile_once
-from om_workers.redis_client import connect
+from om_workers.services import build_services
 from om_workers.store import SqlStore
 from om_workers.timing import TimeLimits, check_time_limits, derive_time_limits
 
@@ -38,7 +38,8 @@ FLUSH_TASK: Final = "om.flush"
 RECONCILE_TASK: Final = "om.reconcile"
 RETRY_COUNTDOWN_S: Final = 5.0
 """Wait before retrying a flush whose Redis or database was unreachable; far below any
-visibility timeout, because a retry parks the message unacked in the worker (FIELD-NOTES)."""
+visibility timeout, because ``self.retry(countdown=...)`` parks the message unacked in the
+worker, where the broker's visibility clock keeps running."""
 MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
@@ -144,7 +145,7 @@ def enqueue_flush(
     force: bool = False,
     *,
     app: Any = None,
-) -> FlushRequest:
+) -> FlushTicket:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
     See :func:`om_workers.flush.request_flush_run` (a coalesced request writes no run row).
@@ -157,22 +158,14 @@ def enqueue_flush(
 
 @lru_cache(maxsize=1)
 def worker_deps() -> FlushDeps:
-    """The flush dependencies of this worker process (one store, one Redis client, the app's
-    publisher, the provider of :func:`om_workers.provider_setup.provider_factory`), built on
-    first use. Raises :class:`ConfigError` for a bad ``OM_PROVIDER``."""
-    settings = get_settings()
-    return FlushDeps(
-        store=SqlStore.from_settings(settings),
-        redis=connect(_broker_url(settings)),
-        publish=publisher(get_app()),
-        provider=provider_factory(settings),  # fails at the first task, loudly, if misnamed
-        model=settings.model,
-        memory_settings=dict(settings.memory_settings),
-        lock_ttl_s=settings.lock_ttl_s,
-        max_deliveries=settings.max_deliveries,
-        secrets=provider_secrets(settings),
-        worker_models=worker_models(settings),
-    )
+    """The flush dependencies of this worker process, built on first use from the process's
+    :func:`~om_workers.services.build_services` (one store, one Redis client, the provider)
+    and the app's publisher (see :meth:`~om_workers.services.Services.flush_deps`).
+
+    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROVIDER`` is bad: the
+    first task fails, loudly."""
+    services = build_services(get_settings())
+    return services.flush_deps(publisher(get_app()))
 
 
 def _flush_task(
