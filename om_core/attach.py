@@ -1,9 +1,10 @@
 """``ObservationalMemory(...).attach(session, ...)``: one activation for a host session.
 
-Attaching wires what the seed's ``createObservationalMemory().attach()`` wires: a proxied
-session whose ``run`` / ``prompt`` / ``stream`` / ``compact`` flush memory after they complete,
-the runtime (observe/reflect/drop/bind, then the compact-when gate), the compaction strategy,
-and a context provider rendering the ``observational-memory`` and ``recent-messages`` blocks.
+Attaching wires what the TypeScript package's ``createObservationalMemory().attach()`` wires:
+a proxied session whose ``run`` / ``prompt`` / ``stream`` / ``compact`` flush memory after they
+complete, the runtime (observe/reflect/drop/bind, then the compact-when gate), the compaction
+strategy, and a context provider rendering the ``observational-memory`` and
+``recent-messages`` blocks.
 Constructing or attaching starts nothing; only a completed proxied call (or an explicit
 ``flush()``) runs workers.
 """
@@ -25,15 +26,14 @@ from om_core.limits import WorkerLimits
 from om_core.models import ContextBlock, Frozen, SessionEntry
 from om_core.provider import Provider
 from om_core.runtime import (
-    AppendEntry,
     DebugSink,
     FlushResult,
     ObservationalMemoryRuntime,
-    SessionSource,
     WorkerSkip,
     estimated_input_tokens,
 )
 from om_core.settings import ObservationalMemorySettings, resolve_settings
+from om_core.unit_of_work import AppendEntry, SessionSource
 from om_core.workers.selection import CredentialResolver, WorkerConfig
 
 RUN_ACTIVE = "run_active"

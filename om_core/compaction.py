@@ -150,14 +150,17 @@ class ObservationalMemoryCompactionStrategy:
         invalidated_ids: Iterable[str] = (),
         secrets: Iterable[str] = (),
         scope_map: WorkScopeMap | None = None,
+        ledger: ObservationalMemoryLedger | None = None,
     ) -> CompactionResult:
         """Compact one current branch. Raises :class:`CapExceededError` (see
         :func:`create_folded_memory_details`) when the memory cannot fit its cap.
 
         With host work scopes the summary renders the current leaf's ``self+ancestors``
         projection, like the context block; ``data.memory`` still keeps every observation.
-        ``scope_map`` defaults to the fold of ``entries``."""
-        ledger = fold_ledger(entries)
+        ``ledger`` and ``scope_map`` default to the fold of ``entries``; a store that keeps
+        them passes both with only the branch's tail as ``entries`` (enough to hold the
+        recent window), so compacting never reads the history."""
+        ledger = ledger if ledger is not None else fold_ledger(entries)
         kept = select_recent_message_entries(entries, self.keep_recent_entries)
         through = _through_entry_id(entries, kept)
         projection = project_ledger(ledger, invalidated_ids)

@@ -22,6 +22,7 @@ from om_core.errors import InvalidInputError, WrongSessionError
 from om_core.ids import create_memory_id
 from om_core.ledger import fold_ledger
 from om_core.models import Frozen, ObservationalMemoryLedger, ObservationsDropped, SessionEntry
+from om_core.unit_of_work import MemoryUnitOfWork
 
 TombstoneReason = Literal["revoked", "deleted", "corrected"]
 """``revoked`` and ``deleted`` withhold the id; ``corrected`` marks it amended but visible."""
@@ -136,3 +137,33 @@ class ObservationalMemoryDropHandler:
         else:
             self._append(entry)
         return dropped
+
+
+def drop_resting_on(
+    unit_of_work: MemoryUnitOfWork,
+    ids: Iterable[str],
+    *,
+    new_entry_id: Callable[[], str] = create_memory_id,
+    now: Callable[[], str] | None = None,
+) -> tuple[str, ...]:
+    """Drop every active observation resting on ``ids`` through a memory unit of work.
+
+    One read of the view and at most one ``om.observations.dropped`` append: the same record
+    :class:`ObservationalMemoryDropHandler` writes, without folding the branch from its root.
+    Returns the dropped ids; raises what the unit of work's ``append`` raises.
+    """
+    dropped = observations_resting_on(unit_of_work.read().ledger, ids)
+    if dropped:
+        unit_of_work.append(
+            [
+                SessionEntry(
+                    id=new_entry_id(),
+                    session_id=unit_of_work.session_id,
+                    parent_id=None,
+                    kind="custom",
+                    created_at=now() if now is not None else None,
+                    data=ObservationsDropped(observation_ids=dropped).to_json_dict(),
+                )
+            ]
+        )
+    return dropped

@@ -1,19 +1,19 @@
-"""``ObservationalMemoryRuntime``: the in-process flush pipeline of one session.
+"""``ObservationalMemoryRuntime``: the flush pipeline of one session.
 
-``flush()`` reads the current branch and runs, in order: observe (chunked backlog, each chunk
-its own coverage), reflect, drop, bind new ids to the leaf work scope, and the compaction gate.
-Each step appends at most one entry per chunk/run, and every append is checked to be the
-session leaf before the next step reads the branch again. Exactly one flush runs at a time
-per runtime; a concurrent call returns at once with the ``busy`` skip.
+``flush()`` reads one :class:`~om_core.unit_of_work.MemoryView` and runs, in order: observe
+(chunked backlog, each chunk its own coverage), reflect, drop, bind new ids to the leaf work
+scope, and (in process) the compaction gate. Each step appends at most one record per
+chunk/run through the unit of work and folds it onto the view it holds, so no step reads the
+session again. Exactly one flush runs at a time per runtime; a concurrent call returns at once
+with the ``busy`` skip.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from om_core.appending import append_checked
 from om_core.errors import AppendNotVisibleError
 from om_core.ids import create_memory_id
 from om_core.ledger import (
@@ -21,7 +21,6 @@ from om_core.ledger import (
     fold_ledger,
     is_eligible_observation_source,
     observations_uncovered_by_reflection,
-    unscanned_entries,
 )
 from om_core.limits import WorkerLimits
 from om_core.models import (
@@ -31,9 +30,16 @@ from om_core.models import (
 )
 from om_core.provider import Provider
 from om_core.redaction import normalize_secrets
-from om_core.scopes import ScopeBound, ScopeFold, fold_work_scope_map
+from om_core.scopes import ScopeBound, ScopeFold
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.tokens import estimate_entry_tokens
+from om_core.unit_of_work import (
+    AppendEntry,
+    InMemoryUnitOfWork,
+    MemoryUnitOfWork,
+    MemoryView,
+    SessionSource,
+)
 from om_core.work_memory import has_host_scopes
 from om_core.workers.chunking import max_sources_per_chunk, plan_chunks, prompt_budget
 from om_core.workers.dropper import drop_lowest_relevance, observation_tokens, run_dropper
@@ -54,7 +60,6 @@ from om_core.workers.selection import (
     resolve_worker,
 )
 
-AppendEntry = Callable[[SessionEntry], object]
 DebugSink = Callable[[str, Mapping[str, Any]], None]
 DEFAULT_BACKOFF_AFTER = 3
 BUSY = "busy"
@@ -63,34 +68,28 @@ BELOW_THRESHOLD = "below_threshold"
 HOST_SCOPES = "host_scopes"
 
 
-class SessionSource(Protocol):
-    """What the runtime reads: the session id and its current branch, root to leaf."""
-
-    @property
-    def id(self) -> str: ...
-
-    def get_entries(self) -> Sequence[SessionEntry]: ...
-
-
 class ObservationalMemoryRuntime:
     """Explicit flush of one session's observational memory (see the module docstring).
 
-    ``append_entry`` must append to the same branch ``session.get_entries()`` reads; an append
-    that does not land on that branch fails the flush closed (:class:`AppendNotVisibleError`,
+    ``session`` is either a host's session (with ``append_entry``, which must append to the
+    same branch ``session.get_entries()`` reads) or, without ``append_entry``, any
+    :class:`~om_core.unit_of_work.MemoryUnitOfWork` (the distributed store's). An append that
+    does not land on the branch fails the flush closed (:class:`AppendNotVisibleError`,
     reported in ``FlushResult.error`` and ``last_error``). ``providers`` resolves provider
     names from settings groups; the reflector and dropper fall back to the observer's provider.
     ``compact`` (with ``should_compact`` deciding, else ``context.compactAfterTokens``) is the
-    compaction step. After ``backoff_after`` consecutive flushes that ran a worker but did not
-    advance, flushes skip with ``backoff`` until the branch leaf changes. ``invalidated_ids``
-    (read once per flush: the tombstone port's withheld ids) keeps revoked entries out of the
-    observer's input.
+    compaction step; it reads the host's branch, so it needs the host-session form. After
+    ``backoff_after`` consecutive flushes that ran a worker but did not advance, flushes skip
+    with ``backoff`` until the branch leaf changes. ``invalidated_ids`` (read once per flush:
+    the tombstone port's withheld ids) keeps revoked entries out of the observer's input.
+    Raises :class:`TypeError` for a ``session`` that is neither.
     """
 
     def __init__(
         self,
-        session: SessionSource,
+        session: SessionSource | MemoryUnitOfWork,
         *,
-        append_entry: AppendEntry,
+        append_entry: AppendEntry | None = None,
         settings: ObservationalMemorySettings | Mapping[str, Any] | None = None,
         observation: WorkerConfig | None = None,
         reflection: WorkerConfig | None = None,
@@ -108,8 +107,7 @@ class ObservationalMemoryRuntime:
         debug: DebugSink | None = None,
         invalidated_ids: Callable[[], Iterable[str]] | None = None,
     ) -> None:
-        self.session = session
-        self._invalidated = invalidated_ids
+        self.unit_of_work = _unit_of_work(session, append_entry, invalidated_ids)
         self.settings = (
             settings
             if isinstance(settings, ObservationalMemorySettings)
@@ -117,7 +115,6 @@ class ObservationalMemoryRuntime:
         )
         self.limits = limits or WorkerLimits(max_turns=self.settings.agent_max_turns)
         self.secrets = normalize_secrets(secrets)
-        self._append = append_entry
         self._configs = {
             "observer": observation or WorkerConfig(),
             "reflector": reflection or WorkerConfig(),
@@ -127,6 +124,8 @@ class ObservationalMemoryRuntime:
         self._session_model = session_model
         self._credentials = credentials
         self._backoff_after = max(1, backoff_after)
+        if compact is not None and not isinstance(self.unit_of_work, InMemoryUnitOfWork):
+            raise TypeError("compact needs a host session (session with append_entry)")
         self._compact = compact
         self._should_compact = should_compact
         self._now = now
@@ -136,28 +135,22 @@ class ObservationalMemoryRuntime:
         self._stalled = 0
         self._stalled_leaf: str | None = None
         self.last_error: str | None = None
-        self._cache: tuple[int, str, ObservationalMemoryLedger] | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session this runtime consolidates."""
+        return self.unit_of_work.session_id
 
     def ledger(self, entries: Sequence[SessionEntry] | None = None) -> ObservationalMemoryLedger:
         """The folded ledger of the current branch (or of ``entries``), folded incrementally.
 
-        The last fold is kept with the branch length and leaf it saw; when the branch still
-        starts with that prefix only the new entries are folded, so a long session costs
-        O(new entries) per flush instead of O(branch). Any other branch is folded in full.
+        For a host session this is the whole ledger, dropped observations and reflections
+        included; over another unit of work it is the working ledger of its view.
         """
-        branch = self._entries() if entries is None else entries
-        cache = self._cache
-        if (
-            cache is not None
-            and 0 < cache[0] <= len(branch)
-            and branch[cache[0] - 1].id == cache[1]
-        ):
-            ledger = fold_ledger(branch[cache[0] :], initial=cache[2])
-        else:
-            ledger = fold_ledger(branch)
-        if branch:
-            self._cache = (len(branch), branch[-1].id, ledger)
-        return ledger
+        uow = self.unit_of_work
+        if isinstance(uow, InMemoryUnitOfWork):
+            return uow.ledger(entries)
+        return fold_ledger(entries) if entries is not None else uow.read().ledger
 
     @property
     def in_flight(self) -> bool:
@@ -180,26 +173,33 @@ class ObservationalMemoryRuntime:
 
     def _flush_locked(self, full_rebuild: bool, force: bool) -> FlushResult:
         state = FlushState()
-        leaf = self._leaf_id()
-        if self._stalled >= self._backoff_after and leaf == self._stalled_leaf:
+        view = self.unit_of_work.read()
+        if self._stalled >= self._backoff_after and view.leaf_id == self._stalled_leaf:
             state.skip("flush", BACKOFF)
             return state.result()
-        steps: list[Callable[[FlushState], None]] = [
-            lambda st: self._observe(st, force),
-            lambda st: self._reflect(st, full_rebuild),
+        steps: list[Callable[[FlushState, MemoryView], MemoryView]] = [
+            lambda st, v: self._observe(st, v, force),
+            lambda st, v: self._reflect(st, v, full_rebuild),
             self._drop,
             self._bind,
-            self._compaction_gate,
         ]
         for step in steps:
             try:
-                step(state)
+                view = step(state, view)
             except Exception as exc:  # a failed step wrote nothing; report it, go on
                 self._report(state, exc)
                 if isinstance(exc, AppendNotVisibleError):
                     break  # appends land elsewhere: no further step may write
-        self._track_progress(state)
+        else:
+            self._guarded(state, self._compaction_gate)
+        self._track_progress(state, view)
         return state.result()
+
+    def _guarded(self, state: FlushState, step: Callable[[FlushState], None]) -> None:
+        try:
+            step(state)
+        except Exception as exc:
+            self._report(state, exc)
 
     def _report(self, state: FlushState, exc: Exception) -> None:
         text = bounded_error(
@@ -209,33 +209,30 @@ class ObservationalMemoryRuntime:
         self.last_error = text
         self._emit("observational-memory:flush-error", {"error": text})
 
-    def _track_progress(self, state: FlushState) -> None:
+    def _track_progress(self, state: FlushState, view: MemoryView) -> None:
         workers_ran = any(name != "compaction" for name in state.ran)
         if state.appended and not state.errors:
             self._stalled = 0
         elif workers_ran or state.errors:
             self._stalled += 1
-            self._stalled_leaf = self._leaf_id()
+            self._stalled_leaf = view.leaf_id
 
-    # -- steps ------------------------------------------------------------------------------
+    # -- steps: each takes the view and returns it with its own appends folded in -----------
 
-    def _observe(self, state: FlushState, force: bool) -> None:
-        entries = self._entries()
-        backlog = unscanned_entries(entries, self.ledger(entries))
-        if self._invalidated is not None:
-            # A revoked source never reaches the observer (nor, so, any new memory).
-            withheld = frozenset(self._invalidated())
-            backlog = [e for e in backlog if e.id not in withheld]
+    def _observe(self, state: FlushState, view: MemoryView, force: bool) -> MemoryView:
+        # A revoked source never reaches the observer (nor, so, any new memory).
+        withheld = view.invalidated_ids
+        backlog = [e for e in view.unobserved if e.id not in withheld]
         pending = sum(
             estimate_entry_tokens(e) for e in backlog if is_eligible_observation_source(e)
         )
         threshold = 1 if force else self.settings.observation.message_tokens
         if pending < threshold:
             state.skip("observer", BELOW_THRESHOLD)
-            return
+            return view
         worker = self._worker("observer", state)
         if worker is None:
-            return
+            return view
         system = observer_system(worker.instructions, self.limits)
         chunks = plan_chunks(
             backlog,
@@ -251,20 +248,20 @@ class ObservationalMemoryRuntime:
                 **self._call_options(worker),
                 observed_at=self._now() if self._now else None,
             )
-            self._append_record(record, state)
+            view = self._append(record, state, view)
             state.observations.extend(o.id for o in record.observations)
+        return view
 
-    def _reflect(self, state: FlushState, full_rebuild: bool) -> None:
-        entries = self._entries()
-        ledger = self.ledger(entries)
+    def _reflect(self, state: FlushState, view: MemoryView, full_rebuild: bool) -> MemoryView:
+        ledger = view.ledger
         window = ledger.active_observations if full_rebuild else None
         window = window if window is not None else observations_uncovered_by_reflection(ledger)
         if not window or observation_tokens(window) < self.settings.reflection.observation_tokens:
             state.skip("reflector", BELOW_THRESHOLD)
-            return
+            return view
         worker = self._worker("reflector", state)
         if worker is None:
-            return
+            return view
         state.ran.append("reflector")
         record = run_reflector(
             worker.provider,
@@ -272,20 +269,20 @@ class ObservationalMemoryRuntime:
             active=ledger.active_observations,
             **self._call_options(worker),
             reflected_at=self._now() if self._now else None,
-            covers_up_to_id=entries[-1].id if entries else None,
+            covers_up_to_id=view.leaf_id,
         )
-        self._append_record(record, state)
+        view = self._append(record, state, view)
         state.reflections.extend(r.id for r in record.reflections)
+        return view
 
-    def _drop(self, state: FlushState) -> None:
-        entries = self._entries()
-        active = self.ledger(entries).active_observations
+    def _drop(self, state: FlushState, view: MemoryView) -> MemoryView:
+        active = view.ledger.active_observations
         if observation_tokens(active) <= self.settings.context.observations_pool_max_tokens:
             state.skip("dropper", BELOW_THRESHOLD)
-            return
-        if has_host_scopes(fold_work_scope_map(entries)):
+            return view
+        if has_host_scopes(view.scope_map):
             state.skip("dropper", HOST_SCOPES)
-            return
+            return view
         target = self.settings.dropper.target_tokens
         record: ObservationsDropped | None
         if self.settings.dropper.policy == "lowest-relevance":
@@ -294,7 +291,7 @@ class ObservationalMemoryRuntime:
         else:
             worker = self._worker("dropper", state)
             if worker is None:
-                return
+                return view
             state.ran.append("dropper")
             record = run_dropper(
                 worker.provider,
@@ -302,28 +299,28 @@ class ObservationalMemoryRuntime:
                 target_tokens=target,
                 **self._call_options(worker),
             )
-        if record is not None:
-            self._append_record(record, state)
-            state.dropped.extend(record.observation_ids)
+        if record is None:
+            return view
+        view = self._append(record, state, view)
+        state.dropped.extend(record.observation_ids)
+        return view
 
-    def _bind(self, state: FlushState) -> None:
+    def _bind(self, state: FlushState, view: MemoryView) -> MemoryView:
         """Bind this flush's new ids, once, to the current leaf scope (when scopes exist)."""
         refs = [f"om:{oid}" for oid in state.observations]
         refs += [f"reflection:{rid}" for rid in state.reflections]
-        if not refs:
-            return
-        scope_map = fold_work_scope_map(self._entries())
-        if not has_host_scopes(scope_map):
-            return
-        record = ScopeBound(scope_id=scope_map.leaf, refs=tuple(refs))
+        if not refs or not has_host_scopes(view.scope_map):
+            return view
+        record = ScopeBound(scope_id=view.scope_map.leaf, refs=tuple(refs))
         # The fold ignores a bind that breaks a rule (the 4,096-binds cap): fail loudly instead.
-        ScopeFold.start(scope_map).check(record)
-        self._append_payload(record, state)
+        ScopeFold.start(view.scope_map).check(record)
+        return self._append(record, state, view)
 
     def _compaction_gate(self, state: FlushState) -> None:
         if self._compact is None:
             return
-        entries = self._entries()
+        assert isinstance(self.unit_of_work, InMemoryUnitOfWork)  # checked at construction
+        entries = self.unit_of_work.entries()
         try:
             due = (
                 self._should_compact(entries)
@@ -360,33 +357,26 @@ class ObservationalMemoryRuntime:
             return None
         return resolved
 
-    def _entries(self) -> Sequence[SessionEntry]:
-        return self.session.get_entries()
-
-    def _leaf_id(self) -> str | None:
-        entries = self._entries()
-        return entries[-1].id if entries else None
-
-    def _append_record(self, record: Record, state: FlushState) -> None:
-        self._append_payload(record, state)
-
-    def _append_payload(self, payload: Record | ScopeBound, state: FlushState) -> None:
-        """Append one custom entry at the leaf (see :func:`append_checked`)."""
+    def _append(
+        self, payload: Record | ScopeBound, state: FlushState, view: MemoryView
+    ) -> MemoryView:
+        """Append one memory record at the leaf; the view with it folded in."""
         entry = SessionEntry(
             id=self._new_entry_id(),
-            session_id=self.session.id,
+            session_id=self.session_id,
             parent_id=None,
             kind="custom",
             created_at=self._now() if self._now else None,
             data=payload.to_json_dict(),
         )
-        append_checked(self._append, self._entries, entry)
+        leaf = self.unit_of_work.append([entry])
         state.appended.append(entry.id)
+        return view.after_append([entry], leaf)
 
     def _call_options(self, worker: ResolvedWorker) -> dict[str, Any]:
         """What every observer/reflector/dropper call takes from the runtime and the worker."""
         return {
-            "session_id": self.session.id,
+            "session_id": self.session_id,
             "model": worker.model,
             "limits": self.limits,
             "secrets": self.secrets,
@@ -400,8 +390,25 @@ class ObservationalMemoryRuntime:
             self._debug(event, data)
 
 
+def _unit_of_work(
+    session: SessionSource | MemoryUnitOfWork,
+    append_entry: AppendEntry | None,
+    invalidated_ids: Callable[[], Iterable[str]] | None,
+) -> MemoryUnitOfWork:
+    if append_entry is not None:
+        return InMemoryUnitOfWork(session, append_entry, invalidated_ids)  # type: ignore[arg-type]
+    if invalidated_ids is not None:
+        raise TypeError("invalidated_ids goes with a host session; a unit of work reads its own")
+    if not callable(getattr(session, "read", None)) or not callable(
+        getattr(session, "append", None)
+    ):
+        raise TypeError("session needs append_entry, or must be a MemoryUnitOfWork")
+    return session  # type: ignore[return-value]
+
+
 __all__ = [
     "FlushResult",
+    "MemoryUnitOfWork",
     "ObservationalMemoryRuntime",
     "SessionSource",
     "WorkerConfig",

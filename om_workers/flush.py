@@ -1,15 +1,16 @@
 """One distributed flush job, pure of Celery: :func:`run_flush_job` is what ``om.flush`` runs.
 
-The order of a job (see ``shared/DESIGN.md``, "Distribution"):
+The order of a job (``docs/architecture.md``, "A flush request, end to end"):
 
-1. read the run row: a run that already finished is a duplicate message and is skipped;
-2. take the session lock; busy: drop the message (the holder's release re-publishes);
-3. claim ``pending`` before reading the session; count the attempt (past ``max_deliveries``
-   the run fails as a poison message); raise the store epoch, start the heartbeat, mark the
-   run running;
-5. run ``ObservationalMemoryRuntime.flush()`` whose every append checks the lock and commits
-   through the store's fenced append (``WHERE epoch = mine``);
-6. record the outcome with counts and a redacted error, release the lock and publish the job
+1. take the session lock; busy: drop the message (the holder's release re-publishes);
+2. claim ``pending`` before reading the session, then start the run: the job's one read of its
+   row, which tells a duplicate of a finished run (skipped) or an unknown one;
+3. count the attempt (past ``max_deliveries`` the run fails as a poison message); raise the
+   store epoch, start the heartbeat;
+4. run ``ObservationalMemoryRuntime.flush()`` over the session's SQL unit of work: one read of
+   the snapshot and the entries after it, and appends that check the lock and commit fenced
+   (only while the epoch is still ours);
+5. record the outcome with counts and a redacted error, release the lock and publish the job
    that was requested meanwhile.
 
 Duplicates are told apart by the durable run row, not by the ``pending`` marker: a message
@@ -24,19 +25,18 @@ import dataclasses
 import importlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis
 
 from om_core.extractive import ExtractiveProvider
-from om_core.models import SessionEntry
 from om_core.provider import Provider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers import redelivery, redis_keys, timing
 from om_workers.coalesce import (
-    FlushRequest,
+    FlushTicket,
     drop_marker,
     release_and_republish,
     request_flush,
@@ -45,15 +45,14 @@ from om_workers.errors import (
     ConfigError,
     FlushRunNotFoundError,
     InvalidRunStateError,
-    LockLostError,
     OMWorkersError,
     StaleEpochError,
 )
 from om_workers.locks import SessionLock
 from om_workers.metrics import METRICS
 from om_workers.redis_client import translate_errors
-from om_workers.store import SqlStore, tombstone_scope
-from om_workers.store.records import FINAL_RUN_STATES, FlushRun
+from om_workers.store import SqlStore
+from om_workers.store.records import FlushRun
 
 log = logging.getLogger(__name__)
 
@@ -123,54 +122,6 @@ class FlushOutcome:
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
-class _StoreSession:
-    """The runtime's ``SessionSource`` over the store: every read is the current branch."""
-
-    def __init__(self, store: SqlStore, tenant_id: str, session_id: str) -> None:
-        self._store = store
-        self._tenant_id = tenant_id
-        self._session_id = session_id
-
-    @property
-    def id(self) -> str:
-        return self._session_id
-
-    def get_entries(self) -> Sequence[SessionEntry]:
-        return self._store.read_branch(self._tenant_id, self._session_id)
-
-
-class _FencedAppend:
-    """The runtime's ``append_entry``: lock check, then the store's fenced append.
-
-    Remembers the first fencing failure so the run is recorded as fenced out, not as an
-    ordinary step error (the runtime catches and reports step exceptions itself).
-    """
-
-    def __init__(
-        self, deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, epoch: int
-    ) -> None:
-        self._deps = deps
-        self._lock = lock
-        self._tenant_id = tenant_id
-        self._session_id = session_id
-        self._epoch = epoch
-        self.fenced: OMWorkersError | None = None
-
-    def __call__(self, entry: SessionEntry) -> object:
-        if self.fenced is not None:
-            raise self.fenced  # once fenced out, no later step may write either
-        try:
-            self._lock.check()
-            return self._deps.store.append_memory(
-                self._tenant_id, self._session_id, entry, self._epoch
-            )
-        except (LockLostError, StaleEpochError) as exc:
-            if isinstance(exc, StaleEpochError):
-                METRICS.fence_rejections.inc()
-            self.fenced = exc
-            raise
-
-
 def request_flush_run(
     store: SqlStore,
     client: redis.Redis,
@@ -180,7 +131,7 @@ def request_flush_run(
     publish: PublishJob,
     force: bool = False,
     full_reflection_rebuild: bool = False,
-) -> FlushRequest:
+) -> FlushTicket:
     """Accept a flush request: the job id that will serve it, publishing a new job if needed.
 
     While a job is pending its id is returned at once and nothing is written (a coalesced
@@ -197,7 +148,7 @@ def request_flush_run(
     if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
         METRICS.coalesced.inc()
         _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
-        return FlushRequest(str(pending), coalesced=True)
+        return FlushTicket(str(pending), coalesced=True)
     run = store.create_run(
         tenant_id, session_id, force=force, full_reflection_rebuild=full_reflection_rebuild
     )
@@ -293,15 +244,6 @@ def _guarded(
 def _run(
     deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
 ) -> FlushOutcome:
-    try:
-        run = deps.store.get_run(tenant_id, job_id)
-    except FlushRunNotFoundError:
-        # A message naming no run row was never accepted (enqueue writes the row first).
-        return FlushOutcome("unknown", job_id)
-    if run.state in FINAL_RUN_STATES:
-        # A marker still naming this finished job would swallow later requests.
-        drop_marker(deps.redis, tenant_id, session_id, job_id)
-        return FlushOutcome("skipped", job_id, run.id)
     lock = SessionLock(
         deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc
     )
@@ -312,9 +254,9 @@ def _run(
         # meet that crashed worker's lock: the visibility timeout (counted from delivery)
         # exceeds the lock TTL, so the lock expired first; if another run holds the lock,
         # that run reads the whole session after this job's request and serves it.
-        return FlushOutcome("busy", job_id, run.id)
+        return FlushOutcome("busy", job_id, job_id)
     try:
-        return _run_locked(deps, lock, run, force)
+        return _run_locked(deps, lock, tenant_id, session_id, job_id, force)
     finally:
         publish = _bound_publish(deps, tenant_id, session_id)
         try:
@@ -323,31 +265,51 @@ def _run(
             log.exception("releasing the lock of %s/%s failed", tenant_id, session_id)
 
 
-def _run_locked(deps: FlushDeps, lock: SessionLock, run: FlushRun, force: bool) -> FlushOutcome:
-    tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
+def _run_locked(
+    deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, job_id: str, force: bool
+) -> FlushOutcome:
     claimed = lock.claim_pending()
-    # Re-read under the lock: a copy of this message may have finished the run meanwhile.
-    run = deps.store.get_run(tenant_id, job_id)
-    if run.state in FINAL_RUN_STATES:
+    # Starting the run is the job's one read of its row: a copy of this message that finished
+    # it already (or a message naming no row) cannot start it.
+    run = _start(deps, tenant_id, job_id)
+    if isinstance(run, FlushOutcome):
         if claimed is not None and claimed != job_id:
             # We consumed another job's marker: serve it now instead of dropping its request.
             return _run_other(deps, lock, tenant_id, session_id, claimed)
-        return FlushOutcome("skipped", job_id, run.id)
-    if claimed is None and run.state == "queued":
+        if run.outcome == "skipped":
+            # A marker still naming this finished job would swallow later requests.
+            drop_marker(deps.redis, tenant_id, session_id, job_id)
+        return run
+    if claimed is None and run.attempts == 1:
         log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
     if claimed is not None and claimed != job_id:
         # That request was made before this run reads the session: this run serves it,
         # options included.
         METRICS.coalesced.inc()
-        run = _with_options_of(deps, run, claimed)
-        _finish_quietly(deps, tenant_id, claimed, "skipped", error=f"served by run {job_id}")
+        run = _serving(deps, run, claimed)
     return _execute(deps, lock, run)
 
 
-def _with_options_of(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
+def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> FlushRun | FlushOutcome:
+    """Mark the run running (its row as it now is), or the outcome of a job that cannot run."""
     try:
-        other = deps.store.get_run(run.tenant_id, other_id)
+        run = deps.store.start_run(tenant_id, job_id)
     except FlushRunNotFoundError:
+        # A message naming no run row was never accepted (enqueue writes the row first).
+        return FlushOutcome("unknown", job_id)
+    except InvalidRunStateError:
+        return FlushOutcome("skipped", job_id, job_id)
+    return run
+
+
+def _serving(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
+    """``run`` with the options of the queued run ``other_id``, which it now serves."""
+    try:
+        other = deps.store.finish_run(
+            run.tenant_id, other_id, "skipped", error=f"served by run {run.id}"
+        )
+    except (InvalidRunStateError, FlushRunNotFoundError) as exc:
+        log.warning("flush run %s not finished as skipped: %s", other_id, exc)
         return run
     return dataclasses.replace(
         run,
@@ -359,12 +321,9 @@ def _with_options_of(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
 def _run_other(
     deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, other_id: str
 ) -> FlushOutcome:
-    try:
-        other = deps.store.get_run(tenant_id, other_id)
-    except FlushRunNotFoundError:
-        return FlushOutcome("unknown", other_id)
-    if other.state in FINAL_RUN_STATES or other.session_id != session_id:
-        return FlushOutcome("skipped", other_id, other.id)
+    other = _start(deps, tenant_id, other_id)
+    if isinstance(other, FlushOutcome):
+        return other
     return _execute(deps, lock, other)
 
 
@@ -382,13 +341,11 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
         return FlushOutcome("poison", job_id, job_id, stored)
     epoch = deps.store.begin_pass(tenant_id, session_id)
     lock.start_heartbeat()
-    deps.store.start_run(tenant_id, job_id)
-    append = _FencedAppend(deps, lock, tenant_id, session_id, epoch)
+    memory = deps.store.session(tenant_id, session_id, epoch=epoch, before_write=lock.check)
     models = deps.worker_models
     try:
         runtime = ObservationalMemoryRuntime(
-            _StoreSession(deps.store, tenant_id, session_id),
-            append_entry=append,
+            memory,
             settings=dict(deps.memory_settings),
             # Reflector and dropper fall back to the observer's provider (one adapter).
             observation=WorkerConfig(provider=deps.provider(), model=models.get("observer")),
@@ -396,9 +353,6 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
             dropper=WorkerConfig(model=models.get("dropper")),
             session_model=deps.model,
             secrets=deps.secrets,
-            invalidated_ids=lambda: deps.store.invalidated_ids(
-                tenant_id, tombstone_scope(session_id)
-            ),
         )
         result = runtime.flush(full_reflection_rebuild=run.full_reflection_rebuild, force=run.force)
     except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
@@ -406,7 +360,9 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
         return FlushOutcome("failed", job_id, job_id, stored)
     counts = _counts(result)
-    fenced = append.fenced
+    fenced = memory.fenced
+    if isinstance(fenced, StaleEpochError):
+        METRICS.fence_rejections.inc()
     error = f"fenced out before writing: {fenced}" if fenced is not None else result.error
     state: Literal["succeeded", "failed"] = "failed" if error else "succeeded"
     final_error = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from om_core.commands import MemoryStatus, memory_status, memory_view
+from om_core.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
 from om_core.context import build_context_blocks
 from om_core.ids import parse_memory_ref
 from om_core.ledger import is_eligible_observation_source
@@ -154,6 +155,34 @@ def session_view(
         secrets,
         ledger=state.ledger,
         scope_map=state.scope_map,
+    )
+
+
+def session_compaction(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    keep_recent_entries: int,
+    *,
+    settings: ObservationalMemorySettings,
+    invalidated_ids: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+) -> CompactionResult:
+    """A compaction of a stored session from its snapshot and the tail holding the last
+    ``keep_recent_entries`` messages (no history read); the caller appends its entry.
+
+    Raises the store's :class:`~om_workers.errors.SessionNotFoundError` and
+    :class:`~om_core.errors.CapExceededError` when the memory cannot fit its cap.
+    """
+    state = store.read_context_state(tenant_id, session_id)
+    tail = recent_tail(store, tenant_id, session_id, keep_recent_entries)
+    strategy = ObservationalMemoryCompactionStrategy(keep_recent_entries, settings)
+    return strategy.compact(
+        tail,
+        invalidated_ids=invalidated_ids,
+        secrets=secrets,
+        scope_map=state.scope_map,
+        ledger=state.ledger,
     )
 
 

@@ -1,15 +1,25 @@
 """Fixtures every suite shares: one private, real Redis server per test run (never the
-machine's), and a client on it that starts each test on an empty database."""
+machine's), a client on it that starts each test on an empty database, and a migrated store:
+a real SQLite file always, PostgreSQL too when ``OM_TEST_DATABASE_URL`` is set. Each
+PostgreSQL test gets a fresh schema (via the URL's ``search_path``, so child processes reach
+the same tables) and drops it afterwards."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 
 from om_workers.embedded_redis import EmbeddedRedis
 from om_workers.redis_client import connect
+from om_workers.store import SqlStore, normalize_database_url, upgrade
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +34,63 @@ def client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
     conn.flushdb()
     yield conn
     conn.close()
+
+
+PG_URL = os.environ.get("OM_TEST_DATABASE_URL")
+BACKENDS = ["sqlite", *(["postgresql"] if PG_URL else [])]
+
+
+def _pg_schema_url(base: str, schema: str) -> str:
+    url = make_url(normalize_database_url(base))
+    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+        hide_password=False
+    )
+
+
+@contextmanager
+def fresh_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """An empty database's URL: a SQLite file in tmp_path, or a fresh PostgreSQL schema."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'om.db'}"
+        return
+    assert PG_URL is not None
+    schema = f"om_t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(normalize_database_url(PG_URL))
+    try:
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        yield _pg_schema_url(PG_URL, schema)
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database on each backend (see :func:`fresh_database`)."""
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def migrated_url(database_url: str) -> str:
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def store(migrated_url: str) -> Iterator[SqlStore]:
+    instance = SqlStore.from_url(migrated_url)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def tenant(store: SqlStore) -> str:
+    return store.create_tenant("acme").id
+
+
+@pytest.fixture
+def session_id(store: SqlStore, tenant: str) -> str:
+    return store.create_session(tenant, "s1").id

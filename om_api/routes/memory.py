@@ -28,7 +28,6 @@ from om_api.schemas import (
 from om_api.state import ApiState, State
 from om_core import (
     ContextBlock,
-    ObservationalMemoryCompactionStrategy,
     RecallResult,
 )
 from om_core.errors import UnknownScopeError
@@ -36,6 +35,7 @@ from om_core.ids import create_memory_id
 from om_workers import redis_keys
 from om_workers.errors import CoordinationError
 from om_workers.reads import (
+    session_compaction,
     session_context_blocks,
     session_page,
     session_recall,
@@ -112,7 +112,7 @@ def recall(
 ) -> RecallOut:
     """Exact-id recall of an observation or reflection: its sources and supporting ids.
 
-    An unknown id is a 200 with ``found: false, reason: not_found`` (the seed's answer); a
+    An unknown id is a 200 with ``found: false, reason: not_found`` (the core's answer); a
     revoked one ``reason: revoked`` without derived text. 422 for a malformed id.
     """
     result = _recall(state, tenant_id, session_id, memory_id)
@@ -204,12 +204,12 @@ def compact(
     No model call. 422 when the memory cannot fit the folded-payload cap.
     """
     request = body or CompactRequest()
-    entries = state.store.read_branch(tenant_id, session_id)
-    strategy = ObservationalMemoryCompactionStrategy(
-        request.keep_recent_entries, state.memory_settings
-    )
-    result = strategy.compact(
-        entries,
+    result = session_compaction(
+        state.store,
+        tenant_id,
+        session_id,
+        request.keep_recent_entries,
+        settings=state.memory_settings,
         invalidated_ids=state.invalidated_ids(tenant_id, session_id),
         secrets=state.secrets,
     )

@@ -1,7 +1,7 @@
 """Work scopes (open, close, enter, leave, bind, unbind, grant, revoke) and revocations.
 
 Scope operations run the core's :class:`WorkScopeController` over the store's session handle,
-so every rule of the seed (id pattern, caps, closed parents, grant authority ...) holds and a
+so every rule of the core (id pattern, caps, closed parents, grant authority ...) holds and a
 refused operation appends nothing.
 """
 
@@ -25,7 +25,8 @@ from om_api.schemas import (
     ScopeRefsRequest,
 )
 from om_api.state import ApiState, State
-from om_core import ObservationalMemoryDropHandler, SessionEntry, WorkScopeController
+from om_core import SessionEntry, WorkScopeController
+from om_core.revocation import drop_resting_on
 from om_workers.store import tombstone_scope
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["scopes"])
@@ -158,9 +159,5 @@ def revoke_entries(
     """
     state.store.get_session(tenant_id, session_id)
     fresh = state.store.add_tombstones(tenant_id, tombstone_scope(session_id), body.entry_ids)
-    handle = state.store.session(tenant_id, session_id)
-    dropper = ObservationalMemoryDropHandler(
-        session_id=session_id, append_entry=handle.append_entry, get_entries=handle.entries
-    )
-    dropped = dropper.delete(body.entry_ids)
+    dropped = drop_resting_on(state.store.session(tenant_id, session_id), body.entry_ids)
     return RevocationOut(dropped_observation_ids=list(dropped), tombstoned_ids=list(fresh))

@@ -1,13 +1,12 @@
 """The SQL session store (SQLAlchemy 2.x; SQLite by default, PostgreSQL via psycopg 3).
 
 ``SqlStore`` is the store; ``upgrade(database_url)`` migrates a database to the schema it
-needs; ``SqlSessionHandle`` binds one tenant's session to the entry sink/source and tombstone
-ports of ``om_core``.
+needs; ``SqlUnitOfWork`` binds one tenant's session to ``om_core``'s memory unit of work (and
+to the entry callbacks in-process helpers take).
 """
 
 from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
-from om_workers.store.ports import SqlSessionHandle
 from om_workers.store.reconcile_queries import (
     FailureStreak,
     QueuedRun,
@@ -19,22 +18,22 @@ from om_workers.store.reconcile_queries import (
 )
 from om_workers.store.records import (
     AppendResult,
-    BranchPage,
     ContextState,
     CreatedApiKey,
     FlushRun,
     RunState,
     SessionInfo,
+    StoredPage,
     Tenant,
     Tombstone,
 )
 from om_workers.store.runs import tombstone_scope
 from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
+from om_workers.store.unit_of_work import SqlUnitOfWork
 
 __all__ = [
     "MAX_PAGE_LIMIT",
     "AppendResult",
-    "BranchPage",
     "ContextState",
     "CreatedApiKey",
     "FailureStreak",
@@ -43,8 +42,9 @@ __all__ = [
     "RunState",
     "SessionInfo",
     "SessionRef",
-    "SqlSessionHandle",
     "SqlStore",
+    "SqlUnitOfWork",
+    "StoredPage",
     "Tenant",
     "Tombstone",
     "create_store_engine",

@@ -21,7 +21,7 @@ from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotF
 from om_workers.store.branch import MEMORY_KINDS
 from om_workers.store.records import AppendResult
 from om_workers.store.schema import entries, sessions
-from om_workers.store.snapshot import refresh_memory_state
+from om_workers.store.snapshot import advance_memory_state, refresh_memory_state
 
 # Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
 _IN_CHUNK = 500
@@ -176,6 +176,7 @@ def append_locked(
     stored: list[SessionEntry] = []
     appended: list[str] = []
     duplicates: list[str] = []
+    written: list[SessionEntry] = []
 
     for entry in batch:
         old = existing.get(entry.id)
@@ -238,6 +239,7 @@ def append_locked(
         new_tokens += tokens
         stored.append(resolved)
         appended.append(entry.id)
+        written.append(resolved)
 
     if rows:
         connection.execute(insert(entries), rows)
@@ -246,8 +248,11 @@ def append_locked(
             # Messages after the leaf change no ledger and leave the snapshot valid.
             values["unobserved_tokens"] = sessions.c.unobserved_tokens + new_tokens
         connection.execute(update(sessions).where(sessions.c.pk == session.pk).values(**values))
-        if memory or not straight:
+        if not straight:
             refresh_memory_state(connection, session.pk, leaf, now=now)
+        elif memory:
+            assert leaf is not None  # rows were written
+            advance_memory_state(connection, session.pk, (leaf, next_seq - 1), written, now=now)
     return AppendResult(
         entries=tuple(stored),
         appended_ids=tuple(appended),

@@ -73,7 +73,7 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
-class BranchPage:
+class StoredPage:
     """Current-branch entries after a cursor; ``next_cursor`` is ``None`` on the last page."""
 
     entries: tuple[SessionEntry, ...]

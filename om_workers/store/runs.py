@@ -34,20 +34,22 @@ def _run_select() -> Any:
     )
 
 
-def _to_run(row: Row[Any]) -> FlushRun:
+def _to_run(row: Row[Any], written: Mapping[str, Any] | None = None) -> FlushRun:
+    """The run a row describes, with the columns ``written`` since it was read."""
+    data = {**row._mapping, **(written or {})}
     return FlushRun(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        session_id=row.session_id,
-        state=row.state,
-        force=bool(row.force),
-        full_reflection_rebuild=bool(row.full_reflection_rebuild),
-        attempts=int(row.attempts),
-        queued_at=as_utc(row.queued_at),
-        started_at=as_utc_or_none(row.started_at),
-        finished_at=as_utc_or_none(row.finished_at),
-        counts=dict(row.counts),
-        error=row.error,
+        id=data["id"],
+        tenant_id=data["tenant_id"],
+        session_id=data["session_id"],
+        state=data["state"],
+        force=bool(data["force"]),
+        full_reflection_rebuild=bool(data["full_reflection_rebuild"]),
+        attempts=int(data["attempts"]),
+        queued_at=as_utc(data["queued_at"]),
+        started_at=as_utc_or_none(data["started_at"]),
+        finished_at=as_utc_or_none(data["finished_at"]),
+        counts=dict(data["counts"]),
+        error=data["error"],
     )
 
 
@@ -131,12 +133,9 @@ class RunsMixin(StoreBase):
             row = _locked_run(connection, tenant_id, run_id)
             if row.state not in _STARTABLE:
                 raise InvalidRunStateError(f"flush run {run_id!r} already {row.state}")
-            connection.execute(
-                update(flush_runs)
-                .where(flush_runs.c.id == run_id)
-                .values(state="running", started_at=self._now(), attempts=row.attempts + 1)
-            )
-            return _to_run(_locked_run(connection, tenant_id, run_id))
+            values = {"state": "running", "started_at": self._now(), "attempts": row.attempts + 1}
+            connection.execute(update(flush_runs).where(flush_runs.c.id == run_id).values(values))
+            return _to_run(row, values)
 
     def finish_run(
         self,
@@ -161,17 +160,14 @@ class RunsMixin(StoreBase):
             row = _locked_run(connection, tenant_id, run_id)
             if row.state in FINAL_RUN_STATES:
                 raise InvalidRunStateError(f"flush run {run_id!r} already {row.state}")
-            connection.execute(
-                update(flush_runs)
-                .where(flush_runs.c.id == run_id)
-                .values(
-                    state=state,
-                    finished_at=self._now(),
-                    counts=dict(counts or {}),
-                    error=text,
-                )
-            )
-            return _to_run(_locked_run(connection, tenant_id, run_id))
+            values = {
+                "state": state,
+                "finished_at": self._now(),
+                "counts": dict(counts or {}),
+                "error": text,
+            }
+            connection.execute(update(flush_runs).where(flush_runs.c.id == run_id).values(values))
+            return _to_run(row, values)
 
     def widen_run_options(
         self, tenant_id: str, run_id: str, *, force: bool, full_reflection_rebuild: bool
@@ -289,5 +285,5 @@ class RunsMixin(StoreBase):
         )
 
     def invalidated_ids(self, tenant_id: str, scope: str) -> frozenset[str]:
-        """Entry ids one exact scope withholds, ``corrected`` ones included (the seed's rule)."""
+        """Entry ids one exact scope withholds, ``corrected`` ones included."""
         return frozenset(t.entry_id for t in self.list_tombstones(tenant_id, scope))

@@ -4,8 +4,8 @@ Why these shapes:
 
 - ``sessions.pk`` is a surrogate key: session ids are chosen by clients and are unique only
   within a tenant, so another tenant may reuse an id without learning that it exists.
-- ``entries.id`` is the primary key: entry ids are unique across the whole store (the seed's
-  rule), which is what makes appends idempotent by id.
+- ``(entries.tenant_id, entries.id)`` is the primary key: entry ids are unique across a
+  tenant's whole store, which is what makes appends idempotent by id.
 - ``entries.seq`` numbers a session's entries in append order; a parent always has a smaller
   seq than its child, so a branch read in seq order is in branch order. ``(session_pk, seq)``
   is unique and indexed, so every read of a session is a range scan of that session alone.
@@ -16,7 +16,10 @@ Why these shapes:
 - ``entries.eligible_tokens`` is the entry's token estimate when it is an observable message,
   else 0, so the unobserved-token count is a sum over the branch tail.
 - ``snapshots`` keeps one folded ledger per session, covering its current branch up to
-  ``seq``; context reads fold only what follows it.
+  ``seq``; reads fold only what follows it. The row holds the ledger's cursors and scope map;
+  its observations and reflections are rows of ``memory_items`` (``ord`` is record order,
+  ``dropped_ord`` drop order, ``NULL`` while active), so advancing the snapshot after a pass
+  writes only what the pass recorded, and a pass reads only the active pool.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ sessions = Table(
 entries = Table(
     "entries",
     metadata,
-    # Entry ids are unique within a tenant (the seed's "unique across the store", where a
+    # Entry ids are unique within a tenant ("unique across the store", where a
     # tenant is the store a host sees): one tenant's ids never collide with, or reveal,
     # another's.
     Column("tenant_id", String(TENANT_ID_LENGTH), primary_key=True),
@@ -139,9 +142,29 @@ snapshots = Table(
     ),
     Column("entry_id", String(ID_LENGTH), nullable=False),
     Column("seq", BigInteger, nullable=False),
-    Column("ledger", Json, nullable=False),
+    Column("observation_cursor", String(ID_LENGTH), nullable=True),
+    Column("reflection_cursor", String(ID_LENGTH), nullable=True),
+    Column("next_ord", BigInteger, nullable=False),
     Column("scope_map", Json, nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+memory_items = Table(
+    "memory_items",
+    metadata,
+    Column(
+        "session_pk",
+        SurrogateKey,
+        ForeignKey("sessions.pk", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("kind", String(16), primary_key=True),
+    Column("item_id", String(ID_LENGTH), primary_key=True),
+    Column("ord", BigInteger, nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("pending", Boolean, nullable=False),
+    Column("dropped_ord", BigInteger, nullable=True),
+    Index("ix_memory_items_active", "session_pk", "kind", "dropped_ord", "ord"),
 )
 
 flush_runs = Table(

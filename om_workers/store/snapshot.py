@@ -3,23 +3,35 @@
 Invariant, kept by every write that moves a leaf or appends memory: when a session has a
 snapshot row, its entry lies on the current branch and every ``custom``/``compaction`` entry
 (the only kinds the fold reads) on that branch is at or before it; without a row, the branch
-has no such entry. So the ledger of the current branch is the snapshot's ledger folded over
-the entries after it, and those are plain messages in the common case: context reads never
-re-fold a long session.
+has no such entry. So the ledger of the current branch is the snapshot folded over the entries
+after it, and those are plain messages in the common case.
+
+The row holds the cursors and the scope map; observations and reflections are
+``memory_items`` rows (see ``schema``). A straight append of memory records applies just those
+records to the rows (:class:`ItemWriter`, the same rules as ``om_core``'s fold), so a write
+costs what it records, whatever the session's history.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
 
-from om_core.ledger import fold_ledger
-from om_core.models import ObservationalMemoryLedger
+from om_core.ledger import fold_ledger, ledger_from_snapshot, parse_record, parse_snapshot
+from om_core.models import (
+    Observation,
+    ObservationalMemoryLedger,
+    ObservationsDropped,
+    ObservationsRecorded,
+    Reflection,
+    SessionEntry,
+)
 from om_core.scopes import WorkScopeMap, fold_work_scope_map
 from om_workers.store.branch import (
     MEMORY_KINDS,
@@ -31,17 +43,28 @@ from om_workers.store.branch import (
     sum_eligible_tokens,
     to_entries,
 )
-from om_workers.store.schema import sessions, snapshots
+from om_workers.store.schema import memory_items, sessions, snapshots
+
+OBSERVATION = "observation"
+REFLECTION = "reflection"
+_IN_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A stored fold of one branch up to (and including) entry ``entry_id`` at ``seq``."""
+    """A stored fold of one branch up to (and including) entry ``entry_id`` at ``seq``.
+
+    The row alone: cursors, scope map and ``next_ord`` (the next item order number); the
+    ledger's items are read with :func:`read_ledger` or :func:`read_working_ledger`.
+    """
 
     entry_id: str
     seq: int
-    ledger: ObservationalMemoryLedger
+    observation_cursor: str | None
+    reflection_cursor: str | None
+    next_ord: int
     scope_map: WorkScopeMap | None
+    updated_at: datetime
 
 
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
@@ -54,50 +77,12 @@ def _to_snapshot(row: Row[Any]) -> Snapshot:
     return Snapshot(
         entry_id=row.entry_id,
         seq=int(row.seq),
-        ledger=ObservationalMemoryLedger.model_validate(row.ledger),
+        observation_cursor=row.observation_cursor,
+        reflection_cursor=row.reflection_cursor,
+        next_ord=int(row.next_ord),
         scope_map=None if row.scope_map is None else WorkScopeMap.model_validate(row.scope_map),
+        updated_at=row.updated_at,
     )
-
-
-class SnapshotCache:
-    """Parsed snapshots of the sessions read last, reused while their row is unchanged.
-
-    Parsing a long session's ledger (10,000 observations) costs more than the rest of a
-    context read; the row's ``(entry_id, seq, updated_at)`` says whether the parsed copy is
-    still what the row holds, so a hit costs one narrow SELECT. Thread-safe; ``size`` sessions.
-    """
-
-    def __init__(self, size: int = 128) -> None:
-        self._items: OrderedDict[int, tuple[tuple[str, int, datetime], Snapshot]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def read(self, connection: Connection, session_pk: int) -> Snapshot | None:
-        """The session's snapshot, as :func:`read_snapshot` returns it."""
-        row = connection.execute(
-            select(snapshots.c.entry_id, snapshots.c.seq, snapshots.c.updated_at).where(
-                snapshots.c.session_pk == session_pk
-            )
-        ).first()
-        if row is None:
-            return None
-        with self._lock:
-            hit = self._items.get(session_pk)
-            if hit is not None and hit[0] == (row.entry_id, int(row.seq), row.updated_at):
-                self._items.move_to_end(session_pk)
-                return hit[1]
-        full = connection.execute(
-            select(snapshots).where(snapshots.c.session_pk == session_pk)
-        ).first()
-        if full is None:
-            return None
-        snapshot = _to_snapshot(full)
-        with self._lock:
-            self._items[session_pk] = ((full.entry_id, int(full.seq), full.updated_at), snapshot)
-            self._items.move_to_end(session_pk)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return snapshot
 
 
 def valid_snapshot(snapshot: Snapshot | None, segments: list[Segment]) -> Snapshot | None:
@@ -114,89 +99,334 @@ def valid_snapshot(snapshot: Snapshot | None, segments: list[Segment]) -> Snapsh
     return None
 
 
+def read_ledger(
+    connection: Connection, session_pk: int, snapshot: Snapshot
+) -> ObservationalMemoryLedger:
+    """The whole ledger the snapshot holds: every observation (dropped ones too), every
+    reflection, in record order."""
+    rows = connection.execute(
+        select(
+            memory_items.c.kind,
+            memory_items.c.payload,
+            memory_items.c.pending,
+            memory_items.c.dropped_ord,
+        )
+        .where(memory_items.c.session_pk == session_pk)
+        .order_by(memory_items.c.ord)
+    ).all()
+    observations: list[Observation] = []
+    reflections: list[Reflection] = []
+    pending: list[str] = []
+    dropped: list[tuple[int, str]] = []
+    for row in rows:
+        if row.kind == REFLECTION:
+            reflections.append(Reflection.model_validate(row.payload))
+            continue
+        observation = Observation.model_validate(row.payload)
+        observations.append(observation)
+        if row.pending:
+            pending.append(observation.id)
+        if row.dropped_ord is not None:
+            dropped.append((int(row.dropped_ord), observation.id))
+    return ObservationalMemoryLedger(
+        observations=tuple(observations),
+        reflections=tuple(reflections),
+        dropped_observation_ids=tuple(oid for _, oid in sorted(dropped)),
+        observation_covers_up_to_id=snapshot.observation_cursor,
+        reflection_covers_up_to_id=snapshot.reflection_cursor,
+        pending_reflection_observation_ids=tuple(pending),
+    )
+
+
+def read_working_ledger(
+    connection: Connection, session_pk: int, snapshot: Snapshot
+) -> ObservationalMemoryLedger:
+    """What a consolidation pass reads of the snapshot: the cursors, the active observations
+    in record order and the ids pending reflection. Dropped observations and reflections are
+    left out, so a pass reads the active pool (which the dropper bounds), not the history."""
+    rows = connection.execute(
+        select(memory_items.c.payload, memory_items.c.pending)
+        .where(
+            memory_items.c.session_pk == session_pk,
+            memory_items.c.kind == OBSERVATION,
+            memory_items.c.dropped_ord.is_(None),
+        )
+        .order_by(memory_items.c.ord)
+    ).all()
+    observations = tuple(Observation.model_validate(row.payload) for row in rows)
+    return ObservationalMemoryLedger(
+        observations=observations,
+        observation_covers_up_to_id=snapshot.observation_cursor,
+        reflection_covers_up_to_id=snapshot.reflection_cursor,
+        pending_reflection_observation_ids=tuple(
+            o.id for o, row in zip(observations, rows, strict=True) if row.pending
+        ),
+    )
+
+
+class SnapshotCache:
+    """Whole ledgers of the sessions read last, reused while their snapshot row is unchanged.
+
+    Reading and parsing a long session's items (10,000 observations) costs more than the rest
+    of a context read; the row's ``(entry_id, seq, updated_at)`` says whether the parsed copy is
+    still what the rows hold. Thread-safe; ``size`` sessions.
+    """
+
+    def __init__(self, size: int = 128) -> None:
+        self._items: OrderedDict[int, tuple[tuple[str, int, datetime], ObservationalMemoryLedger]]
+        self._items = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def ledger(
+        self, connection: Connection, session_pk: int, snapshot: Snapshot
+    ) -> ObservationalMemoryLedger:
+        """The snapshot's whole ledger, as :func:`read_ledger` returns it."""
+        version = (snapshot.entry_id, snapshot.seq, snapshot.updated_at)
+        with self._lock:
+            hit = self._items.get(session_pk)
+            if hit is not None and hit[0] == version:
+                self._items.move_to_end(session_pk)
+                return hit[1]
+        ledger = read_ledger(connection, session_pk, snapshot)
+        with self._lock:
+            self._items[session_pk] = (version, ledger)
+            self._items.move_to_end(session_pk)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return ledger
+
+
+class ItemWriter:
+    """Applies memory records to a session's item rows, by the rules of ``om_core``'s fold.
+
+    First writer wins for an id; a reflection record clears ``pending``; a drop marks known
+    active observations in drop order; a resumable compaction snapshot replaces everything.
+    Each record costs a few statements, whatever the number of rows already there.
+    """
+
+    def __init__(self, connection: Connection, session_pk: int, base: Snapshot | None) -> None:
+        self._connection = connection
+        self._pk = session_pk
+        self.next_ord = base.next_ord if base is not None else 0
+        self.observation_cursor = base.observation_cursor if base is not None else None
+        self.reflection_cursor = base.reflection_cursor if base is not None else None
+
+    def apply(self, entry: SessionEntry) -> None:
+        """Fold one memory entry (anything else changes nothing)."""
+        folded = parse_snapshot(entry)
+        if folded is not None and folded.resumable:
+            self.reset(ledger_from_snapshot(folded))
+            return
+        record = parse_record(entry)
+        if isinstance(record, ObservationsRecorded):
+            self._insert(OBSERVATION, record.observations)
+            if record.covers_up_to_id is not None:
+                self.observation_cursor = record.covers_up_to_id
+        elif record is not None and not isinstance(record, ObservationsDropped):
+            self._insert(REFLECTION, record.reflections)
+            self._connection.execute(
+                update(memory_items)
+                .where(
+                    memory_items.c.session_pk == self._pk,
+                    memory_items.c.kind == OBSERVATION,
+                    memory_items.c.dropped_ord.is_(None),
+                    memory_items.c.pending.is_(True),
+                )
+                .values(pending=False)
+            )
+            if record.covers_up_to_id is not None:
+                self.reflection_cursor = record.covers_up_to_id
+        elif record is not None:
+            self._drop(record.observation_ids)
+
+    def reset(self, ledger: ObservationalMemoryLedger) -> None:
+        """Replace every row with the items of ``ledger``."""
+        self._connection.execute(delete(memory_items).where(memory_items.c.session_pk == self._pk))
+        self.next_ord = 0
+        pending = set(ledger.pending_reflection_observation_ids)
+        rows = [self._row(OBSERVATION, o, pending=o.id in pending) for o in ledger.observations] + [
+            self._row(REFLECTION, r, pending=False) for r in ledger.reflections
+        ]
+        if rows:
+            self._connection.execute(insert(memory_items), rows)
+        self._drop(ledger.dropped_observation_ids)
+        self.observation_cursor = ledger.observation_covers_up_to_id
+        self.reflection_cursor = ledger.reflection_covers_up_to_id
+
+    def _row(self, kind: str, item: Observation | Reflection, *, pending: bool) -> dict[str, Any]:
+        row = {
+            "session_pk": self._pk,
+            "kind": kind,
+            "item_id": item.id,
+            "ord": self.next_ord,
+            "payload": item.to_json_dict(),
+            "pending": pending,
+            "dropped_ord": None,
+        }
+        self.next_ord += 1
+        return row
+
+    def _existing(self, kind: str, ids: Sequence[str], *, active: bool = False) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(ids), _IN_CHUNK):
+            query = select(memory_items.c.item_id).where(
+                memory_items.c.session_pk == self._pk,
+                memory_items.c.kind == kind,
+                memory_items.c.item_id.in_(ids[start : start + _IN_CHUNK]),
+            )
+            if active:
+                query = query.where(memory_items.c.dropped_ord.is_(None))
+            found.update(self._connection.execute(query).scalars())
+        return found
+
+    def _insert(self, kind: str, items: Iterable[Observation | Reflection]) -> None:
+        fresh: dict[str, Observation | Reflection] = {}
+        for item in items:
+            fresh.setdefault(item.id, item)
+        for known in self._existing(kind, list(fresh)):
+            del fresh[known]
+        if fresh:
+            rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
+            self._connection.execute(insert(memory_items), rows)
+
+    def _drop(self, observation_ids: Sequence[str]) -> None:
+        wanted = list(dict.fromkeys(observation_ids))
+        active = self._existing(OBSERVATION, wanted, active=True)
+        params = []
+        for oid in wanted:
+            if oid in active:
+                params.append({"oid": oid, "dropped": self.next_ord})
+                self.next_ord += 1
+        if params:
+            self._connection.execute(
+                update(memory_items)
+                .where(
+                    memory_items.c.session_pk == self._pk,
+                    memory_items.c.kind == OBSERVATION,
+                    memory_items.c.item_id == bindparam("oid"),
+                )
+                .values(dropped_ord=bindparam("dropped"), pending=False),
+                params,
+            )
+
+
+def advance_memory_state(
+    connection: Connection,
+    session_pk: int,
+    leaf: tuple[str, int],
+    appended: Sequence[SessionEntry],
+    *,
+    now: datetime,
+) -> None:
+    """Advance the snapshot over entries just appended straight after the old leaf.
+
+    ``leaf`` is the new leaf's ``(id, seq)``. The stored snapshot (on the old branch, so on
+    the new one) stays the base and only the appended memory entries are applied: the cost is
+    that of the batch. Call inside the append's write transaction.
+    """
+    memory = [entry for entry in appended if entry.kind in MEMORY_KINDS]
+    if not memory:
+        return
+    stored = read_snapshot(connection, session_pk)
+    if stored is not None and stored.scope_map is None:
+        refresh_memory_state(connection, session_pk, leaf[0], now=now)
+        return
+    writer = ItemWriter(connection, session_pk, stored)
+    for entry in memory:
+        writer.apply(entry)
+    scope_map = fold_work_scope_map(
+        memory, initial=stored.scope_map if stored is not None else None
+    )
+    _write_snapshot(connection, session_pk, writer, leaf, scope_map, now, stored is not None)
+    segments = branch_segments(connection, session_pk, leaf[0])
+    _store_unobserved(connection, session_pk, segments, writer.observation_cursor)
+
+
 def refresh_memory_state(
     connection: Connection, session_pk: int, leaf_id: str | None, *, now: datetime
-) -> ObservationalMemoryLedger:
+) -> None:
     """Bring the snapshot and unobserved-token count in line with the branch ending at the leaf.
 
-    Call inside the write transaction that appended memory entries or moved the leaf off the
-    straight line (fork, explicit parent). Reads only memory entries after a still-valid
-    snapshot, or all memory entries of the branch when the leaf left the snapshot's branch.
-    Returns the branch's ledger.
+    Call inside the write transaction that moved the leaf off the straight line (fork,
+    explicit parent). Applies only the memory entries after a still-valid snapshot; rebuilds
+    the items from the branch's memory entries when the leaf left the snapshot's branch.
     """
     segments = branch_segments(connection, session_pk, leaf_id)
     stored = read_snapshot(connection, session_pk)
     base = valid_snapshot(stored, segments)
-    rows = read_branch_payloads(
-        connection,
-        session_pk,
-        segments,
-        after_seq=base.seq if base is not None else 0,
-        kinds=MEMORY_KINDS,
+    entries = to_entries(
+        read_branch_payloads(
+            connection,
+            session_pk,
+            segments,
+            after_seq=base.seq if base is not None else 0,
+            kinds=MEMORY_KINDS,
+        )
     )
-    if rows:
-        entries = to_entries(rows)
-        ledger = fold_ledger(entries, initial=base.ledger if base is not None else None)
+    writer = ItemWriter(connection, session_pk, base)
+    if base is None and stored is not None:
+        writer.reset(fold_ledger(entries))
+    else:
+        for entry in entries:
+            writer.apply(entry)
+    if entries or base is not None:
+        assert leaf_id is not None  # a snapshot or memory entries lie on a branch
         scope_map = fold_work_scope_map(
             entries, initial=base.scope_map if base is not None else None
         )
-        assert leaf_id is not None  # rows come from a branch, so there is a leaf
-        _write_snapshot(
-            connection,
-            session_pk,
-            Snapshot(entry_id=leaf_id, seq=segments[-1][1], ledger=ledger, scope_map=scope_map),
-            now,
-            stored,
-        )
-    elif base is not None:
-        ledger = base.ledger
-    else:
-        ledger = ObservationalMemoryLedger()
-        if stored is not None:
-            connection.execute(delete(snapshots).where(snapshots.c.session_pk == session_pk))
-    connection.execute(
-        update(sessions)
-        .where(sessions.c.pk == session_pk)
-        .values(unobserved_tokens=_unobserved_tokens(connection, session_pk, segments, ledger))
-    )
-    return ledger
+        leaf = (leaf_id, segments[-1][1])
+        _write_snapshot(connection, session_pk, writer, leaf, scope_map, now, stored is not None)
+    elif stored is not None:
+        connection.execute(delete(snapshots).where(snapshots.c.session_pk == session_pk))
+        connection.execute(delete(memory_items).where(memory_items.c.session_pk == session_pk))
+    _store_unobserved(connection, session_pk, segments, writer.observation_cursor)
 
 
 def _write_snapshot(
     connection: Connection,
     session_pk: int,
-    snapshot: Snapshot,
+    writer: ItemWriter,
+    leaf: tuple[str, int],
+    scope_map: WorkScopeMap,
     now: datetime,
-    stored: Snapshot | None,
+    exists: bool,
 ) -> None:
-    assert snapshot.scope_map is not None
     values = {
-        "entry_id": snapshot.entry_id,
-        "seq": snapshot.seq,
-        "ledger": snapshot.ledger.to_json_dict(),
-        "scope_map": snapshot.scope_map.to_json_dict(),
+        "entry_id": leaf[0],
+        "seq": leaf[1],
+        "observation_cursor": writer.observation_cursor,
+        "reflection_cursor": writer.reflection_cursor,
+        "next_ord": writer.next_ord,
+        "scope_map": scope_map.to_json_dict(),
         "updated_at": now,
     }
-    if stored is None:
-        connection.execute(insert(snapshots).values(session_pk=session_pk, **values))
-    else:
+    if exists:
         connection.execute(
             update(snapshots).where(snapshots.c.session_pk == session_pk).values(**values)
         )
+    else:
+        connection.execute(insert(snapshots).values(session_pk=session_pk, **values))
 
 
-def _unobserved_tokens(
-    connection: Connection,
-    session_pk: int,
-    segments: list[Segment],
-    ledger: ObservationalMemoryLedger,
+def cursor_seq(
+    connection: Connection, session_pk: int, segments: list[Segment], cursor: str | None
 ) -> int:
-    # Same rule as om_core's unscanned_entries: a cursor off the branch means nothing on this
-    # branch was scanned.
-    after_seq = 0
-    cursor = ledger.observation_covers_up_to_id
-    if cursor is not None:
-        position = entry_position(connection, session_pk, cursor)
-        if position is not None and seq_on_branch(position[0], segments):
-            after_seq = position[0]
-    return sum_eligible_tokens(connection, session_pk, segments, after_seq=after_seq)
+    """Seq of the observation cursor on the branch; 0 when there is none or it is off the
+    branch (the same rule as ``om_core``'s ``unscanned_entries``: then nothing was scanned)."""
+    if cursor is None:
+        return 0
+    position = entry_position(connection, session_pk, cursor)
+    if position is not None and seq_on_branch(position[0], segments):
+        return position[0]
+    return 0
+
+
+def _store_unobserved(
+    connection: Connection, session_pk: int, segments: list[Segment], cursor: str | None
+) -> None:
+    after_seq = cursor_seq(connection, session_pk, segments, cursor)
+    tokens = sum_eligible_tokens(connection, session_pk, segments, after_seq=after_seq)
+    connection.execute(
+        update(sessions).where(sessions.c.pk == session_pk).values(unobserved_tokens=tokens)
+    )

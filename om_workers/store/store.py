@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 
-from om_core.ledger import fold_ledger
+from om_core.ledger import fold_ledger, unscanned_entries
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes import fold_work_scope_map
+from om_core.unit_of_work import MemoryView
 from om_workers.config import Settings, get_settings
 from om_workers.errors import (
     EntryNotFoundError,
@@ -25,6 +26,7 @@ from om_workers.store.append import append_locked, lock_session
 from om_workers.store.base import utc_now
 from om_workers.store.branch import (
     MEMORY_KINDS,
+    Segment,
     branch_segments,
     entry_position,
     read_branch_payloads,
@@ -32,17 +34,24 @@ from om_workers.store.branch import (
     to_entries,
 )
 from om_workers.store.engine import create_store_engine
-from om_workers.store.ports import SqlSessionHandle
 from om_workers.store.records import (
     AppendResult,
-    BranchPage,
     ContextState,
     SessionInfo,
+    StoredPage,
     as_utc,
 )
 from om_workers.store.runs import RunsMixin
-from om_workers.store.schema import ID_LENGTH, sessions
-from om_workers.store.snapshot import SnapshotCache, refresh_memory_state, valid_snapshot
+from om_workers.store.schema import ID_LENGTH, sessions, tombstones
+from om_workers.store.snapshot import (
+    SnapshotCache,
+    cursor_seq,
+    read_snapshot,
+    read_working_ledger,
+    refresh_memory_state,
+    valid_snapshot,
+)
+from om_workers.store.unit_of_work import SqlUnitOfWork
 
 MAX_PAGE_LIMIT = 1000
 
@@ -69,6 +78,22 @@ def _session_row(connection: Connection, tenant_id: str, session_id: str) -> Row
         # The same answer whether the session is missing or another tenant's.
         raise SessionNotFoundError(f"no session {session_id!r}")
     return row
+
+
+def _memory_entries(
+    connection: Connection, session_pk: int, segments: list[Segment]
+) -> tuple[SessionEntry, ...]:
+    return to_entries(read_branch_payloads(connection, session_pk, segments, kinds=MEMORY_KINDS))
+
+
+def _withheld(connection: Connection, tenant_id: str, scope: str) -> list[str]:
+    return list(
+        connection.execute(
+            select(tombstones.c.entry_id).where(
+                tombstones.c.tenant_id == tenant_id, tombstones.c.scope == scope
+            )
+        ).scalars()
+    )
 
 
 def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[SessionEntry]:
@@ -248,7 +273,7 @@ class SqlStore(AccountsMixin, RunsMixin):
 
     def read_page(
         self, tenant_id: str, session_id: str, *, after: str | None = None, limit: int = 100
-    ) -> BranchPage:
+    ) -> StoredPage:
         """Up to ``limit`` current-branch entries after entry ``after`` (from the root if None).
 
         Raises :class:`SessionNotFoundError`, :class:`EntryNotFoundError` when ``after`` is
@@ -271,7 +296,7 @@ class SqlStore(AccountsMixin, RunsMixin):
                 connection, session_pk, segments, after_seq=after_seq, limit=limit + 1
             )
         page = to_entries(rows[:limit])
-        return BranchPage(
+        return StoredPage(
             entries=page, next_cursor=page[-1].id if len(rows) > limit and page else None
         )
 
@@ -330,14 +355,12 @@ class SqlStore(AccountsMixin, RunsMixin):
             row = _session_row(connection, tenant_id, session_id)
             session_pk = int(row.pk)
             segments = branch_segments(connection, session_pk, row.leaf_id)
-            stored = self._snapshots.read(connection, session_pk)
+            stored = read_snapshot(connection, session_pk)
             snapshot = valid_snapshot(stored, segments)
             if snapshot is None and stored is not None:
                 # Writes keep the snapshot on the branch; should one not be, fold the branch's
                 # memory entries rather than answer from another branch.
-                memory = to_entries(
-                    read_branch_payloads(connection, session_pk, segments, kinds=MEMORY_KINDS)
-                )
+                memory = _memory_entries(connection, session_pk, segments)
                 return ContextState(
                     ledger=fold_ledger(memory),
                     snapshot_entry_id=row.leaf_id,
@@ -345,6 +368,11 @@ class SqlStore(AccountsMixin, RunsMixin):
                     leaf_id=row.leaf_id,
                     scope_map=fold_work_scope_map(memory),
                 )
+            initial = (
+                self._snapshots.ledger(connection, session_pk, snapshot)
+                if snapshot is not None
+                else None
+            )
             rows = read_branch_payloads(
                 connection,
                 session_pk,
@@ -352,7 +380,6 @@ class SqlStore(AccountsMixin, RunsMixin):
                 after_seq=snapshot.seq if snapshot is not None else 0,
             )
         after = to_entries(rows)
-        initial = snapshot.ledger if snapshot is not None else None
         ledger = fold_ledger(after, initial=initial) if after else initial
         return ContextState(
             ledger=ledger if ledger is not None else ObservationalMemoryLedger(),
@@ -364,14 +391,65 @@ class SqlStore(AccountsMixin, RunsMixin):
             ),
         )
 
+    def read_memory_view(
+        self, tenant_id: str, session_id: str, invalidation_scope: str | None = None
+    ) -> MemoryView:
+        """What a consolidation pass reads, in one transaction: the working ledger from the
+        snapshot, the branch entries after the observation cursor, the scope map, the ids
+        ``invalidation_scope`` withholds and the leaf.
+
+        Reads the active observations and the entries after the earlier of the snapshot and
+        the cursor, never the branch from its root (unless nothing was ever observed, when all
+        of it is new work). Raises :class:`SessionNotFoundError`.
+        """
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            session_pk = int(row.pk)
+            segments = branch_segments(connection, session_pk, row.leaf_id)
+            # Off the branch (never after our own writes) counts as no snapshot: fold it all.
+            snapshot = valid_snapshot(read_snapshot(connection, session_pk), segments)
+            base_seq = snapshot.seq if snapshot is not None else 0
+            ledger = (
+                read_working_ledger(connection, session_pk, snapshot)
+                if snapshot is not None
+                else ObservationalMemoryLedger()
+            )
+            cursor = ledger.observation_covers_up_to_id
+            start = min(base_seq, cursor_seq(connection, session_pk, segments, cursor))
+            rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
+            withheld = (
+                frozenset(_withheld(connection, tenant_id, invalidation_scope))
+                if invalidation_scope is not None
+                else frozenset()
+            )
+        entries = to_entries(rows)
+        after = [e for r, e in zip(rows, entries, strict=True) if int(r.seq) > base_seq]
+        ledger = fold_ledger(after, initial=ledger) if after else ledger
+        scope_map = fold_work_scope_map(
+            after, initial=snapshot.scope_map if snapshot is not None else None
+        )
+        return MemoryView(
+            session_id=session_id,
+            ledger=ledger,
+            unobserved=tuple(unscanned_entries(entries, ledger)),
+            scope_map=scope_map,
+            invalidated_ids=withheld,
+            leaf_id=row.leaf_id,
+        )
+
     # Ports ------------------------------------------------------------------------------
 
     def session(
-        self, tenant_id: str, session_id: str, *, epoch: int | None = None
-    ) -> SqlSessionHandle:
-        """An entry sink/source and tombstone source bound to one tenant's session.
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        epoch: int | None = None,
+        before_write: Callable[[], None] | None = None,
+    ) -> SqlUnitOfWork:
+        """The memory unit of work (and entry callbacks) of one tenant's session.
 
-        With ``epoch`` every append through it is fenced (:meth:`append_memory`). Creating
-        the handle does no I/O; its methods raise what the store's methods raise.
+        With ``epoch`` every append through it is fenced (:meth:`append_memory`), after
+        ``before_write``. Creating it does no I/O; its methods raise what the store's raise.
         """
-        return SqlSessionHandle(self, tenant_id, session_id, epoch=epoch)
+        return SqlUnitOfWork(self, tenant_id, session_id, epoch=epoch, before_write=before_write)

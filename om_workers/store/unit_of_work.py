@@ -1,0 +1,107 @@
+"""The memory unit of work over the SQL store, and the host-callback view of one session.
+
+:class:`SqlUnitOfWork` is bound to one tenant's session. As ``om_core``'s
+:class:`~om_core.unit_of_work.MemoryUnitOfWork` it reads a pass's view in one transaction
+(:meth:`SqlStore.read_memory_view`) and appends a pass's records in one fenced transaction
+that advances the snapshot by just those records. The same object offers the callbacks
+in-process helpers take (``append_entry``, ``entries``), so the scope controller and the
+revocation handler run on the durable store unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from om_core.errors import AppendNotVisibleError
+from om_core.models import SessionEntry
+from om_core.unit_of_work import MemoryView
+from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
+from om_workers.store.records import AppendResult, ContextState
+from om_workers.store.runs import tombstone_scope
+
+if TYPE_CHECKING:
+    from om_workers.store.store import SqlStore
+
+
+class SqlUnitOfWork:
+    """One tenant's session in a :class:`SqlStore`; fenced when it has a pass ``epoch``.
+
+    ``before_write`` runs before every fenced append (the worker checks its session lock
+    there and raises :class:`~om_workers.errors.LockLostError` when it lost it). The first
+    fencing failure is kept in :attr:`fenced` and raised again on every later append, so no
+    later step of the pass can write. Methods raise what the store's methods raise
+    (:class:`~om_workers.errors.StaleEpochError`, :class:`~om_workers.errors.SessionNotFoundError`
+    ...).
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        tenant_id: str,
+        session_id: str,
+        *,
+        epoch: int | None = None,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        self._store = store
+        self.tenant_id = tenant_id
+        self._session_id = session_id
+        self.epoch = epoch
+        self._before_write = before_write
+        self.fenced: OMWorkersError | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session every read and append is bound to."""
+        return self._session_id
+
+    # The memory unit of work ---------------------------------------------------------------
+
+    def read(self) -> MemoryView:
+        """The pass's view: working ledger, unobserved entries, scope map, tombstones, leaf."""
+        return self._store.read_memory_view(
+            self.tenant_id, self._session_id, tombstone_scope(self._session_id)
+        )
+
+    def append(self, records: Sequence[SessionEntry]) -> str:
+        """Append memory records at the leaf in one (fenced) transaction; the new leaf."""
+        result = self.append_entries(records)
+        leaf = result.leaf_id
+        if leaf is None or leaf != records[-1].id:
+            raise AppendNotVisibleError(
+                f"memory entry {records[-1].id!r} is not the leaf of session {self._session_id!r}"
+            )
+        return leaf
+
+    # Host callbacks ------------------------------------------------------------------------
+
+    def append_entries(self, entries: Sequence[SessionEntry]) -> AppendResult:
+        """Append a batch (fenced when the unit of work has an epoch)."""
+        if self.epoch is None:
+            return self._store.append_entries(self.tenant_id, self._session_id, entries)
+        if self.fenced is not None:
+            raise self.fenced
+        try:
+            if self._before_write is not None:
+                self._before_write()
+            return self._store.append_memory(self.tenant_id, self._session_id, entries, self.epoch)
+        except (LockLostError, StaleEpochError) as exc:
+            self.fenced = exc
+            raise
+
+    def append_entry(self, entry: SessionEntry) -> SessionEntry:
+        """Append one entry; returns it as stored (parent and ``created_at`` filled in)."""
+        return self.append_entries((entry,)).entries[0]
+
+    def entries(self) -> list[SessionEntry]:
+        """The current branch, root to leaf (for in-process helpers that fold it whole)."""
+        return list(self._store.read_branch(self.tenant_id, self._session_id))
+
+    def context_state(self) -> ContextState:
+        """The branch's whole ledger and the entries after its snapshot."""
+        return self._store.read_context_state(self.tenant_id, self._session_id)
+
+    def invalidated_ids(self, scope: str) -> frozenset[str]:
+        """Entry ids the tenant's ``scope`` withholds (tombstone port)."""
+        return self._store.invalidated_ids(self.tenant_id, scope)
