@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import redis
 
@@ -280,26 +280,32 @@ def _run_locked(
             # A marker still naming this finished job would swallow later requests.
             drop_marker(deps.redis, tenant_id, session_id, job_id)
         return run
-    if claimed is None and run.attempts == 1:
+    if claimed is None and run.run.attempts == 1:
         log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
     if claimed is not None and claimed != job_id:
         # That request was made before this run reads the session: this run serves it,
         # options included.
         METRICS.coalesced.inc()
-        run = _serving(deps, run, claimed)
+        run = run._replace(run=_serving(deps, run.run, claimed))
     return _execute(deps, lock, run)
 
 
-def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> FlushRun | FlushOutcome:
-    """Mark the run running (its row as it now is), or the outcome of a job that cannot run."""
+def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> _Started | FlushOutcome:
+    """Start the run and its pass (the row as it now is, the pass's epoch), or the outcome of
+    a job that cannot run. A newer epoch fences out any earlier pass of the session."""
     try:
-        run = deps.store.start_run(tenant_id, job_id)
+        run = _Started(*deps.store.start_pass(tenant_id, job_id))
     except FlushRunNotFoundError:
         # A message naming no run row was never accepted (enqueue writes the row first).
         return FlushOutcome("unknown", job_id)
     except InvalidRunStateError:
         return FlushOutcome("skipped", job_id, job_id)
     return run
+
+
+class _Started(NamedTuple):
+    run: FlushRun
+    epoch: int
 
 
 def _serving(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
@@ -327,7 +333,8 @@ def _run_other(
     return _execute(deps, lock, other)
 
 
-def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
+def _execute(deps: FlushDeps, lock: SessionLock, started: _Started) -> FlushOutcome:
+    run, epoch = started
     tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
     # Count attempts to run, not messages: duplicates dropped at a busy lock or skipped as
     # finished are harmless, while a message that kills its worker mid-run comes back here.
@@ -339,7 +346,6 @@ def _execute(deps: FlushDeps, lock: SessionLock, run: FlushRun) -> FlushOutcome:
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
         redelivery.forget_deliveries(deps.redis, job_id)
         return FlushOutcome("poison", job_id, job_id, stored)
-    epoch = deps.store.begin_pass(tenant_id, session_id)
     lock.start_heartbeat()
     memory = deps.store.session(tenant_id, session_id, epoch=epoch, before_write=lock.check)
     models = deps.worker_models

@@ -15,13 +15,19 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from om_core.ledger import is_eligible_observation_source
-from om_core.models import SessionEntry
+from om_core.models import OBSERVATIONS_RECORDED, SessionEntry
 from om_core.tokens import estimate_entry_tokens
 from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotFoundError
 from om_workers.store.branch import MEMORY_KINDS
 from om_workers.store.records import AppendResult
-from om_workers.store.schema import entries, sessions
-from om_workers.store.snapshot import advance_memory_state, refresh_memory_state
+from om_workers.store.schema import entries, sessions, snapshots
+from om_workers.store.snapshot import (
+    SNAPSHOT_COLUMNS,
+    Snapshot,
+    advance_memory_state,
+    joined_snapshot,
+    refresh_memory_state,
+)
 
 # Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
 _IN_CHUNK = 500
@@ -37,6 +43,7 @@ class LockedSession:
     leaf_id: str | None
     epoch: int
     entry_count: int
+    snapshot: Snapshot | None
 
 
 def lock_session(connection: Connection, tenant_id: str, session_id: str) -> LockedSession:
@@ -46,16 +53,21 @@ def lock_session(connection: Connection, tenant_id: str, session_id: str) -> Loc
     the database's write lock. Raises :class:`SessionNotFoundError` when the tenant has no
     such session.
     """
-    query = select(
-        sessions.c.pk,
-        sessions.c.tenant_id,
-        sessions.c.id,
-        sessions.c.leaf_id,
-        sessions.c.epoch,
-        sessions.c.entry_count,
-    ).where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+    query = (
+        select(
+            sessions.c.pk,
+            sessions.c.tenant_id,
+            sessions.c.id,
+            sessions.c.leaf_id,
+            sessions.c.epoch,
+            sessions.c.entry_count,
+            *SNAPSHOT_COLUMNS,
+        )
+        .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
+        .where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+    )
     if connection.dialect.name == "postgresql":
-        query = query.with_for_update()
+        query = query.with_for_update(of=sessions)
     row = connection.execute(query).first()
     if row is None:
         raise SessionNotFoundError(f"no session {session_id!r}")
@@ -66,6 +78,7 @@ def lock_session(connection: Connection, tenant_id: str, session_id: str) -> Loc
         leaf_id=row.leaf_id,
         epoch=int(row.epoch),
         entry_count=int(row.entry_count),
+        snapshot=joined_snapshot(row),
     )
 
 
@@ -126,6 +139,16 @@ def _load_positions(
     return positions
 
 
+def _cursors(batch: Sequence[SessionEntry]) -> set[str]:
+    found = set()
+    for entry in batch:
+        if entry.kind == "custom" and entry.data and entry.record_type == OBSERVATIONS_RECORDED:
+            cursor = entry.data.get("coversUpToId")
+            if isinstance(cursor, str):
+                found.add(cursor)
+    return found
+
+
 def _check_batch(session: LockedSession, batch: Sequence[SessionEntry]) -> None:
     if not batch:
         raise InvalidEntryError("an append needs at least one entry")
@@ -163,6 +186,9 @@ def append_locked(
     wanted = {e.parent_id for e in batch if e.parent_id is not None and e.parent_id not in existing}
     if session.leaf_id is not None:
         wanted.add(session.leaf_id)
+    # Positions of the coverage cursors the batch's records move to, read along with the
+    # parents: advancing the snapshot then needs no lookup of its own.
+    wanted.update(_cursors(batch))
     positions = _load_positions(connection, session.pk, wanted - set(ids))
 
     stamp = iso_timestamp(now)
@@ -243,16 +269,24 @@ def append_locked(
 
     if rows:
         connection.execute(insert(entries), rows)
-        values: dict[str, Any] = {"leaf_id": leaf, "entry_count": next_seq - 1, "updated_at": now}
-        if straight and not memory:
-            # Messages after the leaf change no ledger and leave the snapshot valid.
-            values["unobserved_tokens"] = sessions.c.unobserved_tokens + new_tokens
-        connection.execute(update(sessions).where(sessions.c.pk == session.pk).values(**values))
+        assert leaf is not None  # rows were written
+        recounted: int | None = None
         if not straight:
-            refresh_memory_state(connection, session.pk, leaf, now=now)
+            recounted = refresh_memory_state(connection, session.pk, leaf, now=now)
         elif memory:
-            assert leaf is not None  # rows were written
-            advance_memory_state(connection, session.pk, (leaf, next_seq - 1), written, now=now)
+            recounted = advance_memory_state(
+                connection, session.pk, session.snapshot, written, positions, now=now
+            )
+        values: dict[str, Any] = {
+            "leaf_id": leaf,
+            "entry_count": next_seq - 1,
+            "updated_at": now,
+            # Messages after the leaf change no ledger: they only add their own tokens.
+            "unobserved_tokens": sessions.c.unobserved_tokens + new_tokens
+            if recounted is None
+            else recounted,
+        }
+        connection.execute(update(sessions).where(sessions.c.pk == session.pk).values(**values))
     return AppendResult(
         entries=tuple(stored),
         appended_ids=tuple(appended),

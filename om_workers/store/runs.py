@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Row, insert, select, update
 
 from om_core.redaction import redact
 from om_workers.errors import FlushRunNotFoundError, InvalidRunStateError, SessionNotFoundError
@@ -25,7 +25,6 @@ from om_workers.store.schema import flush_runs, sessions, tombstones
 
 MAX_ERROR_CHARS = 4000
 STUCK_RUN_ERROR = "run stopped without finishing (worker lost); swept by the reconciler"
-_STARTABLE = frozenset({"queued", "running"})
 
 
 def _run_select() -> Any:
@@ -34,9 +33,8 @@ def _run_select() -> Any:
     )
 
 
-def _to_run(row: Row[Any], written: Mapping[str, Any] | None = None) -> FlushRun:
-    """The run a row describes, with the columns ``written`` since it was read."""
-    data = {**row._mapping, **(written or {})}
+def _to_run(row: Row[Any]) -> FlushRun:
+    data = row._mapping
     return FlushRun(
         id=data["id"],
         tenant_id=data["tenant_id"],
@@ -51,6 +49,44 @@ def _to_run(row: Row[Any], written: Mapping[str, Any] | None = None) -> FlushRun
         counts=dict(data["counts"]),
         error=data["error"],
     )
+
+
+def _is_final() -> ColumnElement[bool]:
+    return flush_runs.c.state.in_(sorted(FINAL_RUN_STATES))
+
+
+def _update_run(
+    connection: Connection,
+    tenant_id: str,
+    run_id: str,
+    condition: ColumnElement[bool],
+    values: Mapping[str, Any],
+) -> Row[Any] | None:
+    """Update the run when ``condition`` holds; the row as written (``None``: not updated)."""
+    session_id = (
+        select(sessions.c.id)
+        .where(sessions.c.pk == flush_runs.c.session_pk)
+        .scalar_subquery()
+        .label("session_id")
+    )
+    return connection.execute(
+        update(flush_runs)
+        .where(flush_runs.c.id == run_id, flush_runs.c.tenant_id == tenant_id, condition)
+        .values(**values)
+        .returning(*flush_runs.c, session_id)
+    ).first()
+
+
+def _not_updated(connection: Connection, tenant_id: str, run_id: str) -> Exception:
+    """Why a run was not updated: it does not exist, or it already finished."""
+    row = connection.execute(
+        select(flush_runs.c.state).where(
+            flush_runs.c.id == run_id, flush_runs.c.tenant_id == tenant_id
+        )
+    ).first()
+    if row is None:
+        return FlushRunNotFoundError(f"no flush run {run_id!r}")
+    return InvalidRunStateError(f"flush run {run_id!r} already {row.state}")
 
 
 def _locked_run(connection: Connection, tenant_id: str, run_id: str) -> Row[Any]:
@@ -130,12 +166,33 @@ class RunsMixin(StoreBase):
         that already finished.
         """
         with self._write() as connection:
-            row = _locked_run(connection, tenant_id, run_id)
-            if row.state not in _STARTABLE:
-                raise InvalidRunStateError(f"flush run {run_id!r} already {row.state}")
-            values = {"state": "running", "started_at": self._now(), "attempts": row.attempts + 1}
-            connection.execute(update(flush_runs).where(flush_runs.c.id == run_id).values(values))
-            return _to_run(row, values)
+            return self._start_locked(connection, tenant_id, run_id)[0]
+
+    def start_pass(self, tenant_id: str, run_id: str) -> tuple[FlushRun, int]:
+        """Start a run and its memory pass in one transaction: the run as started and the
+        session's new epoch (see :meth:`start_run` and ``SqlStore.begin_pass``)."""
+        with self._write() as connection:
+            run, session_pk = self._start_locked(connection, tenant_id, run_id)
+            epoch = connection.execute(
+                update(sessions)
+                .where(sessions.c.pk == session_pk)
+                .values(epoch=sessions.c.epoch + 1, updated_at=self._now())
+                .returning(sessions.c.epoch)
+            ).scalar_one()
+            return run, int(epoch)
+
+    def _start_locked(
+        self, connection: Connection, tenant_id: str, run_id: str
+    ) -> tuple[FlushRun, int]:
+        values = {
+            "state": "running",
+            "started_at": self._now(),
+            "attempts": flush_runs.c.attempts + 1,
+        }
+        row = _update_run(connection, tenant_id, run_id, ~_is_final(), values)
+        if row is None:
+            raise _not_updated(connection, tenant_id, run_id)
+        return _to_run(row), int(row.session_pk)
 
     def finish_run(
         self,
@@ -156,18 +213,17 @@ class RunsMixin(StoreBase):
         if state not in FINAL_RUN_STATES:
             raise InvalidRunStateError(f"{state!r} is not a final state")
         text = None if error is None else redact(error, secrets)[:MAX_ERROR_CHARS]
+        values = {
+            "state": state,
+            "finished_at": self._now(),
+            "counts": dict(counts or {}),
+            "error": text,
+        }
         with self._write() as connection:
-            row = _locked_run(connection, tenant_id, run_id)
-            if row.state in FINAL_RUN_STATES:
-                raise InvalidRunStateError(f"flush run {run_id!r} already {row.state}")
-            values = {
-                "state": state,
-                "finished_at": self._now(),
-                "counts": dict(counts or {}),
-                "error": text,
-            }
-            connection.execute(update(flush_runs).where(flush_runs.c.id == run_id).values(values))
-            return _to_run(row, values)
+            row = _update_run(connection, tenant_id, run_id, ~_is_final(), values)
+            if row is None:
+                raise _not_updated(connection, tenant_id, run_id)
+            return _to_run(row)
 
     def widen_run_options(
         self, tenant_id: str, run_id: str, *, force: bool, full_reflection_rebuild: bool

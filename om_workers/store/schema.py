@@ -143,6 +143,7 @@ snapshots = Table(
     Column("entry_id", String(ID_LENGTH), nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("observation_cursor", String(ID_LENGTH), nullable=True),
+    Column("observation_cursor_seq", BigInteger, nullable=False),
     Column("reflection_cursor", String(ID_LENGTH), nullable=True),
     Column("next_ord", BigInteger, nullable=False),
     Column("scope_map", Json, nullable=True),

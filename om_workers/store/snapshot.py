@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as lite_insert
 
 from om_core.ledger import fold_ledger, ledger_from_snapshot, parse_record, parse_snapshot
 from om_core.models import (
@@ -43,7 +45,7 @@ from om_workers.store.branch import (
     sum_eligible_tokens,
     to_entries,
 )
-from om_workers.store.schema import memory_items, sessions, snapshots
+from om_workers.store.schema import memory_items, snapshots
 
 OBSERVATION = "observation"
 REFLECTION = "reflection"
@@ -56,32 +58,57 @@ class Snapshot:
 
     The row alone: cursors, scope map and ``next_ord`` (the next item order number); the
     ledger's items are read with :func:`read_ledger` or :func:`read_working_ledger`.
+    ``observation_cursor_seq`` is the cursor's seq on the branch (0: none, or off the branch,
+    or not known: read from the root).
     """
 
     entry_id: str
     seq: int
     observation_cursor: str | None
+    observation_cursor_seq: int
     reflection_cursor: str | None
     next_ord: int
     scope_map: WorkScopeMap | None
     updated_at: datetime
 
 
+_SNAPSHOT_FIELDS = (
+    "entry_id",
+    "seq",
+    "observation_cursor",
+    "observation_cursor_seq",
+    "reflection_cursor",
+    "next_ord",
+    "scope_map",
+    "updated_at",
+)
+SNAPSHOT_COLUMNS = tuple(snapshots.c[name].label(f"snapshot_{name}") for name in _SNAPSHOT_FIELDS)
+"""The snapshot's columns, labelled for a query that joins the session row to its snapshot."""
+
+
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
     """The session's snapshot row, or ``None``."""
-    row = connection.execute(select(snapshots).where(snapshots.c.session_pk == session_pk)).first()
-    return None if row is None else _to_snapshot(row)
+    row = connection.execute(
+        select(*SNAPSHOT_COLUMNS).where(snapshots.c.session_pk == session_pk)
+    ).first()
+    return None if row is None else joined_snapshot(row)
 
 
-def _to_snapshot(row: Row[Any]) -> Snapshot:
+def joined_snapshot(row: Row[Any]) -> Snapshot | None:
+    """The snapshot in a row that selected :data:`SNAPSHOT_COLUMNS` (``None`` if it has none)."""
+    values = row._mapping
+    if values["snapshot_seq"] is None:
+        return None
+    scope_map = values["snapshot_scope_map"]
     return Snapshot(
-        entry_id=row.entry_id,
-        seq=int(row.seq),
-        observation_cursor=row.observation_cursor,
-        reflection_cursor=row.reflection_cursor,
-        next_ord=int(row.next_ord),
-        scope_map=None if row.scope_map is None else WorkScopeMap.model_validate(row.scope_map),
-        updated_at=row.updated_at,
+        entry_id=values["snapshot_entry_id"],
+        seq=int(values["snapshot_seq"]),
+        observation_cursor=values["snapshot_observation_cursor"],
+        observation_cursor_seq=int(values["snapshot_observation_cursor_seq"]),
+        reflection_cursor=values["snapshot_reflection_cursor"],
+        next_ord=int(values["snapshot_next_ord"]),
+        scope_map=None if scope_map is None else WorkScopeMap.model_validate(scope_map),
+        updated_at=values["snapshot_updated_at"],
     )
 
 
@@ -267,16 +294,15 @@ class ItemWriter:
         self.next_ord += 1
         return row
 
-    def _existing(self, kind: str, ids: Sequence[str], *, active: bool = False) -> set[str]:
+    def _active(self, ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
         for start in range(0, len(ids), _IN_CHUNK):
             query = select(memory_items.c.item_id).where(
                 memory_items.c.session_pk == self._pk,
-                memory_items.c.kind == kind,
+                memory_items.c.kind == OBSERVATION,
                 memory_items.c.item_id.in_(ids[start : start + _IN_CHUNK]),
+                memory_items.c.dropped_ord.is_(None),
             )
-            if active:
-                query = query.where(memory_items.c.dropped_ord.is_(None))
             found.update(self._connection.execute(query).scalars())
         return found
 
@@ -284,15 +310,21 @@ class ItemWriter:
         fresh: dict[str, Observation | Reflection] = {}
         for item in items:
             fresh.setdefault(item.id, item)
-        for known in self._existing(kind, list(fresh)):
-            del fresh[known]
-        if fresh:
-            rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-            self._connection.execute(insert(memory_items), rows)
+        if not fresh:
+            return
+        rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
+        # First writer wins: an id already stored keeps its row (its ord is simply unused).
+        dialect_insert = pg_insert if self._connection.dialect.name == "postgresql" else lite_insert
+        self._connection.execute(
+            dialect_insert(memory_items).on_conflict_do_nothing(
+                index_elements=["session_pk", "kind", "item_id"]
+            ),
+            rows,
+        )
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))
-        active = self._existing(OBSERVATION, wanted, active=True)
+        active = self._active(wanted)
         params = []
         for oid in wanted:
             if oid in active:
@@ -314,39 +346,67 @@ class ItemWriter:
 def advance_memory_state(
     connection: Connection,
     session_pk: int,
-    leaf: tuple[str, int],
+    stored: Snapshot | None,
     appended: Sequence[SessionEntry],
+    positions: Mapping[str, tuple[int, int]],
     *,
     now: datetime,
-) -> None:
+) -> int | None:
     """Advance the snapshot over entries just appended straight after the old leaf.
 
-    ``leaf`` is the new leaf's ``(id, seq)``. The stored snapshot (on the old branch, so on
-    the new one) stays the base and only the appended memory entries are applied: the cost is
-    that of the batch. Call inside the append's write transaction.
+    ``stored`` is the snapshot as read under the write lock; the last of ``appended`` is the
+    new leaf; ``positions`` maps entry ids to ``(seq, run_start)`` and holds the appended
+    entries and (when known) the coverage cursors they move to. The stored snapshot (on the
+    old branch, so on the new one) stays the base and only the appended memory entries are
+    applied: the cost is that of the batch. Returns the branch's unobserved tokens when they
+    must be recounted (the cursor moved), ``None`` when the append changed them only by its
+    own messages. Call inside the append's write transaction.
     """
     memory = [entry for entry in appended if entry.kind in MEMORY_KINDS]
     if not memory:
-        return
-    stored = read_snapshot(connection, session_pk)
+        return None
+    leaf_id = appended[-1].id
+    leaf = (leaf_id, positions[leaf_id][0])
     if stored is not None and stored.scope_map is None:
-        refresh_memory_state(connection, session_pk, leaf[0], now=now)
-        return
+        return refresh_memory_state(connection, session_pk, leaf_id, now=now)
     writer = ItemWriter(connection, session_pk, stored)
     for entry in memory:
         writer.apply(entry)
     scope_map = fold_work_scope_map(
         memory, initial=stored.scope_map if stored is not None else None
     )
-    _write_snapshot(connection, session_pk, writer, leaf, scope_map, now, stored is not None)
-    segments = branch_segments(connection, session_pk, leaf[0])
-    _store_unobserved(connection, session_pk, segments, writer.observation_cursor)
+    cursor_at, tokens = _moved_cursor(connection, session_pk, stored, writer, positions, leaf_id)
+    _write_snapshot(connection, session_pk, writer, leaf, cursor_at, scope_map, now, stored)
+    return tokens
+
+
+def _moved_cursor(
+    connection: Connection,
+    session_pk: int,
+    stored: Snapshot | None,
+    writer: ItemWriter,
+    positions: Mapping[str, tuple[int, int]],
+    leaf_id: str,
+) -> tuple[int, int | None]:
+    """The observation cursor's seq after an append, and the recounted unobserved tokens
+    (``None`` when the cursor did not move)."""
+    cursor = writer.observation_cursor
+    if stored is not None and cursor == stored.observation_cursor:
+        return stored.observation_cursor_seq, None
+    run_start, leaf_seq = positions[leaf_id][1], positions[leaf_id][0]
+    if cursor is not None and cursor in positions and positions[cursor][0] >= run_start:
+        # The cursor lies in the leaf's own run: the branch after it is that stretch of seqs.
+        cursor_at = positions[cursor][0]
+        run = [(run_start, leaf_seq)]
+        return cursor_at, sum_eligible_tokens(connection, session_pk, run, after_seq=cursor_at)
+    segments = branch_segments(connection, session_pk, leaf_id)
+    return _unobserved(connection, session_pk, segments, writer)
 
 
 def refresh_memory_state(
     connection: Connection, session_pk: int, leaf_id: str | None, *, now: datetime
-) -> None:
-    """Bring the snapshot and unobserved-token count in line with the branch ending at the leaf.
+) -> int:
+    """Bring the snapshot in line with the branch ending at the leaf; its unobserved tokens.
 
     Call inside the write transaction that moved the leaf off the straight line (fork,
     explicit parent). Applies only the memory entries after a still-valid snapshot; rebuilds
@@ -370,17 +430,18 @@ def refresh_memory_state(
     else:
         for entry in entries:
             writer.apply(entry)
+    cursor_at, tokens = _unobserved(connection, session_pk, segments, writer)
     if entries or base is not None:
         assert leaf_id is not None  # a snapshot or memory entries lie on a branch
         scope_map = fold_work_scope_map(
             entries, initial=base.scope_map if base is not None else None
         )
         leaf = (leaf_id, segments[-1][1])
-        _write_snapshot(connection, session_pk, writer, leaf, scope_map, now, stored is not None)
+        _write_snapshot(connection, session_pk, writer, leaf, cursor_at, scope_map, now, stored)
     elif stored is not None:
         connection.execute(delete(snapshots).where(snapshots.c.session_pk == session_pk))
         connection.execute(delete(memory_items).where(memory_items.c.session_pk == session_pk))
-    _store_unobserved(connection, session_pk, segments, writer.observation_cursor)
+    return tokens
 
 
 def _write_snapshot(
@@ -388,20 +449,22 @@ def _write_snapshot(
     session_pk: int,
     writer: ItemWriter,
     leaf: tuple[str, int],
+    cursor_at: int,
     scope_map: WorkScopeMap,
     now: datetime,
-    exists: bool,
+    stored: Snapshot | None,
 ) -> None:
     values = {
         "entry_id": leaf[0],
         "seq": leaf[1],
         "observation_cursor": writer.observation_cursor,
+        "observation_cursor_seq": cursor_at,
         "reflection_cursor": writer.reflection_cursor,
         "next_ord": writer.next_ord,
         "scope_map": scope_map.to_json_dict(),
         "updated_at": now,
     }
-    if exists:
+    if stored is not None:
         connection.execute(
             update(snapshots).where(snapshots.c.session_pk == session_pk).values(**values)
         )
@@ -422,11 +485,9 @@ def cursor_seq(
     return 0
 
 
-def _store_unobserved(
-    connection: Connection, session_pk: int, segments: list[Segment], cursor: str | None
-) -> None:
-    after_seq = cursor_seq(connection, session_pk, segments, cursor)
-    tokens = sum_eligible_tokens(connection, session_pk, segments, after_seq=after_seq)
-    connection.execute(
-        update(sessions).where(sessions.c.pk == session_pk).values(unobserved_tokens=tokens)
-    )
+def _unobserved(
+    connection: Connection, session_pk: int, segments: list[Segment], writer: ItemWriter
+) -> tuple[int, int]:
+    """The cursor's seq and the observable tokens after it on the branch."""
+    after_seq = cursor_seq(connection, session_pk, segments, writer.observation_cursor)
+    return after_seq, sum_eligible_tokens(connection, session_pk, segments, after_seq=after_seq)

@@ -42,10 +42,11 @@ from om_workers.store.records import (
     as_utc,
 )
 from om_workers.store.runs import RunsMixin
-from om_workers.store.schema import ID_LENGTH, sessions, tombstones
+from om_workers.store.schema import ID_LENGTH, sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
+    SNAPSHOT_COLUMNS,
     SnapshotCache,
-    cursor_seq,
+    joined_snapshot,
     read_snapshot,
     read_working_ledger,
     refresh_memory_state,
@@ -258,7 +259,10 @@ class SqlStore(AccountsMixin, RunsMixin):
                 .where(sessions.c.pk == session.pk)
                 .values(leaf_id=entry_id, updated_at=now)
             )
-            refresh_memory_state(connection, session.pk, entry_id, now=now)
+            tokens = refresh_memory_state(connection, session.pk, entry_id, now=now)
+            connection.execute(
+                update(sessions).where(sessions.c.pk == session.pk).values(unobserved_tokens=tokens)
+            )
             return _to_info(_session_row(connection, tenant_id, session_id))
 
     # Reads ------------------------------------------------------------------------------
@@ -403,19 +407,23 @@ class SqlStore(AccountsMixin, RunsMixin):
         of it is new work). Raises :class:`SessionNotFoundError`.
         """
         with self._read() as connection:
-            row = _session_row(connection, tenant_id, session_id)
+            row = connection.execute(
+                select(sessions.c.pk, sessions.c.leaf_id, *SNAPSHOT_COLUMNS)
+                .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
+                .where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
+            ).first()
+            if row is None:
+                raise SessionNotFoundError(f"no session {session_id!r}")
             session_pk = int(row.pk)
             segments = branch_segments(connection, session_pk, row.leaf_id)
             # Off the branch (never after our own writes) counts as no snapshot: fold it all.
-            snapshot = valid_snapshot(read_snapshot(connection, session_pk), segments)
-            base_seq = snapshot.seq if snapshot is not None else 0
-            ledger = (
-                read_working_ledger(connection, session_pk, snapshot)
-                if snapshot is not None
-                else ObservationalMemoryLedger()
-            )
-            cursor = ledger.observation_covers_up_to_id
-            start = min(base_seq, cursor_seq(connection, session_pk, segments, cursor))
+            snapshot = valid_snapshot(joined_snapshot(row), segments)
+            ledger = ObservationalMemoryLedger()
+            base_seq = start = 0
+            if snapshot is not None:
+                ledger = read_working_ledger(connection, session_pk, snapshot)
+                base_seq = snapshot.seq
+                start = min(base_seq, snapshot.observation_cursor_seq)
             rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
             withheld = (
                 frozenset(_withheld(connection, tenant_id, invalidation_scope))

@@ -51,10 +51,12 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("snapshots") as batch:
         batch.add_column(sa.Column("observation_cursor", sa.String(256), nullable=True))
+        batch.add_column(sa.Column("observation_cursor_seq", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("reflection_cursor", sa.String(256), nullable=True))
         batch.add_column(sa.Column("next_ord", sa.BigInteger(), nullable=True))
     _convert(items)
     with op.batch_alter_table("snapshots") as batch:
+        batch.alter_column("observation_cursor_seq", existing_type=sa.BigInteger(), nullable=False)
         batch.alter_column("next_ord", existing_type=sa.BigInteger(), nullable=False)
         batch.drop_column("ledger")
 
@@ -66,6 +68,7 @@ def _convert(items: sa.Table) -> None:
         sa.column("session_pk"),
         sa.column("ledger", _JSON),
         sa.column("observation_cursor"),
+        sa.column("observation_cursor_seq"),
         sa.column("reflection_cursor"),
         sa.column("next_ord"),
     )
@@ -78,6 +81,8 @@ def _convert(items: sa.Table) -> None:
             .where(snapshots.c.session_pk == row.session_pk)
             .values(
                 observation_cursor=(row.ledger or {}).get("observationCoversUpToId"),
+                # 0 reads from the root once: always right, and the next write sets the seq.
+                observation_cursor_seq=0,
                 reflection_cursor=(row.ledger or {}).get("reflectionCoversUpToId"),
                 next_ord=next_ord,
             )
@@ -119,6 +124,7 @@ def downgrade() -> None:
         batch.add_column(sa.Column("ledger", _JSON, nullable=False))
         batch.drop_column("next_ord")
         batch.drop_column("reflection_cursor")
+        batch.drop_column("observation_cursor_seq")
         batch.drop_column("observation_cursor")
     op.drop_index("ix_memory_items_active", table_name="memory_items")
     op.drop_table("memory_items")
