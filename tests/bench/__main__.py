@@ -10,6 +10,7 @@ from . import (
     bench_context,
     bench_fidelity,
     bench_fold,
+    bench_history,
     bench_locomo,
     bench_workers,
 )
@@ -22,6 +23,7 @@ BENCHMARKS = [
     bench_coalesce,
     bench_fidelity,
     bench_locomo,
+    bench_history,
 ]
 
 
@@ -36,7 +38,7 @@ def main() -> int:
         start = time.perf_counter()
         sections.append(module.run())
         print(f"   ({time.perf_counter() - start:.1f} s)", flush=True)
-    write_results(sections)
+    write_results(sections, merge=bool(only))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -124,8 +125,16 @@ def machine() -> str:
     )
 
 
-def write_results(sections: list[Section]) -> None:
-    """Write ``results.md`` and the ratio plot ``results.png`` next to this file."""
+def write_results(sections: list[Section], *, merge: bool = False) -> None:
+    """Write ``results.md`` and the ratio plot ``results.png`` next to this file.
+
+    With ``merge`` (only some benchmarks ran), an existing ``results.md`` keeps every other
+    section and its header; each section that ran replaces the one with its heading (or is
+    added last) with the date it was measured, and ``results.png`` is left as it is.
+    """
+    if merge and RESULTS_MD.exists():
+        _merge_results(sections)
+        return
     body = [
         "# Benchmark results",
         "",
@@ -139,6 +148,18 @@ def write_results(sections: list[Section]) -> None:
     RESULTS_MD.write_text("\n".join(body), encoding="utf-8")
     _plot(sections)
     print(f"wrote {RESULTS_MD} and {RESULTS_PNG}")
+
+
+def _merge_results(sections: list[Section]) -> None:
+    head, *parts = re.split(r"(?m)^(?=## )", RESULTS_MD.read_text(encoding="utf-8"))
+    kept = {part.splitlines()[0]: part for part in parts}
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    for section in sections:
+        text = section.markdown().rstrip("\n")
+        kept[f"## {section.title}"] = f"{text}\n\n(measured {stamp}, on its own)\n\n"
+    body = head + "".join(kept.values())
+    RESULTS_MD.write_text(body.rstrip("\n") + "\n", encoding="utf-8")
+    print(f"updated {len(sections)} section(s) of {RESULTS_MD}; {RESULTS_PNG} left as it was")
 
 
 def _plot(sections: list[Section]) -> None:
