@@ -26,7 +26,7 @@ from om_api.routes import jobs, memory, ops, scopes, sessions
 from om_api.schemas import ErrorBody
 from om_api.state import ApiState
 from om_workers.config import Settings, get_settings
-from om_workers.flush import PublishJob
+from om_workers.jobs.flush import PublishJob
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
 
@@ -138,7 +138,7 @@ class RequestMiddleware:
 
 def _default_publish_factory() -> PublishJob:
     # Imported lazily: building the Celery app needs OM_REDIS_URL, reads do not.
-    from om_workers import tasks
+    from om_workers.jobs import tasks
 
     return tasks.publisher(tasks.get_app())
 

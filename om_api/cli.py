@@ -71,7 +71,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _celery_app() -> Any:
     # Imported here: building the app reads OM_REDIS_URL, which only the service commands need.
-    from om_workers.tasks import get_app
+    from om_workers.jobs.tasks import get_app
 
     try:
         return get_app()
@@ -120,7 +120,7 @@ def worker(
     log_level: LogLevel = None,
 ) -> None:
     """Run a Celery worker on queue ``om`` (threads pool, task events on). Needs OM_REDIS_URL."""
-    from om_workers.celery_app import QUEUE
+    from om_workers.jobs.celery_app import QUEUE
 
     celery_app = _celery_app()
     slots = concurrency if concurrency is not None else get_settings().worker_concurrency

@@ -2,7 +2,7 @@
 
 :class:`Stack` runs, as child processes, exactly the commands a deployment runs
 (``om api``, ``om worker``, ``om beat``, ``om flower``), against the Redis on ``OM_REDIS_URL``
-or a private :class:`~om_workers.embedded_redis.EmbeddedRedis`, and a database migrated first
+or a private :class:`~om_workers.coordination.embedded.EmbeddedRedis`, and a database migrated first
 (SQLite by default). It waits until each answers (API ``/readyz``, a Celery ping of the worker,
 Flower ``/healthcheck``), creates a dev tenant and API key in the store (its own
 :func:`~om_workers.services.build_services` on the URLs the children get), and stops everything
@@ -34,7 +34,7 @@ from typing import Any, Final, Self
 import httpx
 
 from om_workers.config import Settings
-from om_workers.embedded_redis import EmbeddedRedis, free_port
+from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.errors import TenantExistsError
 from om_workers.services import build_services
 from om_workers.store import SqlStore, upgrade
@@ -115,7 +115,7 @@ class Stack:
 
     :meth:`start` raises :class:`StackError` when a component exits or does not become ready
     within ``ready_timeout_s`` (everything already started is stopped first), and whatever
-    :class:`~om_workers.embedded_redis.EmbeddedRedis` or the store's ``upgrade`` raise.
+    :class:`~om_workers.coordination.embedded.EmbeddedRedis` or the store's ``upgrade`` raise.
     """
 
     def __init__(self, config: StackConfig, *, say: Callable[[str], None] | None = None) -> None:

@@ -44,13 +44,13 @@ from om_core.recall_tool import RecallMemoryTool
 from om_core.render import render_observational_memory
 from om_core.revocation import ObservationalMemoryDropHandler, Tombstone, list_invalidated_ids
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime
-from om_core.scope_controller import WorkScopeController, with_work_scope
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.controller import WorkScopeController, with_work_scope
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.shared import SharedScopeConfig, resolve_shared_scopes
+from om_core.scopes.work_memory import project_work_memory
 from om_core.settings import ObservationalMemorySettings, resolve_settings
-from om_core.shared_scopes import SharedScopeConfig, resolve_shared_scopes
 from om_core.tokens import estimate_entry_tokens, estimate_message_tokens
 from om_core.window import render_recent_message_window, select_recent_message_entries
-from om_core.work_memory import project_work_memory
 from om_core.workers import run_dropper, run_observer, run_reflector
 from om_core.workers.selection import WorkerConfig
 

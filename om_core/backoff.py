@@ -3,9 +3,9 @@
 One :class:`RetryPolicy` and one backoff formula serve every retry loop of the system: the
 HTTP client's retries (:mod:`om_api.client`), the provider adapters' retries
 (:mod:`om_workers.providers.http`) and the reconciler's wait after repeated failed runs
-(:func:`om_workers.timing.failure_backoff_s`). Each caller passes the attempt number, a random
-draw in ``[0, 1)`` and the parsed ``Retry-After``; these functions only compute, so the whole
-policy is tested with tables.
+(:func:`om_workers.coordination.timing.failure_backoff_s`). Each caller passes the attempt number,
+a random draw in ``[0, 1)`` and the parsed ``Retry-After``; these functions only compute, so the
+whole policy is tested with tables.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from om_core.ledger import fold_ledger
 from om_core.models import Frozen, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import project_ledger
 from om_core.render import render_observational_memory
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
 from om_core.settings import ObservationalMemorySettings, resolve_settings
-from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.tokens import estimate_text_tokens
 from om_core.window import select_recent_message_entries
 

@@ -12,11 +12,11 @@ from om_core.limits import MAX_FOLDED_PAYLOAD_BYTES
 from om_core.models import CompactionEntry, FoldedMemory, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import project_ledger, snapshot_of
 from om_core.render import render_observational_memory
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.work_memory import leaf_memory
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.tokens import estimate_text_tokens
 from om_core.window import select_recent_message_entries
-from om_core.work_memory import leaf_memory
 
 STRATEGY_NAME = "observational-memory"
 

@@ -8,11 +8,11 @@ from om_core.ledger import fold_ledger
 from om_core.models import ContextBlock, Observation, ObservationalMemoryLedger, SessionEntry
 from om_core.projection import ObservationalMemoryProjection, project_ledger
 from om_core.render import render_observational_memory
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
+from om_core.scopes.work_memory import Include, leaf_memory
 from om_core.settings import ObservationalMemorySettings, resolve_settings
-from om_core.shared_scopes import SharedScopeMemory, merge_shared_memory
 from om_core.window import render_recent_message_window, select_recent_message_entries
-from om_core.work_memory import Include, leaf_memory
 
 MEMORY_BLOCK_ID = "observational-memory"
 RECENT_BLOCK_ID = "recent-messages"
@@ -48,9 +48,10 @@ def build_context_blocks(
     projection (Scope Outline, Reflections, Observations). The scope map is folded from
     ``entries`` unless ``scope_map`` is given (a store that reads from a snapshot on must
     pass it: snapshots do not carry scope records). ``shared`` (from
-    :func:`~om_core.shared_scopes.resolve_shared_scopes`) joins for rendering only.
+    :func:`~om_core.scopes.shared.resolve_shared_scopes`) joins for rendering only.
     ``scope`` / ``include`` pick another view than the leaf's ``self+ancestors``; an unknown
-    scope or mode raises the typed scope errors of :func:`~om_core.work_memory.project_work_memory`.
+    scope or mode raises the typed scope errors of
+    :func:`~om_core.scopes.work_memory.project_work_memory`.
     """
     resolved = settings or resolve_settings()
     recent = select_recent_message_entries(

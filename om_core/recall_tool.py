@@ -11,8 +11,8 @@ from om_core.models import SessionEntry
 from om_core.paging import check_page_request, recall_branch_page
 from om_core.recall import recall_memory
 from om_core.redaction import normalize_secrets
+from om_core.scopes.shared import SharedScopeMemory, recall_shared_memory
 from om_core.settings import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
-from om_core.shared_scopes import SharedScopeMemory, recall_shared_memory
 
 GetEntries = Callable[[str], Sequence[SessionEntry]]
 GetInvalidated = Callable[[str], Iterable[str]]

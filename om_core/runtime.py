@@ -30,7 +30,9 @@ from om_core.models import (
 )
 from om_core.provider import Provider
 from om_core.redaction import normalize_secrets
-from om_core.scopes import ScopeBound, ScopeFold
+from om_core.scopes.index import ScopeFold
+from om_core.scopes.records import ScopeBound
+from om_core.scopes.work_memory import has_host_scopes
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_core.tokens import estimate_entry_tokens
 from om_core.unit_of_work import (
@@ -40,7 +42,6 @@ from om_core.unit_of_work import (
     MemoryView,
     SessionSource,
 )
-from om_core.work_memory import has_host_scopes
 from om_core.workers.chunking import max_sources_per_chunk, plan_chunks, prompt_budget
 from om_core.workers.dropper import drop_lowest_relevance, observation_tokens, run_dropper
 from om_core.workers.flush_state import (

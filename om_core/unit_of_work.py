@@ -24,7 +24,7 @@ from om_core.appending import append_checked
 from om_core.errors import InvalidInputError
 from om_core.ledger import fold_ledger, unscanned_entries
 from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,9 @@ class InvalidRunStateError(StoreError, ValueError):
 class CoordinationError(OMWorkersError):
     """A Redis coordination step (lock, coalescing, delivery count) failed.
 
-    redis-py errors never leave ``om_workers``: :func:`om_workers.redis_client.translate_errors`
-    turns them into this class or one of its subclasses.
+    redis-py errors never leave ``om_workers``:
+    :func:`om_workers.coordination.connection.translate_errors` turns them into this class or one
+    of its subclasses.
     """
 
 

@@ -17,8 +17,8 @@ from om_core.ledger import is_eligible_observation_source
 from om_core.models import ContextBlock, ObservationalMemoryLedger, SessionEntry
 from om_core.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
 from om_core.recall import RecallResult, recall_memory
+from om_core.scopes.work_memory import Include
 from om_core.settings import ObservationalMemorySettings
-from om_core.work_memory import Include
 from om_workers.store import SqlStore
 
 TAIL_FIRST_READ = 64

@@ -1,7 +1,7 @@
 """The composition root: the store, the Redis client, the provider and the settings, built once.
 
 Every process builds its long-lived dependencies here and nowhere else: the Celery worker
-(:func:`om_workers.tasks.worker_deps`), the HTTP API (``om_api.app.create_app``) and the
+(:func:`om_workers.jobs.tasks.worker_deps`), the HTTP API (``om_api.app.create_app``) and the
 embedded stack (``om_api.stack``). :func:`build_services` turns one :class:`Settings` into one
 :class:`Services`; its helpers derive what each side needs (:meth:`Services.flush_deps` for the
 worker, :meth:`Services.memory` for the API's reads).
@@ -26,10 +26,10 @@ import redis
 from om_core.provider import Provider
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_workers.config import Settings
+from om_workers.coordination.connection import connect
 from om_workers.errors import ConfigError
-from om_workers.flush import FlushDeps, PublishJob
-from om_workers.provider_setup import provider_factory, provider_secrets, worker_models
-from om_workers.redis_client import connect
+from om_workers.jobs.flush import FlushDeps, PublishJob
+from om_workers.providers.setup import provider_factory, provider_secrets, worker_models
 from om_workers.store import SqlStore
 
 _T = TypeVar("_T")
@@ -80,7 +80,7 @@ class Services:
 
     def provider_factory(self) -> Callable[[], Provider]:
         """The callable returning the provider for one run, per ``OM_PROVIDER`` (see
-        :func:`om_workers.provider_setup.provider_factory`), built on the first call and then
+        :func:`om_workers.providers.setup.provider_factory`), built on the first call and then
         shared: HTTP adapters keep one connection pool per process.
 
         Raises :class:`ConfigError` for an unknown provider name or a ``module:factory`` that
@@ -98,7 +98,7 @@ class Services:
         return self._memory.get()
 
     def flush_deps(self, publish: PublishJob) -> FlushDeps:
-        """The worker's :class:`~om_workers.flush.FlushDeps`: this store and Redis client,
+        """The worker's :class:`~om_workers.jobs.flush.FlushDeps`: this store and Redis client,
         ``publish`` (sends ``om.flush`` again), the provider factory, ``OM_MODEL``, a copy of
         the raw memory settings, ``OM_LOCK_TTL_S`` (seconds), ``OM_MAX_DELIVERIES``, the
         redaction secrets and the per-worker models.

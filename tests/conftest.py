@@ -17,8 +17,8 @@ import redis
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, normalize_database_url, upgrade
 
 

@@ -138,7 +138,7 @@ def _local_target(settings: Settings, settings_json: str | None, force: bool) ->
     from om_core import resolve_settings
     from om_core.errors import ObservationalMemoryError
     from om_workers.errors import OMWorkersError
-    from om_workers.provider_setup import provider_factory, worker_models
+    from om_workers.providers.setup import provider_factory, worker_models
 
     try:
         raw = json.loads(settings_json) if settings_json else dict(settings.memory_settings)
@@ -166,7 +166,7 @@ def _api_target(
 
 def _judge(settings: Settings) -> ModelJudge:
     from om_api.evaluation.answering import ModelJudge
-    from om_workers.provider_setup import HTTP_PROVIDERS, build_http_provider
+    from om_workers.providers.setup import HTTP_PROVIDERS, build_http_provider
 
     if settings.provider not in HTTP_PROVIDERS:
         _fail(

@@ -19,7 +19,7 @@ from om_api.routes import JobPath, SessionPath
 from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
 from om_api.state import State
 from om_workers.errors import CoordinationError
-from om_workers.flush import request_flush_run
+from om_workers.jobs.flush import request_flush_run
 
 router = APIRouter(prefix="/v1", tags=["flush"])
 ERRORS: dict[int | str, dict[str, Any]] = {

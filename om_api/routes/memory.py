@@ -32,7 +32,8 @@ from om_core import (
 )
 from om_core.errors import UnknownScopeError
 from om_core.ids import create_memory_id
-from om_workers import redis_keys
+from om_workers.coordination import keys
+from om_workers.coordination.connection import translate_errors
 from om_workers.errors import CoordinationError
 from om_workers.reads import (
     session_compaction,
@@ -42,7 +43,6 @@ from om_workers.reads import (
     session_status,
     session_view,
 )
-from om_workers.redis_client import translate_errors
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -150,7 +150,7 @@ def _in_flight(state: ApiState, tenant_id: str, session_id: str) -> bool:
     # Advisory only: a status read must not fail because Redis is briefly away.
     try:
         with translate_errors("reading the pending flush"):
-            return state.redis.exists(redis_keys.pending_key(tenant_id, session_id)) > 0
+            return state.redis.exists(keys.pending_key(tenant_id, session_id)) > 0
     except CoordinationError:
         return False
 

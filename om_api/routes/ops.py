@@ -21,7 +21,7 @@ from om_api.schemas import (
     TenantOut,
 )
 from om_api.state import ApiState, State
-from om_workers.redis_client import is_available
+from om_workers.coordination.connection import is_available
 
 router = APIRouter(tags=["ops"])
 admin_router = APIRouter(prefix="/v1/admin", tags=["admin"])

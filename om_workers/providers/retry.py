@@ -24,7 +24,7 @@ PROVIDER_RETRY_POLICY: Final = RetryPolicy(
 )
 """The adapters' default: four attempts, backoff from 0.5 s doubling up to 20 s with half
 jitter. A ``Retry-After`` is honoured exactly, unless it asks for more than 60 s: then retrying
-is pointless within one task and the call gives up. :func:`om_workers.provider_setup.retry_policy`
+is pointless within one task and the call gives up. :func:`om_workers.providers.setup.retry_policy`
 derives the worker's policy from this one and the settings."""
 
 

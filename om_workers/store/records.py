@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.scopes import WorkScopeMap
+from om_core.scopes.index import WorkScopeMap
 
 RunState = Literal["queued", "running", "succeeded", "failed", "skipped"]
 RUN_STATES: tuple[RunState, ...] = ("queued", "running", "succeeded", "failed", "skipped")

@@ -34,7 +34,7 @@ from om_core.models import (
     Reflection,
     SessionEntry,
 )
-from om_core.scopes import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_workers.store.branch import (
     MEMORY_KINDS,
     Segment,

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, Row, insert, select, update
 
 from om_core.ledger import fold_ledger, unscanned_entries
 from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.scopes import fold_work_scope_map
+from om_core.scopes.index import fold_work_scope_map
 from om_core.unit_of_work import MemoryView
 from om_workers.config import Settings, get_settings
 from om_workers.errors import (

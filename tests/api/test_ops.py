@@ -11,8 +11,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore
 from tests.api.conftest import make_settings
 from tests.api.seed import seeded_session

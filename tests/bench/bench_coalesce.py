@@ -7,13 +7,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from om_workers.celery_app import create_celery_app
 from om_workers.config import Settings
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.flush import request_flush_run
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.jobs.celery_app import create_celery_app
+from om_workers.jobs.flush import request_flush_run
+from om_workers.jobs.tasks import publisher, time_limits
 from om_workers.store import SqlStore, upgrade
-from om_workers.tasks import publisher, time_limits
 
 from .common import Section, percentile
 

@@ -12,9 +12,9 @@ from sqlalchemy import select, text
 
 from om_core import ObservationalMemorySettings, build_context_blocks, resolve_settings
 from om_workers.config import Settings
-from om_workers.embedded_redis import EmbeddedRedis
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.reads import session_context_blocks
-from om_workers.redis_client import connect
 from om_workers.store import SqlStore, upgrade
 from om_workers.store.schema import entries as entries_table
 from tests.api.server import Published, serve

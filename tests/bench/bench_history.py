@@ -3,8 +3,8 @@ already hold 0, 2,000, 10,000, 40,000 and 100,000 consolidated entries, on SQLit
 reachable) PostgreSQL, with the SQL statements each flush issues.
 
 The flush runs as a worker runs it: a run row and pending marker from
-``om_workers.flush.request_flush_run`` (forced), then ``om_workers.flush.run_flush_job`` on a
-private Redis; only ``run_flush_job`` is timed. Baseline: the same flush on an empty history
+``om_workers.jobs.flush.request_flush_run`` (forced), then ``om_workers.jobs.flush.run_flush_job``
+on a private Redis; only ``run_flush_job`` is timed. Baseline: the same flush on an empty history
 in the same run. PostgreSQL: ``OM_TEST_DATABASE_URL`` (a fresh schema in it), else a fresh
 database on 127.0.0.1:5432 (user ``postgres``), dropped afterwards; skipped when neither answers.
 """
@@ -27,9 +27,9 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import make_url
 
 from om_core.settings import DEFAULT_DROPPER_TARGET_TOKENS, DEFAULT_OBSERVATIONS_POOL_MAX_TOKENS
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.flush import FlushDeps, request_flush_run, run_flush_job
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
 from om_workers.store import SqlStore, normalize_database_url, upgrade
 
 from .common import Section
@@ -252,7 +252,7 @@ def run() -> Section:
     for figures in results:
         _report(section, figures)
     section.notes.append(
-        "Each row: one `om_workers.flush.run_flush_job` (forced run row from "
+        "Each row: one `om_workers.jobs.flush.run_flush_job` (forced run row from "
         "`request_flush_run`, private Redis, extractive provider, default settings) observing "
         f"the same {NEW_MESSAGES} new chat messages, on a session whose history already holds "
         "about that many consolidated entries; best of 3 (see below), each after appending "

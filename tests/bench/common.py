@@ -110,7 +110,7 @@ def machine() -> str:
 
     import sqlalchemy  # noqa: F401  (its sqlite3 module is the one the store uses)
 
-    from om_workers.embedded_redis import find_redis_server
+    from om_workers.coordination.embedded import find_redis_server
 
     redis = _version([str(find_redis_server()), "--version"])
     return "\n".join(

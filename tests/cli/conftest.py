@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from om_workers.config import Settings
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, upgrade
 from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
 

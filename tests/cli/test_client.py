@@ -25,7 +25,7 @@ from om_api.client import (
     Unavailable,
 )
 from om_api.schemas import EntryIn, MessageWire
-from om_workers.embedded_redis import free_port
+from om_workers.coordination.embedded import free_port
 from tests.api.server import ADMIN_TOKEN
 from tests.cli.conftest import Tenant
 

@@ -11,7 +11,8 @@ from om_core.limits import WorkerLimits
 from om_core.models import Message, Observation, SessionEntry, ToolCall
 from om_core.provider import ProviderRequest, ProviderResponse, ScriptedProvider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
-from om_core.scopes import ScopeEntered, ScopeOpened, fold_work_scope_map
+from om_core.scopes.index import fold_work_scope_map
+from om_core.scopes.records import ScopeEntered, ScopeOpened
 from om_core.workers.dropper import observation_tokens
 from om_core.workers.protocol import parse_block
 from tests.core.builders import Branch, mid
@@ -181,7 +182,7 @@ def test_new_ids_are_bound_to_the_leaf_scope() -> None:
 
 
 def test_a_bind_past_the_scope_cap_fails_the_step_instead_of_vanishing() -> None:
-    from om_core.scopes import MAX_WORK_SCOPE_BINDS, ScopeBound
+    from om_core.scopes.records import MAX_WORK_SCOPE_BINDS, ScopeBound
 
     s = Session()
     s.custom(ScopeOpened(id="task:a").to_json_dict())

@@ -21,8 +21,9 @@ from om_core.errors import (
 )
 from om_core.models import SessionEntry
 from om_core.redaction import REDACTED
-from om_core.scope_controller import WorkScopeController, with_work_scope
-from om_core.scopes import (
+from om_core.scopes.controller import WorkScopeController, with_work_scope
+from om_core.scopes.index import fold_work_scope_map
+from om_core.scopes.records import (
     MAX_WORK_SCOPE_BINDS,
     MAX_WORK_SCOPE_DEPTH,
     MAX_WORK_SCOPE_LABEL_CHARS,
@@ -34,7 +35,6 @@ from om_core.scopes import (
     ScopeGranted,
     ScopeOpened,
     WorkScopeSpec,
-    fold_work_scope_map,
     is_scope_id,
 )
 

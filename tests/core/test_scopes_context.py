@@ -9,10 +9,10 @@ from om_core.context import build_context_blocks
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
 from om_core.render import OUTLINE_HEADING
-from om_core.scope_controller import WorkScopeController
-from om_core.scopes import fold_work_scope_map
+from om_core.scopes.controller import WorkScopeController
+from om_core.scopes.index import fold_work_scope_map
+from om_core.scopes.shared import SharedScopeConfig, SharedScopeMemory, resolve_shared_scopes
 from om_core.settings import resolve_settings
-from om_core.shared_scopes import SharedScopeConfig, SharedScopeMemory, resolve_shared_scopes
 
 from .builders import Branch, mid, obs, ref
 

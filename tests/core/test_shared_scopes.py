@@ -10,9 +10,9 @@ import pytest
 from om_core.compaction import ObservationalMemoryCompactionStrategy
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
-from om_core.scope_controller import WorkScopeController
-from om_core.scopes import fold_work_scope_map
-from om_core.shared_scopes import (
+from om_core.scopes.controller import WorkScopeController
+from om_core.scopes.index import fold_work_scope_map
+from om_core.scopes.shared import (
     SharedScopeAccessEvent,
     SharedScopeConfig,
     SharedScopeMemory,
@@ -20,7 +20,7 @@ from om_core.shared_scopes import (
     recall_shared_memory,
     resolve_shared_scopes,
 )
-from om_core.work_memory import project_work_memory
+from om_core.scopes.work_memory import project_work_memory
 
 from .builders import Branch, mid, obs
 

@@ -4,8 +4,8 @@ process from the command and environment the compose file gives it.
 What differs from the containers, and why:
 
 - ``redis`` and ``postgres`` are not started from their images: a private Redis
-  (:class:`~om_workers.embedded_redis.EmbeddedRedis`, ``noeviction`` like the compose one) and
-  a fresh database on the local PostgreSQL (127.0.0.1:5432, user ``postgres``) stand in, so
+  (:class:`~om_workers.coordination.embedded.EmbeddedRedis`, ``noeviction`` like the compose one)
+  and a fresh database on the local PostgreSQL (127.0.0.1:5432, user ``postgres``) stand in, so
   ``OM_REDIS_URL`` and ``OM_DATABASE_URL`` point at them;
 - ``om`` is ``python -m om_api.cli`` of this checkout, ``--host`` is 127.0.0.1 and every
   ``--port`` a free one (nothing binds another interface);
@@ -41,7 +41,7 @@ import httpx
 
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
-from om_workers.embedded_redis import EmbeddedRedis, free_port
+from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.store.runs import STUCK_RUN_ERROR
 from tests.deploy.topology import DEPLOY, ROOT, ComposeService, compose_services, example_env
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import redis
 
-from om_workers.celery_app import create_celery_app
-from om_workers.embedded_redis import EmbeddedRedis
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.coordination.timing import TimeLimits
+from om_workers.jobs.celery_app import create_celery_app
 from om_workers.store import SqlStore, upgrade
-from om_workers.timing import TimeLimits
 from tests.e2e.workers import StartWorker, Worker, worker_env
 
 

@@ -13,7 +13,7 @@ import redis
 
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import ProviderRequest, ProviderResponse
-from om_workers import redis_keys
+from om_workers.coordination import keys
 from om_workers.store import SqlStore
 
 DELAY_ENV = "OM_TEST_PROVIDER_DELAY_S"
@@ -51,7 +51,7 @@ class LockThief(ExtractiveProvider):
             _stolen.add(session)
             tenant = os.environ[THIEF_TENANT_ENV]
             client = redis.Redis.from_url(os.environ["OM_REDIS_URL"])
-            client.set(redis_keys.lock_key(tenant, session), "another-worker", px=60_000)
+            client.set(keys.lock_key(tenant, session), "another-worker", px=60_000)
             client.close()
             store = SqlStore.from_url(os.environ["OM_DATABASE_URL"])
             store.begin_pass(tenant, session)

@@ -20,9 +20,9 @@ from om_core.extractive import ExtractiveProvider
 from om_core.ledger import fold_ledger
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.runtime import ObservationalMemoryRuntime, WorkerConfig
-from om_workers.embedded_redis import free_port
+from om_workers.coordination.embedded import free_port
+from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore
-from om_workers.tasks import enqueue_flush
 from tests.e2e import llm_server
 from tests.e2e.providers import THIEF_TENANT_ENV
 from tests.e2e.support import add_chat, assert_observed_once, covered_sources, wait_for

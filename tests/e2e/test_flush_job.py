@@ -9,10 +9,11 @@ import redis
 
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider, ProviderRequest, ProviderResponse
-from om_workers import redis_keys
-from om_workers.flush import FlushDeps, load_provider, request_flush_run, run_flush_job
-from om_workers.locks import SessionLock
-from om_workers.redelivery import record_delivery
+from om_workers.coordination import keys
+from om_workers.coordination.locks import SessionLock
+from om_workers.coordination.redelivery import record_delivery
+from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
+from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
 from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed
 
@@ -56,7 +57,7 @@ def test_flush_observes_every_message_once(
     run = store.get_run(tenant, job)
     assert run.state == "succeeded" and run.counts["observations"] == len(chat)
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
-    assert client.get(redis_keys.lock_key(tenant, "s1")) is None
+    assert client.get(keys.lock_key(tenant, "s1")) is None
 
 
 def test_coalesced_request_returns_pending_job_without_a_row(
@@ -76,7 +77,7 @@ def test_busy_lock_drops_the_message_and_keeps_pending(
     holder = SessionLock(client, tenant, "s1")
     assert holder.acquire()
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "busy"
-    assert client.get(redis_keys.pending_key(tenant, "s1")) == job
+    assert client.get(keys.pending_key(tenant, "s1")) == job
     assert store.get_run(tenant, job).state == "queued"
     assert holder.release().pending_job_id == job  # the holder re-publishes it
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
@@ -100,7 +101,7 @@ def test_redelivery_after_crash_runs_without_marker_and_duplicates_nothing(
     deps = deps_for(store, client, published)
     job = enqueue(deps, tenant, "s1")
     # A first attempt claimed the marker and started, then its worker died (lock expired).
-    client.delete(redis_keys.pending_key(tenant, "s1"))
+    client.delete(keys.pending_key(tenant, "s1"))
     store.start_run(tenant, job)
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
     assert store.get_run(tenant, job).attempts == 2
@@ -149,7 +150,7 @@ def test_lost_lock_stops_the_write(
 ) -> None:
     class LockStolen(ExtractiveProvider):
         def generate(self, request: ProviderRequest) -> ProviderResponse:
-            client.delete(redis_keys.lock_key(tenant, "s1"))
+            client.delete(keys.lock_key(tenant, "s1"))
             time.sleep(0.5)  # several heartbeats (every 0.1 s) find the lock gone
             return super().generate(request)
 
@@ -240,7 +241,7 @@ def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
     first = enqueue(deps, tenant, "s1")
     assert run_flush_job(deps, tenant, "s1", first, False).outcome == "succeeded"
     # The reconciler re-marked the run while it was starting: the marker outlives its read.
-    client.set(redis_keys.pending_key(tenant, "s1"), first)
+    client.set(keys.pending_key(tenant, "s1"), first)
     more = add_chat(store, tenant, "s1", 2, start=3)
     second = request_flush_run(store, client, tenant, "s1", publish=deps.publish)
     assert not second.coalesced and second.job_id != first
@@ -248,6 +249,6 @@ def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat + more)
 
     # A redelivered message of a finished job clears a marker still naming it.
-    client.set(redis_keys.pending_key(tenant, "s1"), first)
+    client.set(keys.pending_key(tenant, "s1"), first)
     assert run_flush_job(deps, tenant, "s1", first, False).outcome == "skipped"
-    assert client.get(redis_keys.pending_key(tenant, "s1")) is None
+    assert client.get(keys.pending_key(tenant, "s1")) is None

@@ -12,18 +12,18 @@ from pydantic import SecretStr
 
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import ProviderRequest, ProviderResponse
-from om_workers import tasks
 from om_workers.config import Settings, get_settings
-from om_workers.embedded_redis import EmbeddedRedis
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
-from om_workers.flush import FlushDeps, request_flush_run, run_flush_job
-from om_workers.provider_setup import (
+from om_workers.jobs import tasks
+from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
+from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider
+from om_workers.providers.setup import (
     provider_factory,
     provider_secrets,
     retry_policy,
     worker_models,
 )
-from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider
 from om_workers.store import SqlStore
 from tests.e2e import llm_server
 from tests.e2e.support import add_chat, fully_observed

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import redis
 
-from om_workers import redis_keys
 from om_workers.config import Settings
+from om_workers.coordination import keys
+from om_workers.coordination.locks import SessionLock
 from om_workers.errors import ConfigError
-from om_workers.locks import SessionLock
-from om_workers.reconcile import ReconcileReport
+from om_workers.jobs.reconcile import ReconcileReport
+from om_workers.jobs.tasks import reconcile_once, stuck_run_age_s, time_limits
 from om_workers.store import SqlStore, sessions_of_runs, sessions_over_unobserved
-from om_workers.tasks import reconcile_once, stuck_run_age_s, time_limits
 from tests.e2e.support import add_chat
 
 Published = list[tuple[str, str, str]]
@@ -36,11 +36,11 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
 ) -> None:
     for session in ("old", "locked", "fresh"):
         store.create_session(tenant, session)
-    age_100s = redis_keys.PENDING_TTL_S - 100
+    age_100s = keys.PENDING_TTL_S - 100
     old_job = store.create_run(tenant, "old").id  # a real queued run: markers name known jobs
-    client.set(redis_keys.pending_key(tenant, "old"), old_job, ex=age_100s)
-    client.set(redis_keys.pending_key(tenant, "locked"), "job-locked", ex=age_100s)
-    client.set(redis_keys.pending_key(tenant, "fresh"), "job-fresh")
+    client.set(keys.pending_key(tenant, "old"), old_job, ex=age_100s)
+    client.set(keys.pending_key(tenant, "locked"), "job-locked", ex=age_100s)
+    client.set(keys.pending_key(tenant, "fresh"), "job-fresh")
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
     stuck = store.create_run(tenant, "old")
@@ -99,7 +99,7 @@ def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
         (r.unobserved_tokens for r in over), reverse=True
     )
     assert len(sessions_over_unobserved(store, threshold, 1)) == 1
-    client.set(redis_keys.pending_key(tenant, "marked"), "job-marked", ex=redis_keys.PENDING_TTL_S)
+    client.set(keys.pending_key(tenant, "marked"), "job-marked", ex=keys.PENDING_TTL_S)
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
     published, report = reconcile(
@@ -108,7 +108,7 @@ def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
     assert [(t, s) for t, s, _ in published] == [(tenant, "big")]
     (job,) = report.requested
     assert store.get_run(tenant, job).state == "queued"
-    assert client.get(redis_keys.pending_key(tenant, "big")) == job
+    assert client.get(keys.pending_key(tenant, "big")) == job
     # The next pass finds the marker and requests nothing twice.
     again = reconcile_once(
         store, client, lambda *a: None, stale_pending_s=1000, stuck_run_s=1000,
@@ -140,7 +140,7 @@ def test_reconcile_republishes_queued_runs_whose_message_was_lost(
     published, report = reconcile(store, client, stale_pending_s=0, stuck_run_s=1000)
     # The oldest gets the fresh marker and is published; the newer one is served by it.
     assert report.republished == (first.id,) and published == [(tenant, "lost", first.id)]
-    assert client.get(redis_keys.pending_key(tenant, "lost")) == first.id
+    assert client.get(keys.pending_key(tenant, "lost")) == first.id
     run = store.get_run(tenant, second.id)
     assert run.state == "skipped" and run.error is not None and first.id in run.error
 
@@ -168,7 +168,7 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     fail_runs(2)  # below the streak that backs off: still requested
     published, _ = backlog_pass()
     assert [s for _, s, _ in published] == ["broken"]
-    client.delete(redis_keys.pending_key(tenant, "broken"))
+    client.delete(keys.pending_key(tenant, "broken"))
     (queued,) = [j for _, _, j in published]
     store.finish_run(tenant, queued, "failed", error="provider down")
     assert failure_streak(store, tenant, "broken").failures == 3

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from om_workers.celery_app import QUEUE, create_celery_app
-from om_workers.embedded_redis import EmbeddedRedis, free_port
-from om_workers.redis_client import connect
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis, free_port
+from om_workers.coordination.timing import TimeLimits
+from om_workers.jobs.celery_app import QUEUE, create_celery_app
+from om_workers.jobs.tasks import RECONCILE_TASK, enqueue_flush
 from om_workers.store import SqlStore
-from om_workers.tasks import RECONCILE_TASK, enqueue_flush
-from om_workers.timing import TimeLimits
 from tests.e2e.support import (
     add_chat,
     assert_observed_once,
@@ -123,7 +123,7 @@ def test_flower_lists_the_workers_and_the_flush_tasks(
     auth = base64.b64encode(b"u:p").decode()
     log = tmp_path / "flower.log"
     args = [
-        sys.executable, "-m", "celery", "-A", "om_workers.tasks", "flower",
+        sys.executable, "-m", "celery", "-A", "om_workers.jobs.tasks", "flower",
         f"--port={port}", "--address=127.0.0.1", "--basic-auth=u:p",
     ]  # fmt: skip
     with log.open("ab") as out:

@@ -7,9 +7,9 @@ import json
 import pytest
 import redis
 
-from om_workers.celery_app import QUEUE, celery_config, create_celery_app
-from om_workers.embedded_redis import EmbeddedRedis
-from om_workers.timing import TimeLimits, derive_time_limits
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.coordination.timing import TimeLimits, derive_time_limits
+from om_workers.jobs.celery_app import QUEUE, celery_config, create_celery_app
 
 LIMITS = derive_time_limits(http_timeout_s=30, max_attempts=3, backoff_cap_s=10, queue_wait_s=60)
 

@@ -8,15 +8,15 @@ import uuid
 import pytest
 import redis
 
-from om_workers import redis_keys
-from om_workers.coalesce import (
+from om_workers.coordination import keys
+from om_workers.coordination.coalesce import (
     claim_pending,
     pending_flushes,
     release_and_republish,
     request_flush,
     stale_pending,
 )
-from om_workers.locks import SessionLock
+from om_workers.coordination.locks import SessionLock
 
 
 class Queue:
@@ -44,9 +44,9 @@ def test_first_request_publishes_and_later_ones_coalesce(client: redis.Redis) ->
     assert (second.job_id, second.coalesced) == ("job-1", True)
     assert (other_session.job_id, other_session.coalesced) == ("job-3", False)
     assert queue.jobs == ["job-1", "job-3"]
-    key = redis_keys.pending_key("t1", "s1")
+    key = keys.pending_key("t1", "s1")
     assert client.get(key) == "job-1"
-    assert 0 < client.ttl(key) <= redis_keys.PENDING_TTL_S
+    assert 0 < client.ttl(key) <= keys.PENDING_TTL_S
 
 
 def test_a_burst_from_many_threads_publishes_exactly_once(client: redis.Redis) -> None:
@@ -124,7 +124,7 @@ def test_failed_publish_withdraws_the_marker(client: redis.Redis) -> None:
 
     with pytest.raises(ConnectionRefusedError):
         request_flush(client, "t1", "s1", "job-1", broken)
-    assert client.get(redis_keys.pending_key("t1", "s1")) is None
+    assert client.get(keys.pending_key("t1", "s1")) is None
     queue = Queue()
     answer = request_flush(client, "t1", "s1", "job-2", queue.publish)
     assert (answer.job_id, answer.coalesced) == ("job-2", False)
@@ -149,8 +149,8 @@ def test_failed_republish_keeps_the_marker_for_the_reconciler(client: redis.Redi
 
 def test_a_retried_request_recognises_its_own_marker(client: redis.Redis) -> None:
     # What redis-py's retry does after a lost reply: the same script runs twice.
-    script = client.register_script(redis_keys.SET_PENDING)
-    key = redis_keys.pending_key("t1", "s1")
+    script = client.register_script(keys.SET_PENDING)
+    key = keys.pending_key("t1", "s1")
     assert script(keys=[key], args=["job-1", 60]) == [1, "job-1"]
     queue = Queue()
     answer = request_flush(client, "t1", "s1", "job-1", queue.publish)
@@ -165,7 +165,7 @@ def test_reconciler_sees_pending_markers_with_age_and_lock(client: redis.Redis) 
     request_flush(client, "t1", "old-locked", "job-locked", queue.publish)
     # Age two markers by 100 s (their remaining TTL is what the age is computed from).
     for tenant, session in [("t:1", "old:%"), ("t1", "old-locked")]:
-        client.expire(redis_keys.pending_key(tenant, session), redis_keys.PENDING_TTL_S - 100)
+        client.expire(keys.pending_key(tenant, session), keys.PENDING_TTL_S - 100)
     holder = SessionLock(client, "t1", "old-locked")
     assert holder.acquire()
     seen = {(m.tenant_id, m.session_id): m for m in pending_flushes(client, batch=2)}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from om_workers.embedded_redis import EmbeddedRedis, find_redis_server, redis_url
+from om_workers.coordination.connection import connect, is_available, translate_errors
+from om_workers.coordination.embedded import EmbeddedRedis, find_redis_server, redis_url
+from om_workers.coordination.locks import SessionLock
 from om_workers.errors import CoordinationError, EmbeddedRedisError, RedisUnavailableError
-from om_workers.locks import SessionLock
-from om_workers.redis_client import connect, is_available, translate_errors
 from tests.redis.helpers import wait_until
 
 

@@ -5,31 +5,31 @@ from __future__ import annotations
 import pytest
 import redis
 
-from om_workers import redis_keys
-from om_workers.redelivery import forget_deliveries, record_delivery
-from om_workers.timing import redelivery_exhausted
+from om_workers.coordination import keys
+from om_workers.coordination.redelivery import forget_deliveries, record_delivery
+from om_workers.coordination.timing import redelivery_exhausted
 
 
 def test_every_key_is_under_the_prefix() -> None:
-    keys = [
-        redis_keys.pending_key("t", "s"),
-        redis_keys.lock_key("t", "s"),
-        redis_keys.deliveries_key("j"),
+    names = [
+        keys.pending_key("t", "s"),
+        keys.lock_key("t", "s"),
+        keys.deliveries_key("j"),
     ]
-    assert keys == ["om:pending:t:s", "om:lock:t:s", "om:deliveries:j"]
+    assert names == ["om:pending:t:s", "om:lock:t:s", "om:deliveries:j"]
 
 
 def test_ids_with_separators_never_share_a_key() -> None:
-    assert redis_keys.lock_key("a:b", "c") != redis_keys.lock_key("a", "b:c")
-    assert redis_keys.lock_key("a%3Ab", "c") != redis_keys.lock_key("a:b", "c")
-    assert redis_keys.pending_key("a:b", "c") == "om:pending:a%3Ab:c"
+    assert keys.lock_key("a:b", "c") != keys.lock_key("a", "b:c")
+    assert keys.lock_key("a%3Ab", "c") != keys.lock_key("a:b", "c")
+    assert keys.pending_key("a:b", "c") == "om:pending:a%3Ab:c"
 
 
 def test_empty_ids_are_refused() -> None:
     with pytest.raises(ValueError):
-        redis_keys.lock_key("", "s")
+        keys.lock_key("", "s")
     with pytest.raises(ValueError):
-        redis_keys.deliveries_key("")
+        keys.deliveries_key("")
 
 
 def test_deliveries_are_counted_until_the_limit(client: redis.Redis) -> None:
@@ -42,8 +42,8 @@ def test_deliveries_are_counted_until_the_limit(client: redis.Redis) -> None:
         True,
     ]
     assert record_delivery(client, "job-2") == 1
-    ttl = client.ttl(redis_keys.deliveries_key("job-1"))
-    assert 0 < ttl <= redis_keys.DELIVERIES_TTL_S
+    ttl = client.ttl(keys.deliveries_key("job-1"))
+    assert 0 < ttl <= keys.DELIVERIES_TTL_S
     forget_deliveries(client, "job-1")
     assert record_delivery(client, "job-1") == 1
 
@@ -52,7 +52,7 @@ def test_deliveries_are_counted_until_the_limit(client: redis.Redis) -> None:
     ("tenant", "session"), [("t", "s"), ("a:b", "c"), ("a%3A", "b%25:"), ("%253A", ":%:")]
 )
 def test_pending_keys_parse_back(tenant: str, session: str) -> None:
-    assert redis_keys.parse_pending_key(redis_keys.pending_key(tenant, session)) == (
+    assert keys.parse_pending_key(keys.pending_key(tenant, session)) == (
         tenant,
         session,
     )
@@ -63,4 +63,4 @@ def test_pending_keys_parse_back(tenant: str, session: str) -> None:
 )
 def test_other_keys_do_not_parse_as_pending(key: str) -> None:
     with pytest.raises(ValueError):
-        redis_keys.parse_pending_key(key)
+        keys.parse_pending_key(key)

@@ -7,9 +7,9 @@ import time
 import pytest
 import redis
 
-from om_workers import redis_keys
+from om_workers.coordination import keys
+from om_workers.coordination.locks import SessionLock
 from om_workers.errors import CoordinationError, LockLostError
-from om_workers.locks import SessionLock
 from tests.redis.helpers import wait_until
 
 SHORT_TTL_S = 0.3
@@ -55,10 +55,10 @@ def test_wrong_token_cannot_extend_or_release(client: redis.Redis) -> None:
     assert not intruder.acquire()
     client.pexpire(holder.key, 2000)
     # The scripts themselves refuse another token...
-    extend = client.register_script(redis_keys.EXTEND_LOCK)
+    extend = client.register_script(keys.EXTEND_LOCK)
     assert extend(keys=[holder.key], args=["not-the-token", 60_000]) == 0
     assert client.pttl(holder.key) <= 2000
-    release = client.register_script(redis_keys.RELEASE_LOCK)
+    release = client.register_script(keys.RELEASE_LOCK)
     assert release(keys=[holder.key, holder.pending_key], args=["not-the-token"])[0] == 0
     # ...and so does a lock instance that never held it.
     assert not intruder.release().released

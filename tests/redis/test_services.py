@@ -13,11 +13,11 @@ from pydantic import SecretStr
 from om_api.app import create_app
 from om_api.state import ApiState
 from om_core.extractive import ExtractiveProvider
-from om_workers import tasks
 from om_workers.config import Settings, get_settings
-from om_workers.embedded_redis import EmbeddedRedis
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
-from om_workers.flush import request_flush_run
+from om_workers.jobs import tasks
+from om_workers.jobs.flush import request_flush_run
 from om_workers.providers import OpenAICompatibleProvider
 from om_workers.services import Services, build_services
 from om_workers.store import upgrade

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from om_workers import timing
+from om_workers.coordination import timing
 
 
 @pytest.mark.parametrize(

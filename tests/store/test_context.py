@@ -8,8 +8,8 @@ from store_factories import assistant, dropped, message, observations, reflectio
 
 from om_core.ledger import eligible_observation_sources, fold_ledger, unscanned_entries
 from om_core.models import CompactionEntry, FoldedMemory, SessionEntry
-from om_core.scope_controller import WorkScopeController
-from om_core.scopes import fold_work_scope_map
+from om_core.scopes.controller import WorkScopeController
+from om_core.scopes.index import fold_work_scope_map
 from om_core.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 

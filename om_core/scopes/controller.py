@@ -27,24 +27,22 @@ from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, create_me
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
 from om_core.redaction import normalize_secrets, redact
-from om_core.scopes import (
+from om_core.scopes.index import ScopeFold, WorkScopeMap, fold_work_scope_map
+from om_core.scopes.records import (
     MAX_WORK_SCOPE_BINDS,
     MAX_WORK_SCOPE_LABEL_CHARS,
     MAX_WORK_SCOPE_PRINCIPALS,
     ScopeBound,
     ScopeClosed,
     ScopeEntered,
-    ScopeFold,
     ScopeGranted,
     ScopeLeft,
     ScopeOpened,
     ScopeRecord,
     ScopeRevoked,
     ScopeUnbound,
-    WorkScopeMap,
     WorkScopeSpec,
     check_scope_id,
-    fold_work_scope_map,
     is_memory_ref,
     is_principal_id,
 )
@@ -173,7 +171,7 @@ class WorkScopeController:
         """Grant principals read+write on an open host scope (at most 1,024 per scope).
 
         Grants are authoritative only on the scope owner's branch (see
-        :func:`om_core.shared_scopes.resolve_shared_scopes`). ``None`` when all were granted.
+        :func:`om_core.scopes.shared.resolve_shared_scopes`). ``None`` when all were granted.
         """
         return self._principals(scope_id, principal_ids, grant=True)
 

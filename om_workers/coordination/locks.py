@@ -23,9 +23,9 @@ from typing import Final
 
 import redis
 
-from om_workers import redis_keys, timing
+from om_workers.coordination import keys, timing
+from om_workers.coordination.connection import translate_errors
 from om_workers.errors import CoordinationError, LockLostError
-from om_workers.redis_client import translate_errors
 
 _NEVER: Final = float("-inf")
 
@@ -58,12 +58,12 @@ class SessionLock:
         tenant_id: str,
         session_id: str,
         *,
-        ttl_s: float = redis_keys.DEFAULT_LOCK_TTL_S,
+        ttl_s: float = keys.DEFAULT_LOCK_TTL_S,
         clock: Callable[[], float] = time.monotonic,
         on_lost: Callable[[], None] | None = None,
     ) -> None:
-        self.key = redis_keys.lock_key(tenant_id, session_id)
-        self.pending_key = redis_keys.pending_key(tenant_id, session_id)
+        self.key = keys.lock_key(tenant_id, session_id)
+        self.pending_key = keys.pending_key(tenant_id, session_id)
         self.token = secrets.token_hex(16)
         self.ttl_s = ttl_s
         self._ttl_ms = timing.ttl_ms(ttl_s)
@@ -71,9 +71,9 @@ class SessionLock:
         self._client = client
         self._clock = clock
         self._on_lost = on_lost
-        self._extend = client.register_script(redis_keys.EXTEND_LOCK)
-        self._release = client.register_script(redis_keys.RELEASE_LOCK)
-        self._claim = client.register_script(redis_keys.CLAIM_PENDING)
+        self._extend = client.register_script(keys.EXTEND_LOCK)
+        self._release = client.register_script(keys.RELEASE_LOCK)
+        self._claim = client.register_script(keys.CLAIM_PENDING)
         self._state = threading.Lock()
         self._held = False
         self._used = False  # one acquire per instance: the token and heartbeat are single-use

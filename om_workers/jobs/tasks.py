@@ -1,13 +1,13 @@
 """The Celery tasks ``om.flush`` and ``om.reconcile``, their beat schedule, and the enqueue call.
 
-Start a worker with ``celery -A om_workers.tasks worker -Q om`` (pool and concurrency come from
-``OM_*`` settings through :mod:`om_workers.celery_app`). The app is built on first use, from
+Start a worker with ``celery -A om_workers.jobs.tasks worker -Q om`` (pool and concurrency come from
+``OM_*`` settings through :mod:`om_workers.jobs.celery_app`). The app is built on first use, from
 the settings of the process that uses it, so importing this module needs no configuration;
 ``OM_REDIS_URL`` must be set for anything that talks to the broker (several processes cannot
 share a private embedded Redis).
 
-Flush logic lives in :mod:`om_workers.flush` (testable without Celery); this module only
-adapts it: it takes one :class:`~om_workers.flush.FlushDeps` per worker process from the
+Flush logic lives in :mod:`om_workers.jobs.flush` (testable without Celery); this module only
+adapts it: it takes one :class:`~om_workers.jobs.flush.FlushDeps` per worker process from the
 composition root (:mod:`om_workers.services`) and turns a flush whose Redis or database was
 unreachable before it started into a Celery retry.
 """
@@ -22,15 +22,15 @@ import redis
 
 from om_core.settings import resolve_settings
 from om_workers import metrics
-from om_workers.celery_app import QUEUE, create_celery_app
-from om_workers.coalesce import FlushTicket
 from om_workers.config import Settings, get_settings
+from om_workers.coordination.coalesce import FlushTicket
+from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
 from om_workers.errors import ConfigError
-from om_workers.flush import FlushDeps, PublishJob, request_flush_run, run_flush_job
-from om_workers.reconcile import ReconcileReport, reconcile_once
+from om_workers.jobs.celery_app import QUEUE, create_celery_app
+from om_workers.jobs.flush import FlushDeps, PublishJob, request_flush_run, run_flush_job
+from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
 from om_workers.services import build_services
 from om_workers.store import SqlStore
-from om_workers.timing import TimeLimits, check_time_limits, derive_time_limits
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def get_app() -> Any:
 
 
 def publisher(app: Any) -> PublishJob:
-    """A :data:`~om_workers.flush.PublishJob` that sends ``om.flush`` through ``app``."""
+    """A :data:`~om_workers.jobs.flush.PublishJob` that sends ``om.flush`` through ``app``."""
 
     def publish(tenant_id: str, session_id: str, job_id: str) -> None:
         app.send_task(FLUSH_TASK, args=[tenant_id, session_id, job_id, False], queue=QUEUE)
@@ -148,7 +148,7 @@ def enqueue_flush(
 ) -> FlushTicket:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
-    See :func:`om_workers.flush.request_flush_run` (a coalesced request writes no run row).
+    See :func:`om_workers.jobs.flush.request_flush_run` (a coalesced request writes no run row).
     ``app`` defaults to :func:`get_app`. Raises what that function raises, and whatever the
     broker raises when ``om.flush`` cannot be sent (the new run row is then failed).
     """
@@ -171,7 +171,7 @@ def worker_deps() -> FlushDeps:
 def _flush_task(
     self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False
 ) -> str:
-    """``om.flush``: run one flush job (see :func:`om_workers.flush.run_flush_job`)."""
+    """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`)."""
     outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
     if outcome.outcome == "unavailable":
         # Redis or the database was down before the run started: try again shortly instead
@@ -233,7 +233,7 @@ def _register(app: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # ``celery -A om_workers.tasks`` looks up ``app`` here; building it lazily keeps importing
+    # ``celery -A om_workers.jobs.tasks`` looks up ``app`` here; building it lazily keeps importing
     # this module free of configuration.
     if name in ("app", "celery"):
         return get_app()

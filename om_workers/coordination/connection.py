@@ -6,7 +6,7 @@ or its subclass :class:`om_workers.errors.RedisUnavailableError`.
 
 The client retries a command three times with jittered exponential backoff on connection errors
 and timeouts, which is what carries it across a Redis restart. A retried command may have run
-once already (its reply was lost); each script in :mod:`om_workers.redis_keys` is written so
+once already (its reply was lost); each script in :mod:`om_workers.coordination.keys` is written so
 that a repeat is harmless or detected, and the modules that call them say how.
 """
 

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 
 from celery import Celery  # type: ignore[import-untyped]
 
-from om_workers.timing import TimeLimits, check_time_limits
+from om_workers.coordination.timing import TimeLimits, check_time_limits
 
 APP_NAME: Final = "om"
 QUEUE: Final = "om"
@@ -43,7 +43,7 @@ def celery_config(
     the given time limits.
 
     Raises ``ValueError`` when ``limits`` are out of order (see
-    :func:`om_workers.timing.check_time_limits`) or ``concurrency < 1``.
+    :func:`om_workers.coordination.timing.check_time_limits`) or ``concurrency < 1``.
     """
     check_time_limits(limits)
     if concurrency < 1:

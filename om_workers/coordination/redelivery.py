@@ -2,22 +2,20 @@
 
 Celery with a Redis broker redelivers an unacked message when its worker dies; a message that
 kills every worker that runs it would loop forever. Each task counts its deliveries here and,
-once :func:`om_workers.timing.redelivery_exhausted` says so, records the run as failed and acks
-the message instead of running it.
+once :func:`om_workers.coordination.timing.redelivery_exhausted` says so, records the run as failed
+and acks the message instead of running it.
 """
 
 from __future__ import annotations
 
 import redis
 
-from om_workers import redis_keys
+from om_workers.coordination import keys
+from om_workers.coordination.connection import translate_errors
 from om_workers.errors import CoordinationError
-from om_workers.redis_client import translate_errors
 
 
-def record_delivery(
-    client: redis.Redis, job_id: str, *, ttl_s: int = redis_keys.DELIVERIES_TTL_S
-) -> int:
+def record_delivery(client: redis.Redis, job_id: str, *, ttl_s: int = keys.DELIVERIES_TTL_S) -> int:
     """Count one more delivery of ``job_id`` and return the count (1 for the first delivery).
 
     The counter expires ``ttl_s`` seconds after the last delivery. A command retried after a
@@ -25,8 +23,8 @@ def record_delivery(
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
     with translate_errors("counting a delivery"):
-        count = client.register_script(redis_keys.COUNT_DELIVERY)(
-            keys=[redis_keys.deliveries_key(job_id)], args=[ttl_s]
+        count = client.register_script(keys.COUNT_DELIVERY)(
+            keys=[keys.deliveries_key(job_id)], args=[ttl_s]
         )
     if not isinstance(count, int):
         raise CoordinationError(f"delivery counter for {job_id!r} answered {count!r}")
@@ -39,4 +37,4 @@ def forget_deliveries(client: redis.Redis, job_id: str) -> None:
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
     with translate_errors("forgetting a delivery count"):
-        client.delete(redis_keys.deliveries_key(job_id))
+        client.delete(keys.deliveries_key(job_id))

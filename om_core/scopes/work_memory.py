@@ -20,7 +20,8 @@ from typing import Literal, get_args
 from om_core.errors import InvalidScopeInputError
 from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
 from om_core.models import Frozen, Observation, ObservationalMemoryLedger, Reflection
-from om_core.scopes import WorkScope, WorkScopeMap, check_scope_id
+from om_core.scopes.index import WorkScope, WorkScopeMap
+from om_core.scopes.records import check_scope_id
 
 Include = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 Closed = Literal["hide", "include"]

@@ -6,8 +6,9 @@ Celery, with a plain queue in tests, or with anything else that runs the job lat
 1. :func:`request_flush` sets the session's ``pending`` marker to a new job id with
    ``SET NX EX`` and publishes that job; while the marker exists, later requests get the same
    job id back and publish nothing.
-2. The task takes the session lock (:class:`om_workers.locks.SessionLock`). Busy: it drops its
-   message and leaves ``pending`` alone (the holder will see it on release). Taken: it calls
+2. The task takes the session lock (:class:`om_workers.coordination.locks.SessionLock`). Busy: it
+   drops its message and leaves ``pending`` alone (the holder will see it on release). Taken: it
+   calls
    :func:`claim_pending` *before reading the session*, so a request that arrives mid-run sets a
    fresh marker and schedules exactly one more run. ``None`` from the claim means another run
    already served this request: the task skips.
@@ -27,10 +28,10 @@ from dataclasses import dataclass
 
 import redis
 
-from om_workers import redis_keys
+from om_workers.coordination import keys
+from om_workers.coordination.connection import translate_errors
+from om_workers.coordination.locks import ReleaseResult, SessionLock
 from om_workers.errors import CoordinationError
-from om_workers.locks import ReleaseResult, SessionLock
-from om_workers.redis_client import translate_errors
 
 Publish = Callable[[str], None]
 """Publishes the flush job with this id (for example ``om.flush.apply_async``, bound to the
@@ -53,7 +54,7 @@ def request_flush(
     job_id: str,
     publish: Publish,
     *,
-    pending_ttl_s: int = redis_keys.PENDING_TTL_S,
+    pending_ttl_s: int = keys.PENDING_TTL_S,
 ) -> FlushTicket:
     """Ask for a flush of the session; ``job_id`` is the id to use if none is pending.
 
@@ -64,9 +65,9 @@ def request_flush(
     the publish instead of coalescing onto a job no queue holds, and the exception propagates.
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
-    key = redis_keys.pending_key(tenant_id, session_id)
+    key = keys.pending_key(tenant_id, session_id)
     with translate_errors("requesting a flush"):
-        script = client.register_script(redis_keys.SET_PENDING)
+        script = client.register_script(keys.SET_PENDING)
         created, pending = script(keys=[key], args=[job_id, pending_ttl_s])
     # A retried script whose first reply was lost finds our own id: that is still our marker.
     if created != 1 and pending != job_id:
@@ -78,7 +79,7 @@ def request_flush(
         publish(job_id)
     except BaseException:
         with translate_errors("withdrawing an unpublished flush"):
-            client.register_script(redis_keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id])
+            client.register_script(keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id])
         raise
     return FlushTicket(job_id, coalesced=False)
 
@@ -90,9 +91,9 @@ def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: st
     request coalesced onto it would never be served, so it must not be left to coalesce onto.
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
-    key = redis_keys.pending_key(tenant_id, session_id)
+    key = keys.pending_key(tenant_id, session_id)
     with translate_errors("dropping a stale flush marker"):
-        return bool(client.register_script(redis_keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id]))
+        return bool(client.register_script(keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id]))
 
 
 def claim_pending(lock: SessionLock) -> str | None:
@@ -135,7 +136,7 @@ class PendingFlush:
 
 
 def pending_flushes(
-    client: redis.Redis, *, pending_ttl_s: int = redis_keys.PENDING_TTL_S, batch: int = 500
+    client: redis.Redis, *, pending_ttl_s: int = keys.PENDING_TTL_S, batch: int = 500
 ) -> Iterator[PendingFlush]:
     """Every ``pending`` marker in Redis, scanned ``batch`` keys at a time (``SCAN``, so Redis
     is never blocked). Markers that vanish mid-scan are skipped; the view is not a snapshot,
@@ -144,15 +145,15 @@ def pending_flushes(
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
     with translate_errors("scanning pending flushes"):
-        keys = list(client.scan_iter(match=redis_keys.PENDING_PATTERN, count=batch))
-        for start in range(0, len(keys), batch):
-            chunk = keys[start : start + batch]
-            sessions = [redis_keys.parse_pending_key(key) for key in chunk]
+        found = list(client.scan_iter(match=keys.PENDING_PATTERN, count=batch))
+        for start in range(0, len(found), batch):
+            chunk = found[start : start + batch]
+            sessions = [keys.parse_pending_key(key) for key in chunk]
             pipe = client.pipeline(transaction=False)
             for key, (tenant_id, session_id) in zip(chunk, sessions, strict=True):
                 pipe.get(key)
                 pipe.pttl(key)
-                pipe.exists(redis_keys.lock_key(tenant_id, session_id))
+                pipe.exists(keys.lock_key(tenant_id, session_id))
             replies = pipe.execute()
             for i, (tenant_id, session_id) in enumerate(sessions):
                 job_id, pttl_ms, locked = replies[3 * i : 3 * i + 3]
@@ -163,7 +164,7 @@ def pending_flushes(
 
 
 def stale_pending(
-    client: redis.Redis, *, min_age_s: float, pending_ttl_s: int = redis_keys.PENDING_TTL_S
+    client: redis.Redis, *, min_age_s: float, pending_ttl_s: int = keys.PENDING_TTL_S
 ) -> list[PendingFlush]:
     """Markers at least ``min_age_s`` seconds old whose session nobody holds the lock of.
 

@@ -11,21 +11,22 @@
 The HTTP adapters share one instance per worker process (its ``httpx`` pool is thread-safe), with
 ``OM_HTTP_TIMEOUT_S`` per call and a retry policy from ``OM_PROVIDER_MAX_ATTEMPTS``,
 ``OM_BACKOFF_BASE_S`` and ``OM_BACKOFF_CAP_S``, the same numbers the task time limits are
-derived from (:func:`om_workers.timing.derive_time_limits`), so a retry chain always ends before
-Celery's soft limit. ``OM_PROVIDER_API_KEY`` is never logged: it lives in a ``SecretStr`` and
-joins every run's redaction secrets (:func:`provider_secrets`).
+derived from (:func:`om_workers.coordination.timing.derive_time_limits`), so a retry chain always
+ends before Celery's soft limit. ``OM_PROVIDER_API_KEY`` is never logged: it lives in a
+``SecretStr`` and joins every run's redaction secrets (:func:`provider_secrets`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Final
 
+from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
-from om_workers.flush import load_provider
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy
 from om_workers.providers.retry import PROVIDER_RETRY_POLICY
 
@@ -33,6 +34,28 @@ HTTP_PROVIDERS: Final = frozenset({"openai", "anthropic"})
 WORKERS: Final = ("observer", "reflector", "dropper")
 OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
 ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
+
+
+def load_provider(spec: str) -> Provider:
+    """The provider named by ``OM_PROVIDER``: ``extractive`` (offline) or
+    ``package.module:factory``, a zero-argument callable returning an ``om_core`` Provider.
+
+    Raises :class:`ConfigError` for a malformed spec, an unimportable module, a missing
+    attribute or a factory whose result is not a Provider.
+    """
+    if spec == "extractive":
+        return ExtractiveProvider()
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"OM_PROVIDER must be 'extractive' or 'module:factory', got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+        provider = factory()
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"cannot load provider {spec!r}: {exc}") from exc
+    if not isinstance(provider, Provider):
+        raise ConfigError(f"provider {spec!r} returned {type(provider).__name__}, not a Provider")
+    return provider
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -123,6 +146,7 @@ __all__ = [
     "HTTP_PROVIDERS",
     "WORKERS",
     "build_http_provider",
+    "load_provider",
     "provider_factory",
     "provider_secrets",
     "retry_policy",

@@ -28,13 +28,8 @@ from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, parse_mem
 from om_core.ledger import fold_ledger, merge_ledgers
 from om_core.models import Frozen, ObservationalMemoryLedger, SessionEntry
 from om_core.recall import RecallResult, recall_memory
-from om_core.scopes import (
-    ScopeBinding,
-    WorkScopeMap,
-    fold_work_scope_map,
-    is_principal_id,
-    is_scope_id,
-)
+from om_core.scopes.index import ScopeBinding, WorkScopeMap, fold_work_scope_map
+from om_core.scopes.records import is_principal_id, is_scope_id
 
 DenialReason = Literal[
     "invalid_config", "not_opened", "unreachable", "unknown", "absent", "revoked"
@@ -248,7 +243,7 @@ def merge_shared_memory(
 
     Returns the id-keyed union of the local ledger and every shared ledger (coverage cursors
     dropped: never persist or fold from it), and the local map with each shared scope's foreign
-    refs added to its binds, so :func:`om_core.work_memory.project_work_memory` shows shared
+    refs added to its binds, so :func:`om_core.scopes.work_memory.project_work_memory` shows shared
     memory exactly where the reader has the scope in its lineage.
     """
     if not shared:

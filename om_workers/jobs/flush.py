@@ -22,7 +22,6 @@ duplicate nothing). A marker is therefore only needed to serve *other* requests.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -34,23 +33,22 @@ import redis
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
-from om_workers import redelivery, redis_keys, timing
-from om_workers.coalesce import (
+from om_workers.coordination import keys, redelivery, timing
+from om_workers.coordination.coalesce import (
     FlushTicket,
     drop_marker,
     release_and_republish,
     request_flush,
 )
+from om_workers.coordination.connection import translate_errors
+from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
-    ConfigError,
     FlushRunNotFoundError,
     InvalidRunStateError,
     OMWorkersError,
     StaleEpochError,
 )
-from om_workers.locks import SessionLock
 from om_workers.metrics import METRICS
-from om_workers.redis_client import translate_errors
 from om_workers.store import SqlStore
 from om_workers.store.records import FlushRun
 
@@ -59,28 +57,6 @@ log = logging.getLogger(__name__)
 Outcome = Literal["succeeded", "failed", "skipped", "busy", "poison", "unknown", "unavailable"]
 PublishJob = Callable[[str, str, str], None]
 """Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``."""
-
-
-def load_provider(spec: str) -> Provider:
-    """The provider named by ``OM_PROVIDER``: ``extractive`` (offline) or
-    ``package.module:factory``, a zero-argument callable returning an ``om_core`` Provider.
-
-    Raises :class:`ConfigError` for a malformed spec, an unimportable module, a missing
-    attribute or a factory whose result is not a Provider.
-    """
-    if spec == "extractive":
-        return ExtractiveProvider()
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"OM_PROVIDER must be 'extractive' or 'module:factory', got {spec!r}")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-        provider = factory()
-    except (ImportError, AttributeError, TypeError) as exc:
-        raise ConfigError(f"cannot load provider {spec!r}: {exc}") from exc
-    if not isinstance(provider, Provider):
-        raise ConfigError(f"provider {spec!r} returned {type(provider).__name__}, not a Provider")
-    return provider
 
 
 @dataclass(frozen=True)
@@ -101,7 +77,7 @@ class FlushDeps:
     provider: Callable[[], Provider] = ExtractiveProvider
     model: str = "extractive"
     memory_settings: Mapping[str, Any] = field(default_factory=dict)
-    lock_ttl_s: float = redis_keys.DEFAULT_LOCK_TTL_S
+    lock_ttl_s: float = keys.DEFAULT_LOCK_TTL_S
     max_deliveries: int = 5
     secrets: tuple[str, ...] = ()
     worker_models: Mapping[str, str] = field(default_factory=dict)
@@ -141,10 +117,10 @@ def request_flush_run(
     coalesces after all, and its fresh row is finished ``skipped`` ("coalesced into ...") so no
     ``queued`` row is left that no message will ever run. When ``publish`` raises, the row is
     finished ``failed`` and the exception propagates. Raises what
-    :meth:`SqlStore.create_run` and :func:`om_workers.coalesce.request_flush` raise.
+    :meth:`SqlStore.create_run` and :func:`om_workers.coordination.coalesce.request_flush` raise.
     """
     with translate_errors("reading the pending flush"):
-        pending = client.get(redis_keys.pending_key(tenant_id, session_id))
+        pending = client.get(keys.pending_key(tenant_id, session_id))
     if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
         METRICS.coalesced.inc()
         _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
@@ -416,7 +392,6 @@ __all__ = [
     "FlushDeps",
     "FlushOutcome",
     "PublishJob",
-    "load_provider",
     "request_flush_run",
     "run_flush_job",
 ]

@@ -4,11 +4,11 @@ Keys live under the prefix ``om:`` so one Redis can be shared with other program
 operator can list everything this service owns with ``SCAN MATCH om:*``:
 
 - ``om:pending:{tenant}:{session}``: job id of the flush that is queued but not yet started
-  (``SET NX EX`` in :func:`om_workers.coalesce.request_flush`);
+  (``SET NX EX`` in :func:`om_workers.coordination.coalesce.request_flush`);
 - ``om:lock:{tenant}:{session}``: random token of the worker running the session's flush
-  (``SET NX PX`` in :class:`om_workers.locks.SessionLock`);
+  (``SET NX PX`` in :class:`om_workers.coordination.locks.SessionLock`);
 - ``om:deliveries:{job}``: how many times the job's message reached a worker
-  (:func:`om_workers.redelivery.record_delivery`).
+  (:func:`om_workers.coordination.redelivery.record_delivery`).
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -21,6 +21,7 @@ Id parts are escaped (``%`` -> ``%25``, ``:`` -> ``%3A``) so that tenant ``a:b``
 from __future__ import annotations
 
 import re
+from importlib import resources
 from typing import Final
 
 PREFIX: Final = "om:"
@@ -93,66 +94,23 @@ def deliveries_key(job_id: str) -> str:
 # Lua scripts. Each runs atomically inside Redis, which is what makes the check and the action
 # one step: a plain GET followed by PEXPIRE/DEL could act on a lock another worker took in
 # between (the classic bug of libraries that release with an unconditional DEL).
+# The scripts live beside this module in ``lua/``; each file's header comment states its keys,
+# arguments and reply.
 
-EXTEND_LOCK: Final = """
--- KEYS[1] lock key; ARGV[1] token; ARGV[2] new TTL in milliseconds.
--- Returns 1 when the caller still held the lock and its TTL was reset, 0 otherwise.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
 
-RELEASE_LOCK: Final = """
--- KEYS[1] lock key; KEYS[2] pending key; ARGV[1] token.
--- Returns {released, pending}: released is 1 when the caller held the lock and it was deleted,
--- 0 when someone else holds it or it is gone; pending is the queued job id or false. The pending
--- marker is left in place: the next run claims it, and the caller re-publishes that job because
--- the message that set it may have been dropped while this lock was busy.
-local released = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  released = 1
-end
-return {released, redis.call('GET', KEYS[2])}
-"""
+def _script(name: str) -> str:
+    """The source of ``lua/<name>``, read once at import (shipped as package data)."""
+    return resources.files(__package__).joinpath("lua", name).read_text(encoding="utf-8")
 
-CLAIM_PENDING: Final = """
--- KEYS[1] lock key; KEYS[2] pending key; ARGV[1] token.
--- Returns {held, pending}: held is 0 when the caller no longer holds the lock (nothing is
--- touched); otherwise the pending marker is deleted and its job id (or false) returned.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {0, false}
-end
-local pending = redis.call('GET', KEYS[2])
-if pending then
-  redis.call('DEL', KEYS[2])
-end
-return {1, pending}
-"""
 
-SET_PENDING: Final = """
--- KEYS[1] pending key; ARGV[1] candidate job id; ARGV[2] TTL in whole seconds.
--- Returns {created, job_id}: created is 1 when ARGV[1] became the pending job, 0 when another
--- job was already pending (its id is returned). One script, so a concurrent claim cannot slip
--- between the failed SET NX and the GET.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  return {1, ARGV[1]}
-end
-return {0, redis.call('GET', KEYS[1])}
-"""
+EXTEND_LOCK: Final = _script("extend_lock.lua")
 
-DELETE_IF_EQUAL: Final = """
--- KEYS[1] key; ARGV[1] expected value. Deletes the key only when it still holds that value.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+RELEASE_LOCK: Final = _script("release_lock.lua")
 
-COUNT_DELIVERY: Final = """
--- KEYS[1] delivery counter; ARGV[1] TTL in whole seconds. Returns the count after this delivery.
-local n = redis.call('INCR', KEYS[1])
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return n
-"""
+CLAIM_PENDING: Final = _script("claim_pending.lua")
+
+SET_PENDING: Final = _script("set_pending.lua")
+
+DELETE_IF_EQUAL: Final = _script("delete_if_equal.lua")
+
+COUNT_DELIVERY: Final = _script("count_delivery.lua")

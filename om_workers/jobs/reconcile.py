@@ -13,11 +13,11 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
    ``pending`` marker nor a lock: requested again, unless their last runs keep failing (a
    provider that is down, a session that breaks a guard): then the pass waits longer after
-   each failure (:func:`om_workers.timing.failure_backoff_s`) instead of spending every pass.
-   This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so every
-   marker and queued message is gone) and a request that never reached Redis at all.
+   each failure (:func:`om_workers.coordination.timing.failure_backoff_s`) instead of spending
+   every pass. This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so
+   every marker and queued message is gone) and a request that never reached Redis at all.
 
-Every re-request goes through :func:`om_workers.flush.request_flush_run`, so it coalesces with
+Every re-request goes through :func:`om_workers.jobs.flush.request_flush_run`, so it coalesces with
 whatever is already pending, and a duplicate publish is skipped by the run row's state.
 """
 
@@ -28,11 +28,11 @@ from datetime import timedelta
 
 import redis
 
-from om_workers import coalesce, redis_keys, timing
+from om_workers.coordination import coalesce, keys, timing
+from om_workers.coordination.connection import translate_errors
 from om_workers.errors import FlushRunNotFoundError, InvalidRunStateError
-from om_workers.flush import PublishJob, request_flush_run
+from om_workers.jobs.flush import PublishJob, request_flush_run
 from om_workers.metrics import METRICS
-from om_workers.redis_client import translate_errors
 from om_workers.store import (
     QueuedRun,
     SessionRef,
@@ -153,8 +153,8 @@ def _busy(client: redis.Redis, ref: SessionRef) -> bool:
     the whole session, including what made it cross the threshold)."""
     with translate_errors("checking a backlogged session"):
         found = client.exists(
-            redis_keys.pending_key(ref.tenant_id, ref.session_id),
-            redis_keys.lock_key(ref.tenant_id, ref.session_id),
+            keys.pending_key(ref.tenant_id, ref.session_id),
+            keys.lock_key(ref.tenant_id, ref.session_id),
         )
     return bool(found)
 

@@ -1,0 +1,8 @@
+"""Redis coordination: key names, TTLs and Lua scripts (:mod:`.keys`, ``lua/``), the session
+lock (:mod:`.locks`), flush coalescing (:mod:`.coalesce`), the delivery counter
+(:mod:`.redelivery`), the pure timing rules (:mod:`.timing`), the client and its error
+translation (:mod:`.connection`) and the private development server (:mod:`.embedded`).
+
+Redis only saves duplicate LLM spend and latency here: correctness comes from the fenced writes
+of the SQL store, so losing everything in Redis loses no work.
+"""
