@@ -3,7 +3,7 @@
 An agent server's whole integration::
 
     with OMClient("http://127.0.0.1:8000", api_key) as om:
-        om.append(session_id, run_messages)      # the run's messages (ids make it idempotent)
+        om.append(session_id, run_messages)      # the job's messages (ids make it idempotent)
         om.flush(session_id)                     # 202: observe/reflect in the background
         blocks = om.context(session_id).blocks   # before the next turn
 
@@ -202,7 +202,7 @@ class OMClient:
     def flush(
         self, session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
     ) -> FlushAccepted:
-        """Request an observe/reflect pass; the job id serving it (``coalesced`` when a pending
+        """Request a flush; the job id serving it (``coalesced`` when a pending
         job serves it too). :class:`Unavailable` when Redis stays down through the retries."""
         return self.send(calls.flush(session_id, force, full_reflection_rebuild))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from om_api.schemas import EntryIn, EntryOut, JobOut, SessionOut
 from om_core.models import SessionEntry
-from om_workers.store import FlushRun, SessionInfo
+from om_workers.store import FlushJob, SessionInfo
 
 
 def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
@@ -40,8 +40,8 @@ def session_out(info: SessionInfo) -> SessionOut:
     )
 
 
-def job_out(run: FlushRun, error: str | None) -> JobOut:
-    """The wire form of a flush run; ``error`` is the already-redacted error text."""
+def job_out(run: FlushJob, error: str | None) -> JobOut:
+    """The wire form of a flush job; ``error`` is the already-redacted error text."""
     duration = (
         (run.finished_at - run.started_at).total_seconds()
         if run.finished_at is not None and run.started_at is not None

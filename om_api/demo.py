@@ -4,7 +4,7 @@ It starts the embedded stack (Redis, SQLite in a temporary directory, one worker
 then plays an agent that investigates and fixes a payments service: each run is a user request
 followed by rounds of assistant tool calls and tool results, with facts planted in the tool
 results (a retry limit, a cron time, a customer on a legacy plan ...). After each run it does
-what an agent server does: append the run's messages, ``flush()``, and wait for the job. At the
+what an agent server does: append the job's messages, ``flush()``, and wait for the job. At the
 end it prints the two context blocks with their token counts against the raw history's, and
 recalls one memory id the memory block shows. No LLM key is used: the worker runs the offline
 ``extractive`` provider.

@@ -37,7 +37,7 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     workers.AlreadyExistsError: (409, "conflict"),
     workers.EntryConflictError: (409, "conflict"),
     workers.StaleEpochError: (409, "conflict"),
-    workers.InvalidRunStateError: (409, "conflict"),
+    workers.InvalidJobStateError: (409, "conflict"),
     workers.InvalidEntryError: (422, "invalid_input"),
     workers.StoreUnavailableError: (503, "unavailable"),
     workers.CoordinationError: (503, "unavailable"),

@@ -197,7 +197,7 @@ class FlushRequest(RequestModel):
 
     ``force`` observes whatever is unscanned now, below ``observation.messageTokens`` too.
     ``full_reflection_rebuild`` reflects over every active observation, not only the new ones.
-    Both are kept in the run row; a request that coalesces into a pending job adds its options
+    Both are kept in the job row; a request that coalesces into a pending job adds its options
     to that job's.
     """
 
@@ -206,7 +206,7 @@ class FlushRequest(RequestModel):
 
 
 class FlushAccepted(WireModel):
-    """202: the run row of ``job_id`` exists. ``coalesced``: a job already pending for the
+    """202: the job row of ``job_id`` exists. ``coalesced``: a job already pending for the
     session will serve this request too (nothing new was published)."""
 
     job_id: str
@@ -214,7 +214,7 @@ class FlushAccepted(WireModel):
 
 
 class JobOut(WireModel):
-    """A flush run. ``error`` (failed or skipped runs) is redacted of every known secret."""
+    """A flush job. ``error`` (failed or skipped jobs) is redacted of every known secret."""
 
     id: str
     session_id: str

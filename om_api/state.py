@@ -66,7 +66,7 @@ class ApiState:
         """The ``om.flush`` publisher (built once, on first use).
 
         Any failure to publish is the broker (Redis) failing, so it is raised as
-        :class:`RedisUnavailableError` (a 503); the flush module has already failed the run row.
+        :class:`RedisUnavailableError` (a 503); the flush module has already failed the job row.
         """
         with self._lock:
             if self._publish is None:

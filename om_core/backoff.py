@@ -2,7 +2,7 @@
 
 One :class:`RetryPolicy` and one backoff formula serve every retry loop of the system: the
 HTTP client's retries (:mod:`om_api.client`), the provider adapters' retries
-(:mod:`om_workers.providers.http`) and the reconciler's wait after repeated failed runs
+(:mod:`om_workers.providers.http`) and the reconciler's wait after repeated failed jobs
 (:func:`om_workers.coordination.timing.failure_backoff_s`). Each caller passes the attempt number,
 a random draw in ``[0, 1)`` and the parsed ``Retry-After``; these functions only compute, so the
 whole policy is tested with tables.

@@ -1,11 +1,11 @@
-"""The memory unit of work: everything one consolidation pass reads, and its only write.
+"""The memory unit of work: everything one flush reads, and its only write.
 
-A pass (observe, reflect, drop, bind) never reads a session from its root. It reads one
+A flush (observe, reflect, drop, bind) never reads a session from its root. It reads one
 :class:`MemoryView` — the working ledger, the entries after the observation cursor, the scope
 map, the invalidated ids and the leaf — and appends memory records through
 :meth:`MemoryUnitOfWork.append`, which lands them at the leaf of its moment (fenced, in the
-distributed store) and returns the new leaf. After an append the pass folds its own records
-onto the view it holds instead of reading again, so a pass costs what is new, not what came
+distributed store) and returns the new leaf. After an append the flush folds its own records
+onto the view it holds instead of reading again, so a flush costs what is new, not what came
 before.
 
 :class:`InMemoryUnitOfWork` is the implementation over a host's own branch (a list, a
@@ -29,10 +29,10 @@ from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 
 @dataclass(frozen=True)
 class MemoryView:
-    """What a consolidation pass reads of one session's current branch.
+    """What a flush reads of one session's current branch.
 
     ``ledger`` is the *working* ledger: the coverage cursors, every active observation in
-    record order and the ids pending reflection. An implementation may leave out what a pass
+    record order and the ids pending reflection. An implementation may leave out what a flush
     never reads (dropped observations, reflections), so never render or audit from it.
     ``unobserved`` are the branch's entries after the observation cursor (all of them when
     there is none, or it is off the branch), in branch order: the messages the observer may
@@ -51,8 +51,8 @@ class MemoryView:
     def after_append(self, appended: Sequence[SessionEntry], leaf_id: str) -> MemoryView:
         """The view once ``appended`` (memory records, as stored) landed and ``leaf_id`` leads.
 
-        Records fold onto the ledger and scope map held here: a pass never re-reads what it
-        wrote. Messages a host appended meanwhile are not seen; the next pass reads them.
+        Records fold onto the ledger and scope map held here: a flush never re-reads what it
+        wrote. Messages a host appended meanwhile are not seen; the next flush reads them.
         """
         ledger = fold_ledger(appended, initial=self.ledger, from_snapshot=False)
         return replace(
@@ -65,7 +65,7 @@ class MemoryView:
 
 
 class MemoryUnitOfWork(Protocol):
-    """One session's memory, as a consolidation pass sees it (see the module docstring)."""
+    """One session's memory, as a flush sees it (see the module docstring)."""
 
     @property
     def session_id(self) -> str:
@@ -80,7 +80,7 @@ class MemoryUnitOfWork(Protocol):
         Either every record lands, in order, on the current branch, or none does and the
         implementation raises: :class:`~om_core.errors.AppendNotVisibleError` when the
         records did not land on the branch the view reads, or the store's fencing error when
-        a newer pass owns the session.
+        a newer flush owns the session.
         """
 
 

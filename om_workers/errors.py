@@ -46,8 +46,8 @@ class EntryNotFoundError(NotFoundError):
     """No entry with this id in this session (or not on its current branch, where that matters)."""
 
 
-class FlushRunNotFoundError(NotFoundError):
-    """No flush run with this id for this tenant."""
+class FlushJobNotFoundError(NotFoundError):
+    """No flush job with this id for this tenant."""
 
 
 class AlreadyExistsError(StoreError):
@@ -79,19 +79,19 @@ class EntryConflictError(StoreError):
 
 
 class StaleEpochError(StoreError):
-    """A fenced memory write whose epoch is no longer the session's: a newer pass began."""
+    """A fenced memory write whose epoch is no longer the session's: a newer flush began."""
 
     def __init__(self, session_id: str, epoch: int, current: int) -> None:
         super().__init__(
-            f"stale epoch {epoch} for session {session_id!r}: a newer pass holds epoch {current}"
+            f"stale epoch {epoch} for session {session_id!r}: a newer flush holds epoch {current}"
         )
         self.session_id = session_id
         self.epoch = epoch
         self.current = current
 
 
-class InvalidRunStateError(StoreError, ValueError):
-    """A flush-run state change the run's current state does not allow."""
+class InvalidJobStateError(StoreError, ValueError):
+    """A flush-job state change the job's current state does not allow."""
 
 
 class CoordinationError(OMWorkersError):
@@ -115,7 +115,7 @@ class EmbeddedRedisError(CoordinationError):
 class LockLostError(CoordinationError):
     """This worker no longer holds the session lock (it expired, was deleted, or Redis lost it).
 
-    Raised before a write, so a run stops without writing; the fenced SQL write is the final
+    Raised before a write, so a job stops without writing; the fenced SQL write is the final
     guard if the lock is lost between the check and the commit.
     """
 

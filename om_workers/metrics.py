@@ -2,16 +2,16 @@
 
 Names (all prefixed ``om_worker_``; counters gain ``_total`` in the exposition):
 
-- ``om_worker_flush_runs_total{outcome}``: flush messages by outcome (``succeeded``, ``failed``,
-  ``skipped``, ``busy``, ``poison``, ``unknown``, ``unavailable``);
-- ``om_worker_flush_run_duration_seconds{outcome}``: wall time of runs that executed the
+- ``om_worker_flush_jobs_total{outcome}``: ``om.flush`` messages handled, by outcome
+  (``succeeded``, ``failed``, ``skipped``, ``busy``, ``poison``, ``unknown``, ``unavailable``);
+- ``om_worker_flush_duration_seconds{outcome}``: wall time of jobs that ran the
   pipeline (``succeeded``/``failed``), seconds;
-- ``om_worker_lock_lost_total``: session locks found lost during a run;
+- ``om_worker_lock_lost_total``: session locks found lost during a job;
 - ``om_worker_fence_rejections_total``: memory appends refused by the store's epoch fence;
 - ``om_worker_redeliveries_total``: attempts to run a job that had been attempted before (the
   message came back after a crash, a time limit or a broker reconnect);
-- ``om_worker_flush_coalesced_total``: flush requests served by a run that was not their own
-  (a run claimed another job's ``pending`` marker, or a reconciler request found one pending);
+- ``om_worker_flush_coalesced_total``: flush requests served by a job that was not their own
+  (a job claimed another job's ``pending`` marker, or a reconciler request found one pending);
 - ``om_worker_pending_flushes`` and ``om_worker_pending_oldest_age_seconds``: from the
   reconciler's last scan of ``pending`` markers.
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 OUTCOMES: Final = ("succeeded", "failed", "skipped", "busy", "poison", "unknown", "unavailable")
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-"""Seconds; a run is a few LLM calls, so the interesting range is 0.1 s to minutes."""
+"""Seconds; a flush is a few LLM calls, so the interesting range is 0.1 s to minutes."""
 
 
 class WorkerMetrics:
@@ -41,21 +41,21 @@ class WorkerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.runs = Counter(
-            "om_worker_flush_runs",
-            "Flush messages handled, by outcome.",
+        self.jobs = Counter(
+            "om_worker_flush_jobs",
+            "om.flush messages handled, by outcome.",
             ("outcome",),
             registry=self.registry,
         )
         self.duration = Histogram(
-            "om_worker_flush_run_duration_seconds",
-            "Wall time of flush runs that executed the pipeline, by outcome (seconds).",
+            "om_worker_flush_duration_seconds",
+            "Wall time of flush jobs that ran the pipeline, by outcome (seconds).",
             ("outcome",),
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
         self.lock_lost = Counter(
-            "om_worker_lock_lost", "Session locks lost during a run.", registry=self.registry
+            "om_worker_lock_lost", "Session locks lost during a flush job.", registry=self.registry
         )
         self.fence_rejections = Counter(
             "om_worker_fence_rejections",
@@ -69,7 +69,7 @@ class WorkerMetrics:
         )
         self.coalesced = Counter(
             "om_worker_flush_coalesced",
-            "Flush requests served by a run that was not their own.",
+            "Flush requests served by a job that was not their own.",
             registry=self.registry,
         )
         self.pending = Gauge(
@@ -83,11 +83,11 @@ class WorkerMetrics:
             registry=self.registry,
         )
         for outcome in OUTCOMES:  # export zeros, so rates work before the first event
-            self.runs.labels(outcome=outcome)
+            self.jobs.labels(outcome=outcome)
 
-    def observe_run(self, outcome: str, seconds: float | None) -> None:
-        """Count one handled message; ``seconds`` is the run's wall time when it ran."""
-        self.runs.labels(outcome=outcome).inc()
+    def observe_job(self, outcome: str, seconds: float | None) -> None:
+        """Count one handled message; ``seconds`` is the job's wall time when it ran."""
+        self.jobs.labels(outcome=outcome).inc()
         if seconds is not None:
             self.duration.labels(outcome=outcome).observe(seconds)
 

@@ -9,7 +9,7 @@ worker, :meth:`Services.memory` for the API's reads).
 Two things are built on first use rather than at once, so a process that never needs them never
 fails on them: the provider factory (an API process with an ``OM_PROVIDER`` it cannot import
 still serves reads; a worker fails at its first task, loudly) and the resolved memory settings
-(the API resolves them at startup; a worker passes the raw ``OM_SETTINGS_JSON`` to every run).
+(the API resolves them at startup; a worker passes the raw ``OM_SETTINGS_JSON`` to every job).
 Both are then cached for the life of the :class:`Services`.
 """
 
@@ -62,7 +62,7 @@ class Services:
     ``settings`` are the ``OM_*`` settings everything else was built from; ``store`` the SQL
     session store on ``OM_DATABASE_URL``; ``redis`` the client on ``OM_REDIS_URL`` (locks,
     coalescing); ``memory_settings`` the raw ``OM_SETTINGS_JSON`` object (read-only);
-    ``secrets`` the values every run redacts (the provider API key, if set); ``worker_models``
+    ``secrets`` the values every job redacts (the provider API key, if set); ``worker_models``
     the per-worker model overrides (``OM_OBSERVER_MODEL`` ..., only those set).
 
     The store and the client connect lazily (first query, first command); :meth:`close`
@@ -79,7 +79,7 @@ class Services:
     _memory: _Once[ObservationalMemorySettings] = field(repr=False, compare=False)
 
     def provider_factory(self) -> Callable[[], Provider]:
-        """The callable returning the provider for one run, per ``OM_PROVIDER`` (see
+        """The callable returning the provider for one job, per ``OM_PROVIDER`` (see
         :func:`om_workers.providers.setup.provider_factory`), built on the first call and then
         shared: HTTP adapters keep one connection pool per process.
 

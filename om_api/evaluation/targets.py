@@ -129,7 +129,7 @@ class InProcessTarget:
         return self._branches[session_id].get_entries()
 
     def run(self, session_id: str, messages: Sequence[ReplayMessage]) -> None:
-        """Append the run's messages and flush; :class:`EvalError` when the flush reports one."""
+        """Append the job's messages and flush; :class:`EvalError` when the flush reports one."""
         branch = self._branches[session_id]
         for message in messages:
             branch.append(

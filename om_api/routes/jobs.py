@@ -1,6 +1,6 @@
 """Flush requests and job status.
 
-``POST .../flush`` answers 202 only once the serving job's run row exists (the store writes it
+``POST .../flush`` answers 202 only once the serving job's job row exists (the store writes it
 before the request is published or coalesced), so a 202 is durable. Redis down: 503 with
 ``Retry-After``, and no queued row is left behind (the flush module fails its fresh row).
 """
@@ -19,7 +19,7 @@ from om_api.routes import JobPath, SessionPath
 from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
 from om_api.state import State
 from om_workers.errors import CoordinationError
-from om_workers.jobs.flush import request_flush_run
+from om_workers.jobs.flush import request_flush
 
 router = APIRouter(prefix="/v1", tags=["flush"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -42,7 +42,7 @@ def flush(
     session_id: SessionPath,
     body: Annotated[FlushRequest | None, Body()] = None,
 ) -> JSONResponse:
-    """Request an observe/reflect pass; returns the job serving it.
+    """Request a flush; returns the job serving it.
 
     ``coalesced`` is true when a job was already pending for the session: that job (whose row
     exists) serves this request too. 404 for a missing or another tenant's session (checked
@@ -52,7 +52,7 @@ def flush(
     # Existence first: another tenant's session is a 404 even while Redis is down.
     state.store.get_session(tenant_id, session_id)
     try:
-        accepted = request_flush_run(
+        accepted = request_flush(
             state.store,
             state.redis,
             tenant_id,
@@ -71,8 +71,8 @@ def flush(
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
 def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
-    """A flush run's state (queued, running, succeeded, failed, skipped), timings, counts and
+    """A flush job's state (queued, running, succeeded, failed, skipped), timings, counts and
     redacted error. 404 for an unknown run or another tenant's."""
-    run = state.store.get_run(tenant_id, job_id)
+    run = state.store.get_job(tenant_id, job_id)
     error = redact_text(run.error, state.secrets) if run.error is not None else None
     return job_out(run, error)

@@ -3,14 +3,14 @@
 The protocol, in the order a flush goes through it (``publish`` is injected, so this works with
 Celery, with a plain queue in tests, or with anything else that runs the job later):
 
-1. :func:`request_flush` sets the session's ``pending`` marker to a new job id with
+1. :func:`enqueue` sets the session's ``pending`` marker to a new job id with
    ``SET NX EX`` and publishes that job; while the marker exists, later requests get the same
    job id back and publish nothing.
 2. The task takes the session lock (:class:`om_workers.coordination.locks.SessionLock`). Busy: it
    drops its message and leaves ``pending`` alone (the holder will see it on release). Taken: it
    calls
    :func:`claim_pending` *before reading the session*, so a request that arrives mid-run sets a
-   fresh marker and schedules exactly one more run. ``None`` from the claim means another run
+   fresh marker and schedules exactly one more job. ``None`` from the claim means another job
    already served this request: the task skips.
 3. On the way out the task calls :func:`release_and_republish`, which releases the lock and,
    when a marker is set, publishes that job again; its own message may have been dropped while
@@ -47,7 +47,7 @@ class FlushTicket:
     coalesced: bool
 
 
-def request_flush(
+def enqueue(
     client: redis.Redis,
     tenant_id: str,
     session_id: str,
@@ -56,10 +56,10 @@ def request_flush(
     *,
     pending_ttl_s: int = keys.PENDING_TTL_S,
 ) -> FlushTicket:
-    """Ask for a flush of the session; ``job_id`` is the id to use if none is pending.
+    """Set the session's ``pending`` marker to ``job_id`` and publish it, unless a job is pending.
 
     Publishes ``job_id`` when it became the pending job, otherwise returns the pending job's id
-    with ``coalesced=True`` and publishes nothing. Record the run row for ``job_id`` before
+    with ``coalesced=True`` and publishes nothing. Record the job row for ``job_id`` before
     calling (a marker must never name a job the store does not know). When ``publish`` raises,
     the marker is removed again (only if it still names ``job_id``) so the next request retries
     the publish instead of coalescing onto a job no queue holds, and the exception propagates.
@@ -99,7 +99,7 @@ def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: st
 def claim_pending(lock: SessionLock) -> str | None:
     """Delete the session's ``pending`` marker under the held lock and return its job id.
 
-    ``None`` means no flush is waiting: another run already served this request, so the task
+    ``None`` means no flush is waiting: another job already served this request, so the task
     records it as skipped. Call before reading the session (see the module docstring).
     Raises :class:`om_workers.errors.LockLostError` when the lock is not held.
     """
@@ -107,7 +107,7 @@ def claim_pending(lock: SessionLock) -> str | None:
 
 
 def release_and_republish(lock: SessionLock, publish: Publish) -> ReleaseResult:
-    """Release the lock and publish the pending job, if one was requested during the run.
+    """Release the lock and publish the pending job, if one was requested during the job.
 
     Returns the :class:`ReleaseResult`. When ``publish`` raises, the marker stays, so the
     reconciler re-publishes it later, and the exception propagates.

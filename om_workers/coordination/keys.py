@@ -4,7 +4,7 @@ Keys live under the prefix ``om:`` so one Redis can be shared with other program
 operator can list everything this service owns with ``SCAN MATCH om:*``:
 
 - ``om:pending:{tenant}:{session}``: job id of the flush that is queued but not yet started
-  (``SET NX EX`` in :func:`om_workers.coordination.coalesce.request_flush`);
+  (``SET NX EX`` in :func:`om_workers.coordination.coalesce.enqueue`);
 - ``om:lock:{tenant}:{session}``: random token of the worker running the session's flush
   (``SET NX PX`` in :class:`om_workers.coordination.locks.SessionLock`);
 - ``om:deliveries:{job}``: how many times the job's message reached a worker
@@ -30,8 +30,8 @@ PREFIX: Final = "om:"
 # so that nothing this service writes outlives its use forever.
 
 DEFAULT_LOCK_TTL_S: Final = 60.0
-"""Session lock TTL, seconds. A heartbeat extends it every third of this while a run is alive,
-so it bounds how long a crashed worker blocks its session, not how long a run may take."""
+"""Session lock TTL, seconds. A heartbeat extends it every third of this while a job is alive,
+so it bounds how long a crashed worker blocks its session, not how long a job may take."""
 
 PENDING_TTL_S: Final = 3600
 """Lifetime of a ``pending`` marker, whole seconds. Long enough to outlive any queue wait; if a

@@ -44,7 +44,7 @@ class ReleaseResult:
 
 
 class SessionLock:
-    """The lock of one session. Not reentrant; one instance per run.
+    """The lock of one session. Not reentrant; one instance per job.
 
     ``ttl_s`` is the lock TTL in seconds (``OM_LOCK_TTL_S``). ``clock`` returns monotonic seconds
     (injectable for tests); ``on_lost`` is called once, from whichever thread notices the loss.
@@ -88,7 +88,7 @@ class SessionLock:
         """Take the lock if it is free; True when this instance now holds it, False when busy.
 
         Raises :class:`CoordinationError` when this instance already held the lock once (make
-        a new instance per run: a released token must never come back).
+        a new instance per job: a released token must never come back).
         """
         with self._state:
             if self._used:
@@ -194,7 +194,7 @@ class SessionLock:
         """Delete the session's ``pending`` marker and return its job id (``None`` when none).
 
         Call right after taking the lock and before reading the session: a flush requested
-        after this point sets a new marker and so schedules exactly one more run. Atomic with a
+        after this point sets a new marker and so schedules exactly one more job. Atomic with a
         check of the token, so a worker that lost its lock never consumes someone's request.
         Raises :class:`LockLostError` when the lock is not held.
         """

@@ -2,7 +2,7 @@
 
 Celery with a Redis broker redelivers an unacked message when its worker dies; a message that
 kills every worker that runs it would loop forever. Each task counts its deliveries here and,
-once :func:`om_workers.coordination.timing.redelivery_exhausted` says so, records the run as failed
+once :func:`om_workers.coordination.timing.redelivery_exhausted` says so, records the job as failed
 and acks the message instead of running it.
 """
 
@@ -32,7 +32,7 @@ def record_delivery(client: redis.Redis, job_id: str, *, ttl_s: int = keys.DELIV
 
 
 def forget_deliveries(client: redis.Redis, job_id: str) -> None:
-    """Delete the job's counter once its run finished (success or recorded failure).
+    """Delete the job's counter once its job finished (success or recorded failure).
 
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """

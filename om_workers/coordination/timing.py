@@ -48,7 +48,7 @@ def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
 
 
 FAILURE_BACKOFF_AFTER = 3
-"""Consecutive failed runs of a session after which automatic re-requests back off."""
+"""Consecutive failed jobs of a session after which automatic re-requests back off."""
 
 FAILURE_BACKOFF_POLICY: Final = RetryPolicy(base_s=60.0, cap_s=3600.0, multiplier=2.0, jitter=0.0)
 """The reconciler's schedule: 60 s doubling per further failure, at most an hour, no jitter
@@ -62,9 +62,10 @@ def failure_backoff_s(
     cap_s: float,
     after: int = FAILURE_BACKOFF_AFTER,
 ) -> float:
-    """Seconds the reconciler waits, after a session's last failed run, before requesting it
+    """Seconds the reconciler waits, after a session's last failed job, before requesting it
     again: 0 below ``after`` consecutive failures, then ``base_s`` doubling per further failure,
-    at most ``cap_s``. A session whose provider keeps failing so stops spending every pass.
+    at most ``cap_s``. A session whose provider keeps failing so stops spending every reconcile
+    pass.
 
     The same exponential as every other retry (:func:`om_core.backoff.backoff_delay_s` with
     :data:`FAILURE_BACKOFF_POLICY`'s shape): failure number ``after`` is its first retry.
@@ -84,7 +85,7 @@ def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:
     """True when a message delivered ``deliveries`` times (this one included) must not run.
 
     A message that keeps killing its worker (a poison message) would otherwise be redelivered
-    forever; after ``max_deliveries`` the task records the run as failed and acks it.
+    forever; after ``max_deliveries`` the task records the job as failed and acks it.
     Raises ``ValueError`` when ``deliveries < 1`` or ``max_deliveries < 1``.
     """
     if deliveries < 1 or max_deliveries < 1:
@@ -113,7 +114,7 @@ class TimeLimits:
 def derive_time_limits(
     *, http_timeout_s: float, max_attempts: int, backoff_cap_s: float, queue_wait_s: float
 ) -> TimeLimits:
-    """Time limits for a run of three workers' provider calls, each retried up to
+    """Time limits for a flush job of three workers' provider calls, each retried up to
     ``max_attempts`` times (every call at most ``http_timeout_s``, every wait at most
     ``backoff_cap_s``), plus ``queue_wait_s`` of prefetch wait before the task starts.
 

@@ -7,13 +7,13 @@ broker (``docs/architecture.md``, "Delivery settings"):
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acked only after its task
   ran, and a worker killed mid-task (``kill -9``, OOM) gives it back instead of acking it.
 - ``worker_prefetch_multiplier=1``: a worker holds at most one waiting message per slot, so a
-  slow run does not sit on messages other workers could serve (and their visibility clock,
+  slow flush does not sit on messages other workers could serve (and their visibility clock,
   which starts at delivery, does not run out while they wait).
 - ``visibility_timeout`` above the hard time limit plus queue wait: Redis redelivers an unacked
   message after it, so a shorter one would run a long flush twice (celery #5935).
 - ``worker_cancel_long_running_tasks_on_connection_loss``: when the broker connection drops the
   running tasks' messages are redelivered anyway, so cancelling them avoids two live copies.
-- No result backend: a run's state is its row in the SQL store, which the API reports.
+- No result backend: a job's state is its row in the SQL store, which the API reports.
 - Events on (``worker_send_task_events``, ``task_send_sent_event``), so Flower shows tasks.
 """
 

@@ -3,19 +3,20 @@
 The order of a job (``docs/architecture.md``, "A flush request, end to end"):
 
 1. take the session lock; busy: drop the message (the holder's release re-publishes);
-2. claim ``pending`` before reading the session, then start the run: the job's one read of its
-   row, which tells a duplicate of a finished run (skipped) or an unknown one;
-3. count the attempt (past ``max_deliveries`` the run fails as a poison message); raise the
-   store epoch, start the heartbeat;
+2. claim ``pending`` before reading the session, then start the job: its one read of its row,
+   which tells a duplicate of a finished job (skipped) or an unknown one, and raises the
+   session's epoch;
+3. count the attempt (past ``max_deliveries`` the job fails as a poison message), start the
+   heartbeat;
 4. run ``ObservationalMemoryRuntime.flush()`` over the session's SQL unit of work: one read of
    the snapshot and the entries after it, and appends that check the lock and commit fenced
    (only while the epoch is still ours);
 5. record the outcome with counts and a redacted error, release the lock and publish the job
    that was requested meanwhile.
 
-Duplicates are told apart by the durable run row, not by the ``pending`` marker: a message
-redelivered after its worker crashed finds its marker already claimed, yet its run never
-finished and must run again (coverage cursors read under the new lock make the re-run
+Duplicates are told apart by the durable job row, not by the ``pending`` marker: a message
+redelivered after its worker crashed finds its marker already claimed, yet its job never
+finished and must run again (coverage cursors read under the new lock make the second attempt
 duplicate nothing). A marker is therefore only needed to serve *other* requests.
 """
 
@@ -33,24 +34,19 @@ import redis
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
-from om_workers.coordination import keys, redelivery, timing
-from om_workers.coordination.coalesce import (
-    FlushTicket,
-    drop_marker,
-    release_and_republish,
-    request_flush,
-)
+from om_workers.coordination import coalesce, keys, redelivery, timing
+from om_workers.coordination.coalesce import FlushTicket, drop_marker, release_and_republish
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
-    FlushRunNotFoundError,
-    InvalidRunStateError,
+    FlushJobNotFoundError,
+    InvalidJobStateError,
     OMWorkersError,
     StaleEpochError,
 )
 from om_workers.metrics import METRICS
 from om_workers.store import SqlStore
-from om_workers.store.records import FlushRun
+from om_workers.store.records import FlushJob
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +60,7 @@ class FlushDeps:
     """What a flush job needs; built once per worker process.
 
     ``publish`` sends ``om.flush`` again (release re-publish); ``provider`` builds the
-    provider for one run; ``memory_settings`` are the observational-memory settings;
+    provider for one job; ``memory_settings`` are the observational-memory settings;
     ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
     ``secrets`` are redacted from every stored error and prompt (the provider API key among
     them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
@@ -87,18 +83,19 @@ class FlushDeps:
 class FlushOutcome:
     """What :func:`run_flush_job` did with one message.
 
-    ``run_id`` is the run row it ran or finished (``None`` when it touched none); ``error``
-    the redacted reason of a failed run (also stored on the row).
+    ``job_id`` is the message's job; ``ran_job_id`` the job whose row it ran or finished (another
+    job's when it served that job's request, ``None`` when it touched no row); ``error`` the
+    redacted reason of a failed job (also stored on its row).
     """
 
     outcome: Outcome
     job_id: str
-    run_id: str | None = None
+    ran_job_id: str | None = None
     error: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
-def request_flush_run(
+def request_flush(
     store: SqlStore,
     client: redis.Redis,
     tenant_id: str,
@@ -111,13 +108,13 @@ def request_flush_run(
     """Accept a flush request: the job id that will serve it, publishing a new job if needed.
 
     While a job is pending its id is returned at once and nothing is written (a coalesced
-    request has no job of its own, so a run row for it would only be noise). Otherwise a run
-    row is recorded first (a marker never names a job the store does not know), then the
+    request has no job of its own, so a row for it would only be noise). Otherwise a job row
+    is recorded first (a marker never names a job the store does not know), then the
     marker is set and the job published; a request that loses that race to a concurrent one
     coalesces after all, and its fresh row is finished ``skipped`` ("coalesced into ...") so no
     ``queued`` row is left that no message will ever run. When ``publish`` raises, the row is
     finished ``failed`` and the exception propagates. Raises what
-    :meth:`SqlStore.create_run` and :func:`om_workers.coordination.coalesce.request_flush` raise.
+    :meth:`SqlStore.create_job` and :func:`om_workers.coordination.coalesce.enqueue` raise.
     """
     with translate_errors("reading the pending flush"):
         pending = client.get(keys.pending_key(tenant_id, session_id))
@@ -125,7 +122,7 @@ def request_flush_run(
         METRICS.coalesced.inc()
         _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
         return FlushTicket(str(pending), coalesced=True)
-    run = store.create_run(
+    job = store.create_job(
         tenant_id, session_id, force=force, full_reflection_rebuild=full_reflection_rebuild
     )
 
@@ -133,19 +130,19 @@ def request_flush_run(
         publish(tenant_id, session_id, job_id)
 
     try:
-        request = request_flush(client, tenant_id, session_id, run.id, send)
+        request = coalesce.enqueue(client, tenant_id, session_id, job.id, send)
         if request.coalesced and not _still_queued(
             store, client, tenant_id, session_id, request.job_id
         ):
             # A stale marker won the race and is gone now: ours takes its place.
-            request = request_flush(client, tenant_id, session_id, run.id, send)
+            request = coalesce.enqueue(client, tenant_id, session_id, job.id, send)
     except Exception as exc:
-        store.finish_run(tenant_id, run.id, "failed", error=f"not published: {exc}")
+        store.finish_job(tenant_id, job.id, "failed", error=f"not published: {exc}")
         raise
     if request.coalesced:
         METRICS.coalesced.inc()
         # Nobody else knows this row's id, so nothing can have finished it meanwhile.
-        store.finish_run(tenant_id, run.id, "skipped", error=f"coalesced into {request.job_id}")
+        store.finish_job(tenant_id, job.id, "skipped", error=f"coalesced into {request.job_id}")
         _widen(store, tenant_id, request.job_id, force, full_reflection_rebuild)
     return request
 
@@ -155,13 +152,13 @@ def _still_queued(
 ) -> bool:
     """True when the pending job has not read the session yet, so it serves a new request.
 
-    A marker can outlive its job's read (the reconciler re-marks a queued run whose marker it
+    A marker can outlive its job's read (the reconciler re-marks a queued job whose marker it
     found gone while the job was just starting, say): such a marker would swallow every later
     request, so it is dropped here and False returned.
     """
     try:
-        queued = store.get_run(tenant_id, job_id).state == "queued"
-    except FlushRunNotFoundError:
+        queued = store.get_job(tenant_id, job_id).state == "queued"
+    except FlushJobNotFoundError:
         queued = False
     if not queued:
         drop_marker(client, tenant_id, session_id, job_id)
@@ -174,10 +171,10 @@ def _widen(
     """Give the pending job this request's options (its row is read when the job starts).
 
     A job that already started has claimed its marker, so a request only coalesces into one
-    that is still queued; should it have started in between, its run read the session after
-    this request was made, and the options miss one run at most.
+    that is still queued; should it have started in between, it read the session after this
+    request was made, and the options miss one flush at most.
     """
-    if not store.widen_run_options(
+    if not store.widen_job_options(
         tenant_id, job_id, force=force, full_reflection_rebuild=full_reflection_rebuild
     ):
         log.info("flush %s started before a coalesced request widened its options", job_id)
@@ -188,19 +185,19 @@ def run_flush_job(
 ) -> FlushOutcome:
     """Run the flush job ``job_id`` of one session (see the module docstring).
 
-    ``force`` runs the job even when its run row is missing its ``pending`` marker and was
+    ``force`` runs the job even when its job row is missing its ``pending`` marker and was
     never started; without it such a job runs too (a lost marker must not lose work), so
     ``force`` only matters for the log. Never raises for store, Redis, provider or fencing
-    failures: each is recorded on the run row where possible and returned as the outcome
-    (``unavailable`` when Redis or the database could not be reached before the run started,
+    failures: each is recorded on the job row where possible and returned as the outcome
+    (``unavailable`` when Redis or the database could not be reached before the job started,
     so the caller may retry the message). Raises only ``BaseException`` subclasses that are not
     ``Exception`` (interpreter shutdown, Celery's hard time limit). Every outcome is counted in
-    :data:`om_workers.metrics.METRICS`, with the wall time of runs that executed.
+    :data:`om_workers.metrics.METRICS`, with the wall time of jobs that ran the pipeline.
     """
     started = time.monotonic()
     outcome = _guarded(deps, tenant_id, session_id, job_id, force)
     ran = outcome.outcome in ("succeeded", "failed")
-    METRICS.observe_run(outcome.outcome, time.monotonic() - started if ran else None)
+    METRICS.observe_job(outcome.outcome, time.monotonic() - started if ran else None)
     return outcome
 
 
@@ -228,8 +225,8 @@ def _run(
         # Never re-set a claimed marker here: later requests would coalesce onto a job that
         # already read the session. A message redelivered after its worker crashed cannot
         # meet that crashed worker's lock: the visibility timeout (counted from delivery)
-        # exceeds the lock TTL, so the lock expired first; if another run holds the lock,
-        # that run reads the whole session after this job's request and serves it.
+        # exceeds the lock TTL, so the lock expired first; if another job holds the lock,
+        # that job reads the whole session after this job's request and serves it.
         return FlushOutcome("busy", job_id, job_id)
     try:
         return _run_locked(deps, lock, tenant_id, session_id, job_id, force)
@@ -245,58 +242,58 @@ def _run_locked(
     deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, job_id: str, force: bool
 ) -> FlushOutcome:
     claimed = lock.claim_pending()
-    # Starting the run is the job's one read of its row: a copy of this message that finished
+    # Starting the job is its one read of its row: a copy of this message that finished
     # it already (or a message naming no row) cannot start it.
-    run = _start(deps, tenant_id, job_id)
-    if isinstance(run, FlushOutcome):
+    started = _start(deps, tenant_id, job_id)
+    if isinstance(started, FlushOutcome):
         if claimed is not None and claimed != job_id:
             # We consumed another job's marker: serve it now instead of dropping its request.
             return _run_other(deps, lock, tenant_id, session_id, claimed)
-        if run.outcome == "skipped":
+        if started.outcome == "skipped":
             # A marker still naming this finished job would swallow later requests.
             drop_marker(deps.redis, tenant_id, session_id, job_id)
-        return run
-    if claimed is None and run.run.attempts == 1:
+        return started
+    if claimed is None and started.job.attempts == 1:
         log.info("flush %s runs without a pending marker (force=%s)", job_id, force)
     if claimed is not None and claimed != job_id:
-        # That request was made before this run reads the session: this run serves it,
+        # That request was made before this job reads the session: this job serves it,
         # options included.
         METRICS.coalesced.inc()
-        run = run._replace(run=_serving(deps, run.run, claimed))
-    return _execute(deps, lock, run)
+        started = started._replace(job=_serving(deps, started.job, claimed))
+    return _execute(deps, lock, started)
 
 
 def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> _Started | FlushOutcome:
-    """Start the run and its pass (the row as it now is, the pass's epoch), or the outcome of
-    a job that cannot run. A newer epoch fences out any earlier pass of the session."""
+    """Start the job (its row as it now is, and the session's new epoch, which fences out any
+    earlier flush of the session), or the outcome of a job that cannot run."""
     try:
-        run = _Started(*deps.store.start_pass(tenant_id, job_id))
-    except FlushRunNotFoundError:
-        # A message naming no run row was never accepted (enqueue writes the row first).
+        started = _Started(*deps.store.start_job(tenant_id, job_id))
+    except FlushJobNotFoundError:
+        # A message naming no job row was never accepted (enqueue writes the row first).
         return FlushOutcome("unknown", job_id)
-    except InvalidRunStateError:
+    except InvalidJobStateError:
         return FlushOutcome("skipped", job_id, job_id)
-    return run
+    return started
 
 
 class _Started(NamedTuple):
-    run: FlushRun
+    job: FlushJob
     epoch: int
 
 
-def _serving(deps: FlushDeps, run: FlushRun, other_id: str) -> FlushRun:
-    """``run`` with the options of the queued run ``other_id``, which it now serves."""
+def _serving(deps: FlushDeps, job: FlushJob, other_id: str) -> FlushJob:
+    """``job`` with the options of the queued job ``other_id``, which it now serves."""
     try:
-        other = deps.store.finish_run(
-            run.tenant_id, other_id, "skipped", error=f"served by run {run.id}"
+        other = deps.store.finish_job(
+            job.tenant_id, other_id, "skipped", error=f"served by job {job.id}"
         )
-    except (InvalidRunStateError, FlushRunNotFoundError) as exc:
-        log.warning("flush run %s not finished as skipped: %s", other_id, exc)
-        return run
+    except (InvalidJobStateError, FlushJobNotFoundError) as exc:
+        log.warning("flush job %s not finished as skipped: %s", other_id, exc)
+        return job
     return dataclasses.replace(
-        run,
-        force=run.force or other.force,
-        full_reflection_rebuild=run.full_reflection_rebuild or other.full_reflection_rebuild,
+        job,
+        force=job.force or other.force,
+        full_reflection_rebuild=job.full_reflection_rebuild or other.full_reflection_rebuild,
     )
 
 
@@ -310,8 +307,8 @@ def _run_other(
 
 
 def _execute(deps: FlushDeps, lock: SessionLock, started: _Started) -> FlushOutcome:
-    run, epoch = started
-    tenant_id, session_id, job_id = run.tenant_id, run.session_id, run.id
+    job, epoch = started
+    tenant_id, session_id, job_id = job.tenant_id, job.session_id, job.id
     # Count attempts to run, not messages: duplicates dropped at a busy lock or skipped as
     # finished are harmless, while a message that kills its worker mid-run comes back here.
     deliveries = redelivery.record_delivery(deps.redis, job_id)
@@ -336,7 +333,7 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: _Started) -> FlushOutc
             session_model=deps.model,
             secrets=deps.secrets,
         )
-        result = runtime.flush(full_reflection_rebuild=run.full_reflection_rebuild, force=run.force)
+        result = runtime.flush(full_reflection_rebuild=job.full_reflection_rebuild, force=job.force)
     except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
         crashed = f"{type(exc).__name__}: {exc}"
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
@@ -364,20 +361,20 @@ def _counts(result: FlushResult) -> dict[str, int]:
 def _finish_quietly(
     deps: FlushDeps,
     tenant_id: str,
-    run_id: str,
+    job_id: str,
     state: Literal["succeeded", "failed", "skipped"],
     *,
     counts: Mapping[str, int] | None = None,
     error: str | None = None,
 ) -> str | None:
-    """Finish the run; a run finished meanwhile (the reconciler swept it) keeps its state.
+    """Finish the job; a job finished meanwhile (the reconciler swept it) keeps its state.
     Returns the stored (redacted) error."""
     try:
-        return deps.store.finish_run(
-            tenant_id, run_id, state, counts=counts, error=error, secrets=deps.secrets
+        return deps.store.finish_job(
+            tenant_id, job_id, state, counts=counts, error=error, secrets=deps.secrets
         ).error
-    except (InvalidRunStateError, FlushRunNotFoundError) as exc:
-        log.warning("flush run %s not finished as %s: %s", run_id, state, exc)
+    except (InvalidJobStateError, FlushJobNotFoundError) as exc:
+        log.warning("flush job %s not finished as %s: %s", job_id, state, exc)
         return error
 
 
@@ -392,6 +389,6 @@ __all__ = [
     "FlushDeps",
     "FlushOutcome",
     "PublishJob",
-    "request_flush_run",
+    "request_flush",
     "run_flush_job",
 ]

@@ -4,21 +4,21 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
 
 1. ``pending`` markers that outlived any lock (their message was dropped at a busy lock and
    the holder died before its release re-published, or the broker lost it): re-published;
-2. runs still ``queued`` long after they were requested, with no marker naming them (a Redis
+2. jobs still ``queued`` long after they were requested, with no marker naming them (a Redis
    restart emptied the queue and the markers): published again under a fresh marker, so the
    job id a client holds does finish; when another job is pending meanwhile, that job will
    read the session after this request and serves it (the row is finished ``skipped``);
-3. runs still ``running`` long after they started (their worker died and every redelivery is
+3. jobs still ``running`` long after they started (their worker died and every redelivery is
    over): failed, and their sessions requested again, so the work they did not finish is done;
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
-   ``pending`` marker nor a lock: requested again, unless their last runs keep failing (a
+   ``pending`` marker nor a lock: requested again, unless their last jobs keep failing (a
    provider that is down, a session that breaks a guard): then the pass waits longer after
    each failure (:func:`om_workers.coordination.timing.failure_backoff_s`) instead of spending
    every pass. This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so
    every marker and queued message is gone) and a request that never reached Redis at all.
 
-Every re-request goes through :func:`om_workers.jobs.flush.request_flush_run`, so it coalesces with
-whatever is already pending, and a duplicate publish is skipped by the run row's state.
+Every re-request goes through :func:`om_workers.jobs.flush.request_flush`, so it coalesces with
+whatever is already pending, and a duplicate publish is skipped by the job row's state.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ import redis
 
 from om_workers.coordination import coalesce, keys, timing
 from om_workers.coordination.connection import translate_errors
-from om_workers.errors import FlushRunNotFoundError, InvalidRunStateError
-from om_workers.jobs.flush import PublishJob, request_flush_run
+from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
+from om_workers.jobs.flush import PublishJob, request_flush
 from om_workers.metrics import METRICS
 from om_workers.store import (
-    QueuedRun,
+    QueuedJob,
     SessionRef,
     SqlStore,
     failure_streak,
-    queued_runs_before,
-    sessions_of_runs,
+    queued_jobs_before,
+    sessions_of_jobs,
     sessions_over_unobserved,
 )
 from om_workers.store.base import utc_now
@@ -53,14 +53,14 @@ never floods the queue after an outage."""
 class ReconcileReport:
     """What one reconciler pass did.
 
-    ``republished``: job ids of stale markers published again; ``failed_runs``: run ids swept as
-    failed; ``requested``: job ids of new runs published for swept or backlogged sessions
+    ``republished``: job ids of stale markers published again; ``failed_jobs``: job ids swept as
+    failed; ``requested``: job ids of new jobs published for swept or backlogged sessions
     (coalesced requests add none); ``backed_off``: backlogged session ids left for a later
-    pass because their runs keep failing.
+    pass because their jobs keep failing.
     """
 
     republished: tuple[str, ...]
-    failed_runs: tuple[str, ...]
+    failed_jobs: tuple[str, ...]
     requested: tuple[str, ...] = ()
     backed_off: tuple[str, ...] = ()
 
@@ -71,7 +71,7 @@ def reconcile_once(
     publish: PublishJob,
     *,
     stale_pending_s: float,
-    stuck_run_s: float,
+    stuck_job_s: float,
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     failure_backoff_base_s: float = timing.FAILURE_BACKOFF_POLICY.base_s,
@@ -79,9 +79,9 @@ def reconcile_once(
 ) -> ReconcileReport:
     """Run the four healing steps of the module docstring once.
 
-    ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued run that no
+    ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued job that no
     marker names, is published again;
-    ``stuck_run_s``: seconds after its start when a ``running`` run counts as dead;
+    ``stuck_job_s``: seconds after its start when a ``running`` job counts as dead;
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
@@ -98,13 +98,13 @@ def reconcile_once(
             publish(marker.tenant_id, marker.session_id, marker.job_id)
             republished.append(marker.job_id)
     stale_before = utc_now() - timedelta(seconds=stale_pending_s)
-    for orphan in queued_runs_before(store, stale_before, scan_limit):
+    for orphan in queued_jobs_before(store, stale_before, scan_limit):
         if _republish_orphan(store, client, publish, orphan):
-            republished.append(orphan.run_id)
-    failed = store.fail_stuck_runs(utc_now() - timedelta(seconds=stuck_run_s))
+            republished.append(orphan.job_id)
+    failed = store.fail_stuck_jobs(utc_now() - timedelta(seconds=stuck_job_s))
     requested = [
         job
-        for ref in sessions_of_runs(store, failed)
+        for ref in sessions_of_jobs(store, failed)
         if (job := _request(store, client, publish, ref))
     ]
     backed_off: list[str] = []
@@ -128,28 +128,28 @@ def _backing_off(store: SqlStore, ref: SessionRef, base_s: float, cap_s: float) 
 
 
 def _republish_orphan(
-    store: SqlStore, client: redis.Redis, publish: PublishJob, orphan: QueuedRun
+    store: SqlStore, client: redis.Redis, publish: PublishJob, orphan: QueuedJob
 ) -> bool:
-    """Publish a queued run whose marker is gone under a fresh marker; True when published."""
+    """Publish a queued job whose marker is gone under a fresh marker; True when published."""
     ref = orphan.session
 
     def send(job_id: str) -> None:
         publish(ref.tenant_id, ref.session_id, job_id)
 
-    request = coalesce.request_flush(client, ref.tenant_id, ref.session_id, orphan.run_id, send)
+    request = coalesce.enqueue(client, ref.tenant_id, ref.session_id, orphan.job_id, send)
     if not request.coalesced:
         return True
-    if request.job_id != orphan.run_id:  # a marker naming this run is step 1's business
+    if request.job_id != orphan.job_id:  # a marker naming this job is step 1's business
         try:
             error = f"message lost; served by pending job {request.job_id}"
-            store.finish_run(ref.tenant_id, orphan.run_id, "skipped", error=error)
-        except (InvalidRunStateError, FlushRunNotFoundError):
+            store.finish_job(ref.tenant_id, orphan.job_id, "skipped", error=error)
+        except (InvalidJobStateError, FlushJobNotFoundError):
             pass  # it ran or was swept meanwhile: nothing left to heal
     return False
 
 
 def _busy(client: redis.Redis, ref: SessionRef) -> bool:
-    """A marker means a run is already asked for; a lock means one is running (and will read
+    """A marker means a flush is already asked for; a lock means one is running (and will read
     the whole session, including what made it cross the threshold)."""
     with translate_errors("checking a backlogged session"):
         found = client.exists(
@@ -161,7 +161,7 @@ def _busy(client: redis.Redis, ref: SessionRef) -> bool:
 
 def _request(store: SqlStore, client: redis.Redis, publish: PublishJob, ref: SessionRef) -> str:
     """Request a flush of the session; the new job id, or "" when it coalesced."""
-    request = request_flush_run(store, client, ref.tenant_id, ref.session_id, publish=publish)
+    request = request_flush(store, client, ref.tenant_id, ref.session_id, publish=publish)
     return "" if request.coalesced else request.job_id
 
 

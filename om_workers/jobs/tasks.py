@@ -27,7 +27,7 @@ from om_workers.coordination.coalesce import FlushTicket
 from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
 from om_workers.errors import ConfigError
 from om_workers.jobs.celery_app import QUEUE, create_celery_app
-from om_workers.jobs.flush import FlushDeps, PublishJob, request_flush_run, run_flush_job
+from om_workers.jobs.flush import FlushDeps, PublishJob, request_flush, run_flush_job
 from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
 from om_workers.services import build_services
 from om_workers.store import SqlStore
@@ -57,7 +57,7 @@ def time_limits(settings: Settings) -> TimeLimits:
     )
     limits = _limits(settings, overrides)
     if settings.lock_ttl_s >= limits.visibility_timeout_s:
-        # A crashed run's redelivered message must find the dead worker's lock expired.
+        # A crashed job's redelivered message must find the dead worker's lock expired.
         raise ConfigError("OM_LOCK_TTL_S must be below the visibility timeout")
     return limits
 
@@ -93,9 +93,10 @@ def stale_pending_age_s(settings: Settings) -> float:
     return 2 * settings.lock_ttl_s
 
 
-def stuck_run_age_s(settings: Settings) -> float:
-    """Age in seconds after which a ``running`` run is swept as failed: past the visibility
-    timeout plus a lock TTL, so Redis redelivered its message and the re-run had its chance."""
+def stuck_job_age_s(settings: Settings) -> float:
+    """Age in seconds after which a ``running`` job is swept as failed: past the visibility
+    timeout plus a lock TTL, so Redis redelivered its message and the second attempt had its
+    chance."""
     return time_limits(settings).visibility_timeout_s + settings.lock_ttl_s
 
 
@@ -148,12 +149,12 @@ def enqueue_flush(
 ) -> FlushTicket:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
-    See :func:`om_workers.jobs.flush.request_flush_run` (a coalesced request writes no run row).
+    See :func:`om_workers.jobs.flush.request_flush` (a coalesced request writes no job row).
     ``app`` defaults to :func:`get_app`. Raises what that function raises, and whatever the
-    broker raises when ``om.flush`` cannot be sent (the new run row is then failed).
+    broker raises when ``om.flush`` cannot be sent (the new job row is then failed).
     """
     publish = publisher(app if app is not None else get_app())
-    return request_flush_run(store, client, tenant_id, session_id, publish=publish, force=force)
+    return request_flush(store, client, tenant_id, session_id, publish=publish, force=force)
 
 
 @lru_cache(maxsize=1)
@@ -174,7 +175,7 @@ def _flush_task(
     """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`)."""
     outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
     if outcome.outcome == "unavailable":
-        # Redis or the database was down before the run started: try again shortly instead
+        # Redis or the database was down before the job started: try again shortly instead
         # of acking a message that did nothing.
         raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
     log.info("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
@@ -190,12 +191,12 @@ def _reconcile_task() -> dict[str, list[str]]:
         deps.redis,
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
-        stuck_run_s=stuck_run_age_s(settings),
+        stuck_job_s=stuck_job_age_s(settings),
         unobserved_threshold=unobserved_threshold(settings),
     )
     return {
         "republished": list(report.republished),
-        "failed_runs": list(report.failed_runs),
+        "failed_jobs": list(report.failed_jobs),
         "requested": list(report.requested),
     }
 
@@ -250,7 +251,7 @@ __all__ = [
     "reconcile_once",
     "stale_pending_age_s",
     "start_worker_metrics",
-    "stuck_run_age_s",
+    "stuck_job_age_s",
     "time_limits",
     "unobserved_threshold",
     "worker_deps",

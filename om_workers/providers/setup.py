@@ -13,7 +13,7 @@ The HTTP adapters share one instance per worker process (its ``httpx`` pool is t
 ``OM_BACKOFF_BASE_S`` and ``OM_BACKOFF_CAP_S``, the same numbers the task time limits are
 derived from (:func:`om_workers.coordination.timing.derive_time_limits`), so a retry chain always
 ends before Celery's soft limit. ``OM_PROVIDER_API_KEY`` is never logged: it lives in a
-``SecretStr`` and joins every run's redaction secrets (:func:`provider_secrets`).
+``SecretStr`` and joins every job's redaction secrets (:func:`provider_secrets`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def retry_policy(settings: Settings) -> RetryPolicy:
 
 
 def provider_secrets(settings: Settings) -> tuple[str, ...]:
-    """Secrets every run redacts from stored errors and prompts: the provider API key, if set."""
+    """Secrets every job redacts from stored errors and prompts: the provider API key, if set."""
     key = _api_key(settings)
     return (key,) if key else ()
 
@@ -85,8 +85,8 @@ def provider_factory(settings: Settings) -> Callable[[], Provider]:
     """A callable returning the provider for one run, per ``OM_PROVIDER``.
 
     HTTP adapters are built once here and shared (connection pooling); ``extractive`` and
-    ``module:factory`` providers are built per run, as before. Raises :class:`ConfigError` for
-    an unknown name or a factory that cannot be loaded (checked now, not at the first run).
+    ``module:factory`` providers are built per job. Raises :class:`ConfigError` for
+    an unknown name or a factory that cannot be loaded (checked now, not at the first job).
     """
     spec = settings.provider
     if spec in HTTP_PROVIDERS:
@@ -96,7 +96,7 @@ def provider_factory(settings: Settings) -> Callable[[], Provider]:
         raise ConfigError(
             f"OM_PROVIDER must be extractive, openai, anthropic or module:factory, got {spec!r}"
         )
-    load_provider(spec)  # fail loudly at startup, not inside every run
+    load_provider(spec)  # fail loudly at startup, not inside every job
     return lambda: load_provider(spec)
 
 

@@ -9,26 +9,26 @@ from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.reconcile_queries import (
     FailureStreak,
-    QueuedRun,
+    QueuedJob,
     SessionRef,
     failure_streak,
-    queued_runs_before,
-    sessions_of_runs,
+    queued_jobs_before,
+    sessions_of_jobs,
     sessions_over_unobserved,
 )
 from om_workers.store.records import (
     AppendResult,
     ContextState,
     CreatedApiKey,
-    FlushRun,
-    RunState,
+    FlushJob,
+    JobState,
     SessionInfo,
     StoredPage,
     Tenant,
     Tombstone,
 )
-from om_workers.store.runs import tombstone_scope
 from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
+from om_workers.store.tombstones import tombstone_scope
 from om_workers.store.unit_of_work import SqlUnitOfWork
 
 __all__ = [
@@ -37,9 +37,9 @@ __all__ = [
     "ContextState",
     "CreatedApiKey",
     "FailureStreak",
-    "FlushRun",
-    "QueuedRun",
-    "RunState",
+    "FlushJob",
+    "JobState",
+    "QueuedJob",
     "SessionInfo",
     "SessionRef",
     "SqlStore",
@@ -52,8 +52,8 @@ __all__ = [
     "failure_streak",
     "head_revision",
     "normalize_database_url",
-    "queued_runs_before",
-    "sessions_of_runs",
+    "queued_jobs_before",
+    "sessions_of_jobs",
     "sessions_over_unobserved",
     "tombstone_scope",
     "upgrade",

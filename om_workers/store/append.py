@@ -1,4 +1,4 @@
-"""Appending entries inside one write transaction: parent defaults, idempotency, seq and runs.
+"""Appending entries inside one write transaction: parent defaults, idempotency, seq and segments.
 
 The caller has locked the session row (``lock_session``), so the leaf, the entry count and
 the epoch it reads stay the session's until commit; every check here happens before the first
@@ -96,7 +96,7 @@ def iso_timestamp(moment: datetime) -> str:
 class _Existing:
     session_pk: int
     seq: int
-    run_start: int
+    segment_start: int
     payload: dict[str, Any]
 
 
@@ -111,13 +111,13 @@ def _load_existing(
                 entries.c.id,
                 entries.c.session_pk,
                 entries.c.seq,
-                entries.c.run_start,
+                entries.c.segment_start,
                 entries.c.payload,
             ).where(entries.c.tenant_id == tenant_id, entries.c.id.in_(chunk))
         )
         for row in rows:
             found[row.id] = _Existing(
-                int(row.session_pk), int(row.seq), int(row.run_start), row.payload
+                int(row.session_pk), int(row.seq), int(row.segment_start), row.payload
             )
     return found
 
@@ -129,13 +129,13 @@ def _load_positions(
     positions: dict[str, tuple[int, int]] = {}
     for start in range(0, len(wanted), _IN_CHUNK):
         rows = connection.execute(
-            select(entries.c.id, entries.c.seq, entries.c.run_start).where(
+            select(entries.c.id, entries.c.seq, entries.c.segment_start).where(
                 entries.c.session_pk == session_pk,
                 entries.c.id.in_(wanted[start : start + _IN_CHUNK]),
             )
         )
         for row in rows:
-            positions[row.id] = (int(row.seq), int(row.run_start))
+            positions[row.id] = (int(row.seq), int(row.segment_start))
     return positions
 
 
@@ -220,7 +220,7 @@ def append_locked(
             )
             if wire(candidate) != old.payload:
                 raise EntryConflictError(entry.id)
-            positions[entry.id] = (old.seq, old.run_start)
+            positions[entry.id] = (old.seq, old.segment_start)
             running_parent = entry.id
             stored.append(kept)
             duplicates.append(entry.id)
@@ -229,15 +229,15 @@ def append_locked(
         parent = entry.parent_id if entry.parent_id is not None else running_parent
         seq = next_seq
         if parent is None:
-            run_start = seq
+            segment_start = seq
         else:
             position = positions.get(parent)
             if position is None:
                 raise InvalidEntryError(
                     f"entry {entry.id!r}: parent {parent!r} is not an earlier entry of this session"
                 )
-            # A run continues only when the parent is the entry appended just before.
-            run_start = position[1] if position[0] == seq - 1 else seq
+            # A segment continues only when the parent is the entry appended just before.
+            segment_start = position[1] if position[0] == seq - 1 else seq
         straight = straight and parent == leaf
         resolved = entry.model_copy(
             update={"parent_id": parent, "created_at": entry.created_at or stamp}
@@ -250,14 +250,14 @@ def append_locked(
                 "session_pk": session.pk,
                 "parent_id": parent,
                 "seq": seq,
-                "run_start": run_start,
+                "segment_start": segment_start,
                 "kind": entry.kind,
                 "eligible_tokens": tokens,
                 "payload": wire(resolved),
                 "created_at": now,
             }
         )
-        positions[entry.id] = (seq, run_start)
+        positions[entry.id] = (seq, segment_start)
         next_seq += 1
         leaf = entry.id
         running_parent = entry.id

@@ -1,10 +1,10 @@
 """Current-branch reads, over one session's rows only.
 
-A branch is read as a few seq ranges (see ``schema``: one range per run on the branch). A
-recursive query walks from the leaf's run to its parent's run and so on to the root; each step
-is one primary-key lookup, and the number of steps is the number of forks on the branch, not
-the number of entries. Entries are then read by ``(session_pk, seq)`` range, in seq order,
-which is branch order because a parent is always appended before its children. The ranges
+A branch is read as a few seq ranges (see ``schema``: one range per segment on the
+branch). A recursive query walks from the leaf's segment to its parent's segment and so on to the
+root; each step is one primary-key lookup, and the number of steps is the number of forks on the
+branch, not the number of entries. Entries are then read by ``(session_pk, seq)`` range, in seq
+order, which is branch order because a parent is always appended before its children. The ranges
 are fetched first and then bound as literals into the read, so each read is an index range
 scan of one session.
 """
@@ -30,14 +30,14 @@ def segment_cte(session_pk: Any, leaf_id: Any) -> CTE:
 
     Both arguments may be values or ``bindparam`` placeholders.
     """
-    anchor = select(entries.c.run_start.label("lo"), entries.c.seq.label("hi")).where(
+    anchor = select(entries.c.segment_start.label("lo"), entries.c.seq.label("hi")).where(
         entries.c.session_pk == session_pk, entries.c.id == leaf_id
     )
     seg = anchor.cte("branch_segments", recursive=True)
     first = entries.alias("run_first")
     parent = entries.alias("run_parent")
     step = (
-        select(parent.c.run_start, parent.c.seq)
+        select(parent.c.segment_start, parent.c.seq)
         .select_from(
             seg.join(first, and_(first.c.session_pk == session_pk, first.c.seq == seg.c.lo)).join(
                 parent, parent.c.id == first.c.parent_id
@@ -143,13 +143,13 @@ def sum_eligible_tokens(
 def entry_position(
     connection: Connection, session_pk: int, entry_id: str
 ) -> tuple[int, int] | None:
-    """``(seq, run_start)`` of an entry of this session, or ``None`` (also for other sessions)."""
+    """``(seq, segment_start)`` of an entry of this session, or ``None`` (another session's too)."""
     row = connection.execute(
-        select(entries.c.seq, entries.c.run_start).where(
+        select(entries.c.seq, entries.c.segment_start).where(
             entries.c.id == entry_id, entries.c.session_pk == session_pk
         )
     ).first()
-    return None if row is None else (int(row.seq), int(row.run_start))
+    return None if row is None else (int(row.seq), int(row.segment_start))
 
 
 def to_entries(rows: Sequence[Row[Any]]) -> tuple[SessionEntry, ...]:

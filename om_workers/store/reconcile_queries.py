@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from om_workers.store.records import as_utc
-from om_workers.store.schema import flush_runs, sessions
+from om_workers.store.schema import flush_jobs, sessions
 from om_workers.store.store import SqlStore
 
 
@@ -47,19 +47,19 @@ def sessions_over_unobserved(store: SqlStore, threshold: int, limit: int) -> lis
     return [SessionRef(row.tenant_id, row.id, int(row.unobserved_tokens)) for row in rows]
 
 
-def sessions_of_runs(store: SqlStore, run_ids: Iterable[str]) -> list[SessionRef]:
-    """The distinct sessions the given runs belong to (unknown ids are ignored), in id order.
+def sessions_of_jobs(store: SqlStore, job_ids: Iterable[str]) -> list[SessionRef]:
+    """The distinct sessions the given jobs belong to (unknown ids are ignored), in id order.
 
-    For re-enqueueing the sessions whose runs the reconciler swept as failed. Raises the
+    For re-enqueueing the sessions whose jobs the reconciler swept as failed. Raises the
     store's errors like :func:`sessions_over_unobserved`.
     """
-    wanted = sorted(set(run_ids))
+    wanted = sorted(set(job_ids))
     if not wanted:
         return []
     query = (
         select(sessions.c.tenant_id, sessions.c.id)
-        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
-        .where(flush_runs.c.id.in_(wanted))
+        .select_from(flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk))
+        .where(flush_jobs.c.id.in_(wanted))
         .distinct()
         .order_by(sessions.c.tenant_id, sessions.c.id)
     )
@@ -68,44 +68,44 @@ def sessions_of_runs(store: SqlStore, run_ids: Iterable[str]) -> list[SessionRef
     return [SessionRef(row.tenant_id, row.id) for row in rows]
 
 
-def queued_runs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[QueuedRun]:
+def queued_jobs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[QueuedJob]:
     """Runs still ``queued`` that were queued before ``queued_before``, oldest first, at most
-    ``limit``. For the reconciler: such a run's message may be lost (a Redis restart empties
+    ``limit``. For the reconciler: such a job's message may be lost (a Redis restart empties
     the queue). Raises ``ValueError`` for ``limit < 1`` and the store's errors."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     query = (
-        select(flush_runs.c.id, sessions.c.tenant_id, sessions.c.id.label("session_id"))
-        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
-        .where(flush_runs.c.state == "queued", flush_runs.c.queued_at < queued_before)
-        .order_by(flush_runs.c.queued_at, flush_runs.c.id)
+        select(flush_jobs.c.id, sessions.c.tenant_id, sessions.c.id.label("session_id"))
+        .select_from(flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk))
+        .where(flush_jobs.c.state == "queued", flush_jobs.c.queued_at < queued_before)
+        .order_by(flush_jobs.c.queued_at, flush_jobs.c.id)
         .limit(limit)
     )
     with store._read() as connection:
         rows = connection.execute(query).all()
-    return [QueuedRun(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
+    return [QueuedJob(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
 
 
 @dataclass(frozen=True)
-class QueuedRun:
-    """A run row still waiting for its message: its id and its session."""
+class QueuedJob:
+    """A job row still waiting for its message: its id and its session."""
 
-    run_id: str
+    job_id: str
     session: SessionRef
 
 
 __all__ = [
-    "QueuedRun",
+    "QueuedJob",
     "SessionRef",
-    "queued_runs_before",
-    "sessions_of_runs",
+    "queued_jobs_before",
+    "sessions_of_jobs",
     "sessions_over_unobserved",
 ]
 
 
 @dataclass(frozen=True)
 class FailureStreak:
-    """A session's consecutive failed runs, newest backwards (skipped runs do not break it),
+    """A session's consecutive failed jobs, newest backwards (skipped jobs do not break it),
     and when the last of them finished."""
 
     failures: int
@@ -115,19 +115,19 @@ class FailureStreak:
 def failure_streak(
     store: SqlStore, tenant_id: str, session_id: str, limit: int = 32
 ) -> FailureStreak:
-    """The session's current streak of failed runs among its last ``limit`` finished ones.
+    """The session's current streak of failed jobs among its last ``limit`` finished ones.
 
     Raises the store's errors like :func:`sessions_over_unobserved`.
     """
     query = (
-        select(flush_runs.c.state, flush_runs.c.finished_at)
-        .select_from(flush_runs.join(sessions, sessions.c.pk == flush_runs.c.session_pk))
+        select(flush_jobs.c.state, flush_jobs.c.finished_at)
+        .select_from(flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk))
         .where(
             sessions.c.tenant_id == tenant_id,
             sessions.c.id == session_id,
-            flush_runs.c.state.in_(("succeeded", "failed")),
+            flush_jobs.c.state.in_(("succeeded", "failed")),
         )
-        .order_by(flush_runs.c.finished_at.desc())
+        .order_by(flush_jobs.c.finished_at.desc())
         .limit(limit)
     )
     with store._read() as connection:

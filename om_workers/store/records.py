@@ -9,9 +9,9 @@ from typing import Any, Literal
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import WorkScopeMap
 
-RunState = Literal["queued", "running", "succeeded", "failed", "skipped"]
-RUN_STATES: tuple[RunState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
-FINAL_RUN_STATES: frozenset[str] = frozenset({"succeeded", "failed", "skipped"})
+JobState = Literal["queued", "running", "succeeded", "failed", "skipped"]
+RUN_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
+FINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "skipped"})
 
 
 def as_utc(value: datetime) -> datetime:
@@ -99,13 +99,13 @@ class ContextState:
 
 
 @dataclass(frozen=True, slots=True)
-class FlushRun:
-    """One flush run: state, timings, counts and the redacted error of a failed run."""
+class FlushJob:
+    """One flush job: state, timings, counts and the redacted error of a failed job."""
 
     id: str
     tenant_id: str
     session_id: str
-    state: RunState
+    state: JobState
     force: bool
     full_reflection_rebuild: bool
     attempts: int

@@ -9,17 +9,17 @@ Why these shapes:
 - ``entries.seq`` numbers a session's entries in append order; a parent always has a smaller
   seq than its child, so a branch read in seq order is in branch order. ``(session_pk, seq)``
   is unique and indexed, so every read of a session is a range scan of that session alone.
-- ``entries.run_start`` is the seq where the entry's *run* begins: a run is a stretch of
-  consecutive seqs in which each entry's parent is the entry just before it. A branch is then
-  a handful of seq ranges (one per fork on it), found by a recursive query over runs instead
-  of one step per entry.
+- ``entries.segment_start`` is the seq where the entry's *segment* begins: a segment is a
+  stretch of consecutive seqs in which each entry's parent is the entry just before it. A
+  branch is then a handful of seq ranges (one per fork on it), found by a recursive query over
+  segments instead of one step per entry.
 - ``entries.eligible_tokens`` is the entry's token estimate when it is an observable message,
   else 0, so the unobserved-token count is a sum over the branch tail.
 - ``snapshots`` keeps one folded ledger per session, covering its current branch up to
   ``seq``; reads fold only what follows it. The row holds the ledger's cursors and scope map;
   its observations and reflections are rows of ``memory_items`` (``ord`` is record order,
-  ``dropped_ord`` drop order, ``NULL`` while active), so advancing the snapshot after a pass
-  writes only what the pass recorded, and a pass reads only the active pool.
+  ``dropped_ord`` drop order, ``NULL`` while active), so advancing the snapshot after a flush
+  writes only what the flush recorded, and a flush reads only the active pool.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ entries = Table(
     ),
     Column("parent_id", String(ID_LENGTH), nullable=True),
     Column("seq", BigInteger, nullable=False),
-    Column("run_start", BigInteger, nullable=False),
+    Column("segment_start", BigInteger, nullable=False),
     Column("kind", String(KIND_LENGTH), nullable=False),
     Column("eligible_tokens", BigInteger, nullable=False),
     Column("payload", Json, nullable=False),
@@ -168,8 +168,8 @@ memory_items = Table(
     Index("ix_memory_items_active", "session_pk", "kind", "dropped_ord", "ord"),
 )
 
-flush_runs = Table(
-    "flush_runs",
+flush_jobs = Table(
+    "flush_jobs",
     metadata,
     Column("id", String(64), primary_key=True),
     Column(
@@ -193,8 +193,8 @@ flush_runs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("counts", Json, nullable=False),
     Column("error", Text, nullable=True),
-    Index("ix_flush_runs_session_pk_queued_at", "session_pk", "queued_at"),
-    Index("ix_flush_runs_state_started_at", "state", "started_at"),
+    Index("ix_flush_jobs_session_pk_queued_at", "session_pk", "queued_at"),
+    Index("ix_flush_jobs_state_started_at", "state", "started_at"),
 )
 
 tombstones = Table(

@@ -168,9 +168,9 @@ def read_ledger(
 def read_working_ledger(
     connection: Connection, session_pk: int, snapshot: Snapshot
 ) -> ObservationalMemoryLedger:
-    """What a consolidation pass reads of the snapshot: the cursors, the active observations
+    """What a flush reads of the snapshot: the cursors, the active observations
     in record order and the ids pending reflection. Dropped observations and reflections are
-    left out, so a pass reads the active pool (which the dropper bounds), not the history."""
+    left out, so a flush reads the active pool (which the dropper bounds), not the history."""
     rows = connection.execute(
         select(memory_items.c.payload, memory_items.c.pending)
         .where(
@@ -355,7 +355,7 @@ def advance_memory_state(
     """Advance the snapshot over entries just appended straight after the old leaf.
 
     ``stored`` is the snapshot as read under the write lock; the last of ``appended`` is the
-    new leaf; ``positions`` maps entry ids to ``(seq, run_start)`` and holds the appended
+    new leaf; ``positions`` maps entry ids to ``(seq, segment_start)`` and holds the appended
     entries and (when known) the coverage cursors they move to. The stored snapshot (on the
     old branch, so on the new one) stays the base and only the appended memory entries are
     applied: the cost is that of the batch. Returns the branch's unobserved tokens when they
@@ -393,12 +393,12 @@ def _moved_cursor(
     cursor = writer.observation_cursor
     if stored is not None and cursor == stored.observation_cursor:
         return stored.observation_cursor_seq, None
-    run_start, leaf_seq = positions[leaf_id][1], positions[leaf_id][0]
-    if cursor is not None and cursor in positions and positions[cursor][0] >= run_start:
-        # The cursor lies in the leaf's own run: the branch after it is that stretch of seqs.
+    segment_start, leaf_seq = positions[leaf_id][1], positions[leaf_id][0]
+    if cursor is not None and cursor in positions and positions[cursor][0] >= segment_start:
+        # The cursor lies in the leaf's own segment: the branch after it is that stretch of seqs.
         cursor_at = positions[cursor][0]
-        run = [(run_start, leaf_seq)]
-        return cursor_at, sum_eligible_tokens(connection, session_pk, run, after_seq=cursor_at)
+        segment = [(segment_start, leaf_seq)]
+        return cursor_at, sum_eligible_tokens(connection, session_pk, segment, after_seq=cursor_at)
     segments = branch_segments(connection, session_pk, leaf_id)
     return _unobserved(connection, session_pk, segments, writer)
 

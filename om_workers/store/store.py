@@ -34,6 +34,7 @@ from om_workers.store.branch import (
     to_entries,
 )
 from om_workers.store.engine import create_store_engine
+from om_workers.store.jobs import JobsMixin
 from om_workers.store.records import (
     AppendResult,
     ContextState,
@@ -41,7 +42,6 @@ from om_workers.store.records import (
     StoredPage,
     as_utc,
 )
-from om_workers.store.runs import RunsMixin
 from om_workers.store.schema import ID_LENGTH, sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
@@ -52,6 +52,7 @@ from om_workers.store.snapshot import (
     refresh_memory_state,
     valid_snapshot,
 )
+from om_workers.store.tombstones import TombstonesMixin
 from om_workers.store.unit_of_work import SqlUnitOfWork
 
 MAX_PAGE_LIMIT = 1000
@@ -101,7 +102,7 @@ def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[Sessio
     return (entries,) if isinstance(entries, SessionEntry) else entries
 
 
-class SqlStore(AccountsMixin, RunsMixin):
+class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
     """The durable store the API and the workers share (SQLite or PostgreSQL).
 
     Every method is scoped by ``tenant_id``: another tenant's session raises
@@ -202,8 +203,8 @@ class SqlStore(AccountsMixin, RunsMixin):
 
         return self._retrying(append)
 
-    def begin_pass(self, tenant_id: str, session_id: str) -> int:
-        """Start a memory pass: raise the session's epoch and return it.
+    def raise_epoch(self, tenant_id: str, session_id: str) -> int:
+        """Raise the session's fencing epoch and return it (a flush job starts this way).
 
         Every earlier epoch is stale from now on, so a worker that lost its lock can no longer
         write. Raises :class:`SessionNotFoundError`.
@@ -229,7 +230,7 @@ class SqlStore(AccountsMixin, RunsMixin):
         """A fenced append: commits only while ``epoch`` is still the session's epoch.
 
         The epoch check and the append happen in one transaction under the session's write
-        lock. Raises :class:`StaleEpochError` (nothing written) when a newer pass began, and
+        lock. Raises :class:`StaleEpochError` (nothing written) when a newer flush began, and
         everything :meth:`append_entries` raises.
         """
         batch = _as_batch(entries)
@@ -398,7 +399,7 @@ class SqlStore(AccountsMixin, RunsMixin):
     def read_memory_view(
         self, tenant_id: str, session_id: str, invalidation_scope: str | None = None
     ) -> MemoryView:
-        """What a consolidation pass reads, in one transaction: the working ledger from the
+        """What a flush reads, in one transaction: the working ledger from the
         snapshot, the branch entries after the observation cursor, the scope map, the ids
         ``invalidation_scope`` withholds and the leaf.
 

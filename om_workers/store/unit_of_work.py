@@ -1,8 +1,8 @@
 """The memory unit of work over the SQL store, and the host-callback view of one session.
 
 :class:`SqlUnitOfWork` is bound to one tenant's session. As ``om_core``'s
-:class:`~om_core.unit_of_work.MemoryUnitOfWork` it reads a pass's view in one transaction
-(:meth:`SqlStore.read_memory_view`) and appends a pass's records in one fenced transaction
+:class:`~om_core.unit_of_work.MemoryUnitOfWork` it reads a flush's view in one transaction
+(:meth:`SqlStore.read_memory_view`) and appends a flush's records in one fenced transaction
 that advances the snapshot by just those records. The same object offers the callbacks
 in-process helpers take (``append_entry``, ``entries``), so the scope controller and the
 revocation handler run on the durable store unchanged.
@@ -18,19 +18,19 @@ from om_core.models import SessionEntry
 from om_core.unit_of_work import MemoryView
 from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
 from om_workers.store.records import AppendResult, ContextState
-from om_workers.store.runs import tombstone_scope
+from om_workers.store.tombstones import tombstone_scope
 
 if TYPE_CHECKING:
     from om_workers.store.store import SqlStore
 
 
 class SqlUnitOfWork:
-    """One tenant's session in a :class:`SqlStore`; fenced when it has a pass ``epoch``.
+    """One tenant's session in a :class:`SqlStore`; fenced when it has a flush ``epoch``.
 
     ``before_write`` runs before every fenced append (the worker checks its session lock
     there and raises :class:`~om_workers.errors.LockLostError` when it lost it). The first
     fencing failure is kept in :attr:`fenced` and raised again on every later append, so no
-    later step of the pass can write. Methods raise what the store's methods raise
+    later step of the flush can write. Methods raise what the store's methods raise
     (:class:`~om_workers.errors.StaleEpochError`, :class:`~om_workers.errors.SessionNotFoundError`
     ...).
     """
@@ -59,7 +59,7 @@ class SqlUnitOfWork:
     # The memory unit of work ---------------------------------------------------------------
 
     def read(self) -> MemoryView:
-        """The pass's view: working ledger, unobserved entries, scope map, tombstones, leaf."""
+        """The flush's view: working ledger, unobserved entries, scope map, tombstones, leaf."""
         return self._store.read_memory_view(
             self.tenant_id, self._session_id, tombstone_scope(self._session_id)
         )

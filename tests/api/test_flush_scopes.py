@@ -1,4 +1,4 @@
-"""Flush and jobs (202 after the run row, coalescing, 503 with Redis down), work scopes."""
+"""Flush and jobs (202 after the job row, coalescing, 503 with Redis down), work scopes."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.jobs.celery_app import create_celery_app
-from om_workers.jobs.flush import request_flush_run
+from om_workers.jobs.flush import request_flush
 from om_workers.jobs.tasks import publisher, time_limits
 from om_workers.store import SqlStore, upgrade
 
@@ -51,7 +51,7 @@ def run() -> Section:
 
         store.create_session(tenant, "one")
         one = _timed(
-            lambda i: request_flush_run(store, client, tenant, "one", publish=publish), REQUESTS
+            lambda i: request_flush(store, client, tenant, "one", publish=publish), REQUESTS
         )
         runs_one = len(published)
 
@@ -59,7 +59,7 @@ def run() -> Section:
             store.create_session(tenant, f"many{i}")
         published.clear()
         many = _timed(
-            lambda i: request_flush_run(store, client, tenant, f"many{i}", publish=publish),
+            lambda i: request_flush(store, client, tenant, f"many{i}", publish=publish),
             REQUESTS,
         )
         runs_many = len(published)
@@ -82,6 +82,6 @@ def run() -> Section:
     section.notes.append(
         "Sequential requests from one thread, no worker consuming; bare publish = "
         "`send_task('om.flush')` to the same broker. A coalesced request is one Redis GET; a new "
-        "one writes a run row, sets the pending marker and publishes."
+        "one writes a job row, sets the pending marker and publishes."
     )
     return section

@@ -2,8 +2,8 @@
 already hold 0, 2,000, 10,000, 40,000 and 100,000 consolidated entries, on SQLite and (when
 reachable) PostgreSQL, with the SQL statements each flush issues.
 
-The flush runs as a worker runs it: a run row and pending marker from
-``om_workers.jobs.flush.request_flush_run`` (forced), then ``om_workers.jobs.flush.run_flush_job``
+The flush runs as a worker runs it: a job row and pending marker from
+``om_workers.jobs.flush.request_flush`` (forced), then ``om_workers.jobs.flush.run_flush_job``
 on a private Redis; only ``run_flush_job`` is timed. Baseline: the same flush on an empty history
 in the same run. PostgreSQL: ``OM_TEST_DATABASE_URL`` (a fresh schema in it), else a fresh
 database on 127.0.0.1:5432 (user ``postgres``), dropped afterwards; skipped when neither answers.
@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from om_core.settings import DEFAULT_DROPPER_TARGET_TOKENS, DEFAULT_OBSERVATIONS_POOL_MAX_TOKENS
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
+from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
 from om_workers.store import SqlStore, normalize_database_url, upgrade
 
 from .common import Section
@@ -122,7 +122,7 @@ def _flush_once(
 
     Returns (seconds, statements, observations appended)."""
     store.append_entries(tenant, session_id, new_messages(session_id, tag, NEW_MESSAGES))
-    request = request_flush_run(store, client, tenant, session_id, publish=_no_queue, force=True)
+    request = request_flush(store, client, tenant, session_id, publish=_no_queue, force=True)
     if request.coalesced:
         raise RuntimeError(f"flush of {session_id} coalesced into {request.job_id}")
     counter.count = 0
@@ -252,8 +252,8 @@ def run() -> Section:
     for figures in results:
         _report(section, figures)
     section.notes.append(
-        "Each row: one `om_workers.jobs.flush.run_flush_job` (forced run row from "
-        "`request_flush_run`, private Redis, extractive provider, default settings) observing "
+        "Each row: one `om_workers.jobs.flush.run_flush_job` (forced job row from "
+        "`request_flush`, private Redis, extractive provider, default settings) observing "
         f"the same {NEW_MESSAGES} new chat messages, on a session whose history already holds "
         "about that many consolidated entries; best of 3 (see below), each after appending "
         "fresh copies of the 40 messages. Baseline: the same flush on an empty session in the "

@@ -116,8 +116,8 @@ def measure(
 
 
 def _wait_for_runs(engine: object, flushes: int, started: float) -> None:
-    query = text("SELECT count(*) FROM flush_runs WHERE state IN ('succeeded', 'failed')")
-    failed = text("SELECT count(*) FROM flush_runs WHERE state = 'failed'")
+    query = text("SELECT count(*) FROM flush_jobs WHERE state IN ('succeeded', 'failed')")
+    failed = text("SELECT count(*) FROM flush_jobs WHERE state = 'failed'")
     while True:
         with engine.connect() as connection:  # type: ignore[attr-defined]
             done = connection.execute(query).scalar_one()

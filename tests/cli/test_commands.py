@@ -65,7 +65,7 @@ def test_db_upgrade_creates_the_tables(tmp_path: Path) -> None:
         tables = set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
-    assert {"tenants", "api_keys", "sessions", "flush_runs"} <= tables
+    assert {"tenants", "api_keys", "sessions", "flush_jobs"} <= tables
     # Again: a no-op on an up-to-date database; OM_DATABASE_URL is the default.
     assert om("db", "upgrade", OM_DATABASE_URL=url).returncode == 0
 

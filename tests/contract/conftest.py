@@ -102,11 +102,11 @@ class SqlHarness:
         self.store.append_entries(self.tenant, SESSION, list(entries))
 
     def unit_of_work(self) -> MemoryUnitOfWork:
-        epoch = self.store.begin_pass(self.tenant, SESSION)
+        epoch = self.store.raise_epoch(self.tenant, SESSION)
         return self.store.session(self.tenant, SESSION, epoch=epoch)
 
     def supersede(self) -> None:
-        self.store.begin_pass(self.tenant, SESSION)
+        self.store.raise_epoch(self.tenant, SESSION)
 
     def revoke(self, *entry_ids: str) -> None:
         self.store.add_tombstones(self.tenant, tombstone_scope(SESSION), list(entry_ids))

@@ -42,7 +42,7 @@ import httpx
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
-from om_workers.store.runs import STUCK_RUN_ERROR
+from om_workers.store.jobs import STUCK_JOB_ERROR
 from tests.deploy.topology import DEPLOY, ROOT, ComposeService, compose_services, example_env
 
 HOST: Final = "127.0.0.1"
@@ -332,9 +332,9 @@ class Rehearsal:
         failed = {
             job["id"]: job["error"]
             for job in jobs
-            if job["state"] == "failed" and job["error"] != STUCK_RUN_ERROR
+            if job["state"] == "failed" and job["error"] != STUCK_JOB_ERROR
         }
-        assert not failed, f"failed runs: {failed}"
+        assert not failed, f"failed jobs: {failed}"
         return report
 
     # Stopping ----------------------------------------------------------------------------------

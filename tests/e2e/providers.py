@@ -42,7 +42,7 @@ _stolen: set[str] = set()
 class LockThief(ExtractiveProvider):
     """On its first call for a session, plays the worker that took the session over after this
     worker's lock expired: the lock key gets a foreign token and the store epoch is raised (what
-    ``SessionLock.acquire`` and ``begin_pass`` of the new holder do), then it answers normally,
+    ``SessionLock.acquire`` and ``raise_epoch`` of the new holder do), then it answers normally,
     so the run reaches its first memory write still believing it holds the lock."""
 
     def generate(self, request: ProviderRequest) -> ProviderResponse:
@@ -54,7 +54,7 @@ class LockThief(ExtractiveProvider):
             client.set(keys.lock_key(tenant, session), "another-worker", px=60_000)
             client.close()
             store = SqlStore.from_url(os.environ["OM_DATABASE_URL"])
-            store.begin_pass(tenant, session)
+            store.raise_epoch(tenant, session)
             store.close()
         return super().generate(request)
 

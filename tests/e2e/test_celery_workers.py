@@ -27,10 +27,10 @@ def test_burst_while_a_run_is_in_progress_causes_at_most_two_runs(
     messages = add_chat(store, tenant, "burst", 10)
     start_worker(OM_TEST_PROVIDER_DELAY_S="1.0")
     first = enqueue_flush(store, client, tenant, "burst", app=app).job_id
-    wait_for(lambda: store.get_run(tenant, first).state == "running", 30, "the first run")
+    wait_for(lambda: store.get_job(tenant, first).state == "running", 30, "the first run")
     messages += add_chat(store, tenant, "burst", 5, start=10)
     replies = [enqueue_flush(store, client, tenant, "burst", app=app) for _ in range(500)]
-    assert store.get_run(tenant, first).state == "running", "the burst outlasted the first run"
+    assert store.get_job(tenant, first).state == "running", "the burst outlasted the first run"
     assert len({r.job_id for r in replies}) == 1 and sum(r.coalesced for r in replies) == 499
     wait_for(lambda: settled(database_url, "burst"), 40, "both runs to finish")
     started = [r for r in runs_of(database_url, "burst") if r.attempts > 0]
@@ -99,11 +99,11 @@ def test_worker_killed_mid_run_is_completed_after_redelivery(
     wait_for(lambda: bool(covered_sources(store, tenant, "crash")), 30, "the first chunk")
     victim.kill()
     partial = covered_sources(store, tenant, "crash")
-    assert store.get_run(tenant, job).state == "running"
+    assert store.get_job(tenant, job).state == "running"
     assert 0 < len(set(partial)) < len(messages), "the kill did not land mid-run"
     start_worker(**crash_env)
     wait_for(
-        lambda: store.get_run(tenant, job).state in FINAL,
+        lambda: store.get_job(tenant, job).state in FINAL,
         45,
         "the redelivered run to finish",
         lambda: (
@@ -112,6 +112,6 @@ def test_worker_killed_mid_run_is_completed_after_redelivery(
             client.zrange("unacked_index", 0, -1, withscores=True),
         ),
     )
-    run = store.get_run(tenant, job)
+    run = store.get_job(tenant, job)
     assert run.state == "succeeded" and run.attempts >= 2, run
     assert_observed_once(store, tenant, "crash", messages)

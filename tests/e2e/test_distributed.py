@@ -52,7 +52,7 @@ def all_runs(database_url: str) -> dict[str, list[RunRow]]:
             rows = connection.execute(
                 text(
                     "SELECT s.id, r.id, r.state, r.attempts, r.started_at, r.finished_at, "
-                    "r.error FROM flush_runs r JOIN sessions s ON s.pk = r.session_pk"
+                    "r.error FROM flush_jobs r JOIN sessions s ON s.pk = r.session_pk"
                 )
             ).all()
     finally:
@@ -86,8 +86,8 @@ def test_worker_flush_equals_in_process_runtime_and_exports_metrics(
     port = free_port()
     start_worker(OM_SETTINGS_JSON=json.dumps(REFLECTING), OM_WORKER_METRICS_PORT=str(port))
     job = enqueue_flush(store, client, tenant, "same", app=app).job_id
-    wait_for(lambda: store.get_run(tenant, job).state in FINAL, 30, "the worker's run")
-    assert store.get_run(tenant, job).state == "succeeded", store.get_run(tenant, job)
+    wait_for(lambda: store.get_job(tenant, job).state in FINAL, 30, "the worker's run")
+    assert store.get_job(tenant, job).state == "succeeded", store.get_job(tenant, job)
 
     local: list[SessionEntry] = list(entries)
 
@@ -111,8 +111,8 @@ def test_worker_flush_equals_in_process_runtime_and_exports_metrics(
     assert shape(worker_ledger) == shape(local_ledger)
 
     samples = metrics_of(port)
-    assert samples['om_worker_flush_runs_total{outcome="succeeded"}'] == 1
-    assert samples['om_worker_flush_run_duration_seconds_count{outcome="succeeded"}'] == 1
+    assert samples['om_worker_flush_jobs_total{outcome="succeeded"}'] == 1
+    assert samples['om_worker_flush_duration_seconds_count{outcome="succeeded"}'] == 1
     assert samples["om_worker_fence_rejections_total"] == 0
 
 
@@ -169,8 +169,8 @@ def test_worker_whose_lock_was_taken_over_cannot_write(
         **{THIEF_TENANT_ENV: tenant},
     )
     job = enqueue_flush(store, client, tenant, "stolen", app=app).job_id
-    wait_for(lambda: store.get_run(tenant, job).state in FINAL, 30, "the fenced run to finish")
-    run = store.get_run(tenant, job)
+    wait_for(lambda: store.get_job(tenant, job).state in FINAL, 30, "the fenced run to finish")
+    run = store.get_job(tenant, job)
     assert run.state == "failed" and run.error is not None, run
     assert "fenced out before writing" in run.error, run.error
     # The epoch moved twice: this run's pass, then the thief's (the new holder's) pass.
@@ -178,7 +178,7 @@ def test_worker_whose_lock_was_taken_over_cannot_write(
     assert {e.kind for e in store.read_branch(tenant, "stolen")} == {"message"}
     samples = metrics_of(port)
     fenced = samples["om_worker_fence_rejections_total"] + samples["om_worker_lock_lost_total"]
-    assert fenced >= 1 and samples['om_worker_flush_runs_total{outcome="failed"}'] == 1
+    assert fenced >= 1 and samples['om_worker_flush_jobs_total{outcome="failed"}'] == 1
 
 
 def test_provider_failures_over_http_fail_runs_redacted_and_the_worker_goes_on(
@@ -203,20 +203,20 @@ def test_provider_failures_over_http_fail_runs_redacted_and_the_worker_goes_on(
             add_chat(store, tenant, session, 2)
             jobs[session] = enqueue_flush(store, client, tenant, session, app=app).job_id
         for session, job in jobs.items():
-            wait_for(lambda j=job: store.get_run(tenant, j).state in FINAL, 30, f"{session}")  # type: ignore[misc]
-            run = store.get_run(tenant, job)
+            wait_for(lambda j=job: store.get_job(tenant, j).state in FINAL, 30, f"{session}")  # type: ignore[misc]
+            run = store.get_job(tenant, job)
             assert run.state == "failed" and run.error, (session, run)
             assert SECRET not in run.error, run.error
             assert {e.kind for e in store.read_branch(tenant, session)} == {"message"}, session
             retried = server.calls_for(session)
             assert retried >= (1 if "malformed" in session else 3), (session, retried)
-        assert "[REDACTED" in store.get_run(tenant, jobs["s-ratelimit"]).error  # type: ignore[operator]
+        assert "[REDACTED" in store.get_job(tenant, jobs["s-ratelimit"]).error  # type: ignore[operator]
 
         store.create_session(tenant, "s-healthy")
         messages = add_chat(store, tenant, "s-healthy", 2)
         job = enqueue_flush(store, client, tenant, "s-healthy", app=app).job_id
-        wait_for(lambda: store.get_run(tenant, job).state in FINAL, 30, "the healthy session")
-        assert store.get_run(tenant, job).state == "succeeded", store.get_run(tenant, job)
+        wait_for(lambda: store.get_job(tenant, job).state in FINAL, 30, "the healthy session")
+        assert store.get_job(tenant, job).state == "succeeded", store.get_job(tenant, job)
         assert_observed_once(store, tenant, "s-healthy", messages)
         assert server.models["gpt-wire"] > 0 and worker.process.poll() is None
         assert SECRET not in worker.log.read_text(errors="replace")

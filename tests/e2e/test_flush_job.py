@@ -12,7 +12,7 @@ from om_core.provider import Provider, ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.coordination.redelivery import record_delivery
-from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
+from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
 from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
 from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed
@@ -32,7 +32,7 @@ def deps_for(store: SqlStore, client: redis.Redis, published: Published, **kw: o
 
 
 def enqueue(deps: FlushDeps, tenant: str, session: str) -> str:
-    return request_flush_run(deps.store, deps.redis, tenant, session, publish=deps.publish).job_id
+    return request_flush(deps.store, deps.redis, tenant, session, publish=deps.publish).job_id
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_flush_observes_every_message_once(
     assert published == [(tenant, "s1", job)]
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "succeeded", outcome.error
-    run = store.get_run(tenant, job)
+    run = store.get_job(tenant, job)
     assert run.state == "succeeded" and run.counts["observations"] == len(chat)
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
     assert client.get(keys.lock_key(tenant, "s1")) is None
@@ -78,7 +78,7 @@ def test_busy_lock_drops_the_message_and_keeps_pending(
     assert holder.acquire()
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "busy"
     assert client.get(keys.pending_key(tenant, "s1")) == job
-    assert store.get_run(tenant, job).state == "queued"
+    assert store.get_job(tenant, job).state == "queued"
     assert holder.release().pending_job_id == job  # the holder re-publishes it
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
 
@@ -102,9 +102,9 @@ def test_redelivery_after_crash_runs_without_marker_and_duplicates_nothing(
     job = enqueue(deps, tenant, "s1")
     # A first attempt claimed the marker and started, then its worker died (lock expired).
     client.delete(keys.pending_key(tenant, "s1"))
-    store.start_run(tenant, job)
+    store.start_job(tenant, job)
     assert run_flush_job(deps, tenant, "s1", job, False).outcome == "succeeded"
-    assert store.get_run(tenant, job).attempts == 2
+    assert store.get_job(tenant, job).attempts == 2
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
 
 
@@ -133,7 +133,7 @@ def test_stale_epoch_stops_the_write(
 ) -> None:
     class Overtaken(ExtractiveProvider):
         def generate(self, request: ProviderRequest) -> ProviderResponse:
-            store.begin_pass(tenant, "s1")  # a newer pass began while this one was thinking
+            store.raise_epoch(tenant, "s1")  # a newer pass began while this one was thinking
             return super().generate(request)
 
     deps = deps_for(store, client, published, provider=Overtaken)
@@ -171,7 +171,7 @@ def test_poison_message_fails_the_run_after_the_limit(
         record_delivery(client, job)
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "poison"
-    run = store.get_run(tenant, job)
+    run = store.get_job(tenant, job)
     assert run.state == "failed" and run.error is not None and "poison" in run.error
     assert covered_sources(store, tenant, "s1") == []
 
@@ -187,7 +187,7 @@ def test_provider_failure_fails_the_run_with_a_redacted_error(
     job = enqueue(deps, tenant, "s1")
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "failed"
-    run = store.get_run(tenant, job)
+    run = store.get_job(tenant, job)
     assert run.state == "failed" and run.error is not None
     assert "upstream rejected" in run.error and SECRET not in run.error
     assert covered_sources(store, tenant, "s1") == []
@@ -228,8 +228,8 @@ def test_forced_job_observes_below_the_threshold_and_skips_revoked_entries(
     assert covered_sources(store, tenant, "s1") == []
 
     store.add_tombstones(tenant, tombstone_scope("s1"), [chat[0]])
-    forced = request_flush_run(store, client, tenant, "s1", publish=deps.publish, force=True)
-    assert store.get_run(tenant, forced.job_id).force
+    forced = request_flush(store, client, tenant, "s1", publish=deps.publish, force=True)
+    assert store.get_job(tenant, forced.job_id).force
     assert run_flush_job(deps, tenant, "s1", forced.job_id, False).outcome == "succeeded"
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat[1:])
 
@@ -243,7 +243,7 @@ def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
     # The reconciler re-marked the run while it was starting: the marker outlives its read.
     client.set(keys.pending_key(tenant, "s1"), first)
     more = add_chat(store, tenant, "s1", 2, start=3)
-    second = request_flush_run(store, client, tenant, "s1", publish=deps.publish)
+    second = request_flush(store, client, tenant, "s1", publish=deps.publish)
     assert not second.coalesced and second.job_id != first
     assert run_flush_job(deps, tenant, "s1", second.job_id, False).outcome == "succeeded"
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat + more)

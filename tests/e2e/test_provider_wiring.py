@@ -16,7 +16,7 @@ from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
 from om_workers.jobs import tasks
-from om_workers.jobs.flush import FlushDeps, request_flush_run, run_flush_job
+from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider
 from om_workers.providers.setup import (
     provider_factory,
@@ -98,7 +98,7 @@ def test_per_worker_model_overrides_the_session_model(
         memory_settings={"observation": {"messageTokens": 1}},
         worker_models={"observer": "observer-model"},
     )
-    job = request_flush_run(store, client, tenant, "m", publish=deps.publish).job_id
+    job = request_flush(store, client, tenant, "m", publish=deps.publish).job_id
     assert run_flush_job(deps, tenant, "m", job).outcome == "succeeded"
     assert fully_observed(store, tenant, "m", messages)
     assert Recording.models and set(Recording.models) == {"observer-model"}

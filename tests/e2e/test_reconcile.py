@@ -10,8 +10,8 @@ from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import ConfigError
 from om_workers.jobs.reconcile import ReconcileReport
-from om_workers.jobs.tasks import reconcile_once, stuck_run_age_s, time_limits
-from om_workers.store import SqlStore, sessions_of_runs, sessions_over_unobserved
+from om_workers.jobs.tasks import reconcile_once, stuck_job_age_s, time_limits
+from om_workers.store import SqlStore, sessions_of_jobs, sessions_over_unobserved
 from tests.e2e.support import add_chat
 
 Published = list[tuple[str, str, str]]
@@ -37,26 +37,26 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
     for session in ("old", "locked", "fresh"):
         store.create_session(tenant, session)
     age_100s = keys.PENDING_TTL_S - 100
-    old_job = store.create_run(tenant, "old").id  # a real queued run: markers name known jobs
+    old_job = store.create_job(tenant, "old").id  # a real queued job: markers name known jobs
     client.set(keys.pending_key(tenant, "old"), old_job, ex=age_100s)
     client.set(keys.pending_key(tenant, "locked"), "job-locked", ex=age_100s)
     client.set(keys.pending_key(tenant, "fresh"), "job-fresh")
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
-    stuck = store.create_run(tenant, "old")
-    store.start_run(tenant, stuck.id)
-    published, report = reconcile(store, client, stale_pending_s=10, stuck_run_s=0)
+    stuck = store.create_job(tenant, "old")
+    store.start_job(tenant, stuck.id)
+    published, report = reconcile(store, client, stale_pending_s=10, stuck_job_s=0)
     assert published == [(tenant, "old", old_job)] and report.republished == (old_job,)
-    assert report.failed_runs == (stuck.id,)
+    assert report.failed_jobs == (stuck.id,)
     assert report.requested == ()  # the swept run's session coalesced onto the pending job
-    assert store.get_run(tenant, stuck.id).state == "failed"
+    assert store.get_job(tenant, stuck.id).state == "failed"
     holder.release()
 
 
 def test_time_limits_overrides_must_be_complete_ordered_and_above_the_lock_ttl() -> None:
     derived = time_limits(Settings())
     assert derived.visibility_timeout_s > Settings().lock_ttl_s
-    assert stuck_run_age_s(Settings()) > derived.visibility_timeout_s
+    assert stuck_job_age_s(Settings()) > derived.visibility_timeout_s
     ok = Settings(
         http_timeout_s=1,
         soft_time_limit_s=2,
@@ -103,15 +103,15 @@ def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
     published, report = reconcile(
-        store, client, stale_pending_s=1000, stuck_run_s=1000, unobserved_threshold=threshold
+        store, client, stale_pending_s=1000, stuck_job_s=1000, unobserved_threshold=threshold
     )
     assert [(t, s) for t, s, _ in published] == [(tenant, "big")]
     (job,) = report.requested
-    assert store.get_run(tenant, job).state == "queued"
+    assert store.get_job(tenant, job).state == "queued"
     assert client.get(keys.pending_key(tenant, "big")) == job
     # The next pass finds the marker and requests nothing twice.
     again = reconcile_once(
-        store, client, lambda *a: None, stale_pending_s=1000, stuck_run_s=1000,
+        store, client, lambda *a: None, stale_pending_s=1000, stuck_job_s=1000,
         unobserved_threshold=threshold,
     )  # fmt: skip
     assert again.requested == ()
@@ -122,26 +122,26 @@ def test_reconcile_re_requests_the_session_of_a_swept_run(
     store: SqlStore, client: redis.Redis, tenant: str
 ) -> None:
     store.create_session(tenant, "crashed")
-    stuck = store.create_run(tenant, "crashed")
-    store.start_run(tenant, stuck.id)
-    published, report = reconcile(store, client, stale_pending_s=1000, stuck_run_s=0)
-    assert report.failed_runs == (stuck.id,)
+    stuck = store.create_job(tenant, "crashed")
+    store.start_job(tenant, stuck.id)
+    published, report = reconcile(store, client, stale_pending_s=1000, stuck_job_s=0)
+    assert report.failed_jobs == (stuck.id,)
     (job,) = report.requested
     assert job != stuck.id and published == [(tenant, "crashed", job)]
-    assert sessions_of_runs(store, [stuck.id, "unknown"])[0].session_id == "crashed"
+    assert sessions_of_jobs(store, [stuck.id, "unknown"])[0].session_id == "crashed"
 
 
 def test_reconcile_republishes_queued_runs_whose_message_was_lost(
     store: SqlStore, client: redis.Redis, tenant: str
 ) -> None:
     store.create_session(tenant, "lost")
-    first = store.create_run(tenant, "lost")  # queued; Redis lost its marker and message
-    second = store.create_run(tenant, "lost")
-    published, report = reconcile(store, client, stale_pending_s=0, stuck_run_s=1000)
+    first = store.create_job(tenant, "lost")  # queued; Redis lost its marker and message
+    second = store.create_job(tenant, "lost")
+    published, report = reconcile(store, client, stale_pending_s=0, stuck_job_s=1000)
     # The oldest gets the fresh marker and is published; the newer one is served by it.
     assert report.republished == (first.id,) and published == [(tenant, "lost", first.id)]
     assert client.get(keys.pending_key(tenant, "lost")) == first.id
-    run = store.get_run(tenant, second.id)
+    run = store.get_job(tenant, second.id)
     assert run.state == "skipped" and run.error is not None and first.id in run.error
 
 
@@ -156,13 +156,13 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
 
     def fail_runs(count: int) -> None:
         for _ in range(count):
-            run = store.create_run(tenant, "broken")
-            store.start_run(tenant, run.id)
-            store.finish_run(tenant, run.id, "failed", error="provider down")
+            run = store.create_job(tenant, "broken")
+            store.start_job(tenant, run.id)
+            store.finish_job(tenant, run.id, "failed", error="provider down")
 
     def backlog_pass() -> tuple[Published, ReconcileReport]:
         return reconcile(
-            store, client, stale_pending_s=1000, stuck_run_s=1000, unobserved_threshold=threshold
+            store, client, stale_pending_s=1000, stuck_job_s=1000, unobserved_threshold=threshold
         )
 
     fail_runs(2)  # below the streak that backs off: still requested
@@ -170,12 +170,12 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     assert [s for _, s, _ in published] == ["broken"]
     client.delete(keys.pending_key(tenant, "broken"))
     (queued,) = [j for _, _, j in published]
-    store.finish_run(tenant, queued, "failed", error="provider down")
+    store.finish_job(tenant, queued, "failed", error="provider down")
     assert failure_streak(store, tenant, "broken").failures == 3
     published, report = backlog_pass()
     assert published == [] and report.backed_off == ("broken",)
     # A success ends the streak.
-    ok = store.create_run(tenant, "broken")
-    store.start_run(tenant, ok.id)
-    store.finish_run(tenant, ok.id, "succeeded")
+    ok = store.create_job(tenant, "broken")
+    store.start_job(tenant, ok.id)
+    store.finish_job(tenant, ok.id, "succeeded")
     assert failure_streak(store, tenant, "broken").failures == 0

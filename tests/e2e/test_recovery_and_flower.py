@@ -148,7 +148,7 @@ def test_flower_lists_the_workers_and_the_flush_tasks(
             add_chat(store, tenant, session, 1)
             jobs.append(enqueue_flush(store, client, tenant, session, app=app).job_id)
         wait_for(
-            lambda: all(store.get_run(tenant, job).state == "succeeded" for job in jobs),
+            lambda: all(store.get_job(tenant, job).state == "succeeded" for job in jobs),
             30,
             "the flushes",
         )

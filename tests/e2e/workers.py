@@ -101,14 +101,14 @@ class Worker:
 
 
 def runs_of(database_url: str, session_id: str) -> list[RunRow]:
-    """Every run row of the session, read straight from the store's table."""
+    """Every job row of the session, read straight from the store's table."""
     engine = create_engine(database_url)
     try:
         with engine.connect() as connection:
             rows: Any = connection.execute(
                 text(
                     "SELECT r.id, r.state, r.attempts, r.started_at, r.finished_at, r.error "
-                    "FROM flush_runs r JOIN sessions s ON s.pk = r.session_pk "
+                    "FROM flush_jobs r JOIN sessions s ON s.pk = r.session_pk "
                     "WHERE s.id = :sid ORDER BY r.queued_at"
                 ),
                 {"sid": session_id},
@@ -119,14 +119,14 @@ def runs_of(database_url: str, session_id: str) -> list[RunRow]:
 
 
 def as_datetime(value: Any) -> datetime | None:
-    """A run row's timestamp as read back from SQLite (text) or PostgreSQL (datetime)."""
+    """A job row's timestamp as read back from SQLite (text) or PostgreSQL (datetime)."""
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(str(value))
 
 
 def settled(database_url: str, session: str) -> bool:
-    """True when the session has run rows and every one has finished."""
+    """True when the session has job rows and every one has finished."""
     runs = runs_of(database_url, session)
     return bool(runs) and all(r.state in FINAL for r in runs)
 

@@ -11,9 +11,9 @@ import redis
 from om_workers.coordination import keys
 from om_workers.coordination.coalesce import (
     claim_pending,
+    enqueue,
     pending_flushes,
     release_and_republish,
-    request_flush,
     stale_pending,
 )
 from om_workers.coordination.locks import SessionLock
@@ -37,9 +37,9 @@ def new_job() -> str:
 
 def test_first_request_publishes_and_later_ones_coalesce(client: redis.Redis) -> None:
     queue = Queue()
-    first = request_flush(client, "t1", "s1", "job-1", queue.publish)
-    second = request_flush(client, "t1", "s1", "job-2", queue.publish)
-    other_session = request_flush(client, "t1", "s2", "job-3", queue.publish)
+    first = enqueue(client, "t1", "s1", "job-1", queue.publish)
+    second = enqueue(client, "t1", "s1", "job-2", queue.publish)
+    other_session = enqueue(client, "t1", "s2", "job-3", queue.publish)
     assert (first.job_id, first.coalesced) == ("job-1", False)
     assert (second.job_id, second.coalesced) == ("job-1", True)
     assert (other_session.job_id, other_session.coalesced) == ("job-3", False)
@@ -59,7 +59,7 @@ def test_a_burst_from_many_threads_publishes_exactly_once(client: redis.Redis) -
     def ask() -> None:
         start.wait()
         for _ in range(5):
-            answer = request_flush(client, "t1", "s1", new_job(), queue.publish)
+            answer = enqueue(client, "t1", "s1", new_job(), queue.publish)
             with answers_lock:
                 answers.append((answer.job_id, answer.coalesced))
 
@@ -76,14 +76,14 @@ def test_a_burst_from_many_threads_publishes_exactly_once(client: redis.Redis) -
 
 def test_request_mid_run_causes_exactly_one_republish(client: redis.Redis) -> None:
     queue = Queue()
-    job_1 = request_flush(client, "t1", "s1", "job-1", queue.publish).job_id
+    job_1 = enqueue(client, "t1", "s1", "job-1", queue.publish).job_id
     # A worker takes the lock and claims the pending job before reading the session.
     run_1 = SessionLock(client, "t1", "s1")
     assert run_1.acquire()
     assert claim_pending(run_1) == job_1
     # Requests arriving while it runs: the first sets a new marker and publishes, the rest
     # coalesce onto it.
-    mid = [request_flush(client, "t1", "s1", new_job(), queue.publish) for _ in range(20)]
+    mid = [enqueue(client, "t1", "s1", new_job(), queue.publish) for _ in range(20)]
     job_2 = mid[0].job_id
     assert not mid[0].coalesced
     assert all(answer.job_id == job_2 and answer.coalesced for answer in mid[1:])
@@ -123,20 +123,20 @@ def test_failed_publish_withdraws_the_marker(client: redis.Redis) -> None:
         raise ConnectionRefusedError(f"broker down for {job_id}")
 
     with pytest.raises(ConnectionRefusedError):
-        request_flush(client, "t1", "s1", "job-1", broken)
+        enqueue(client, "t1", "s1", "job-1", broken)
     assert client.get(keys.pending_key("t1", "s1")) is None
     queue = Queue()
-    answer = request_flush(client, "t1", "s1", "job-2", queue.publish)
+    answer = enqueue(client, "t1", "s1", "job-2", queue.publish)
     assert (answer.job_id, answer.coalesced) == ("job-2", False)
     assert queue.jobs == ["job-2"]
 
 
 def test_failed_republish_keeps_the_marker_for_the_reconciler(client: redis.Redis) -> None:
-    request_flush(client, "t1", "s1", "job-1", Queue().publish)
+    enqueue(client, "t1", "s1", "job-1", Queue().publish)
     lock = SessionLock(client, "t1", "s1")
     assert lock.acquire()
     claim_pending(lock)
-    request_flush(client, "t1", "s1", "job-2", Queue().publish)
+    enqueue(client, "t1", "s1", "job-2", Queue().publish)
 
     def broken(job_id: str) -> None:
         raise ConnectionRefusedError(f"broker down for {job_id}")
@@ -153,16 +153,16 @@ def test_a_retried_request_recognises_its_own_marker(client: redis.Redis) -> Non
     key = keys.pending_key("t1", "s1")
     assert script(keys=[key], args=["job-1", 60]) == [1, "job-1"]
     queue = Queue()
-    answer = request_flush(client, "t1", "s1", "job-1", queue.publish)
+    answer = enqueue(client, "t1", "s1", "job-1", queue.publish)
     assert (answer.job_id, answer.coalesced) == ("job-1", False)
     assert queue.jobs == ["job-1"]
 
 
 def test_reconciler_sees_pending_markers_with_age_and_lock(client: redis.Redis) -> None:
     queue = Queue()
-    request_flush(client, "t1", "fresh", "job-fresh", queue.publish)
-    request_flush(client, "t:1", "old:%", "job-old", queue.publish)
-    request_flush(client, "t1", "old-locked", "job-locked", queue.publish)
+    enqueue(client, "t1", "fresh", "job-fresh", queue.publish)
+    enqueue(client, "t:1", "old:%", "job-old", queue.publish)
+    enqueue(client, "t1", "old-locked", "job-locked", queue.publish)
     # Age two markers by 100 s (their remaining TTL is what the age is computed from).
     for tenant, session in [("t:1", "old:%"), ("t1", "old-locked")]:
         client.expire(keys.pending_key(tenant, session), keys.PENDING_TTL_S - 100)

@@ -17,7 +17,7 @@ from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
 from om_workers.jobs import tasks
-from om_workers.jobs.flush import request_flush_run
+from om_workers.jobs.flush import request_flush
 from om_workers.providers import OpenAICompatibleProvider
 from om_workers.services import Services, build_services
 from om_workers.store import upgrade
@@ -53,9 +53,9 @@ def test_builds_a_working_store_and_redis_from_settings(services: Services) -> N
     services.store.create_session(tenant, "s1")
     published: list[str] = []
     deps = services.flush_deps(lambda t, s, job: published.append(job))
-    request = request_flush_run(deps.store, deps.redis, tenant, "s1", publish=deps.publish)
+    request = request_flush(deps.store, deps.redis, tenant, "s1", publish=deps.publish)
     assert published == [request.job_id] and not request.coalesced
-    assert services.store.get_run(tenant, request.job_id).state == "queued"
+    assert services.store.get_job(tenant, request.job_id).state == "queued"
     assert services.redis.ping()
     assert services.secrets == (KEY,)
     assert services.memory().observation.message_tokens == 123

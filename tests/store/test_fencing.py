@@ -11,22 +11,22 @@ from om_workers.store import SqlStore
 
 def test_begin_pass_raises_the_epoch(store: SqlStore, tenant: str, session_id: str) -> None:
     assert store.get_session(tenant, session_id).epoch == 0
-    assert store.begin_pass(tenant, session_id) == 1
-    assert store.begin_pass(tenant, session_id) == 2
+    assert store.raise_epoch(tenant, session_id) == 1
+    assert store.raise_epoch(tenant, session_id) == 2
     assert store.get_session(tenant, session_id).epoch == 2
     with pytest.raises(SessionNotFoundError):
-        store.begin_pass(tenant, "missing")
+        store.raise_epoch(tenant, "missing")
 
 
 def test_memory_write_with_a_stale_epoch_is_rejected_and_writes_nothing(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, [message("a"), message("b")])
-    old = store.begin_pass(tenant, session_id)
+    old = store.raise_epoch(tenant, session_id)
     first, _ = observations("obs-1", ["a"], "a")
     assert store.append_memory(tenant, session_id, first, old).appended_ids == ("obs-1",)
 
-    newer = store.begin_pass(tenant, session_id)
+    newer = store.raise_epoch(tenant, session_id)
     late, _ = observations("obs-late", ["b"], "b")
     with pytest.raises(StaleEpochError) as caught:
         store.append_memory(tenant, session_id, [message("c"), late], old)
@@ -43,10 +43,10 @@ def test_fenced_handle_stops_writing_after_a_newer_pass(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a"))
-    handle = store.session(tenant, session_id, epoch=store.begin_pass(tenant, session_id))
+    handle = store.session(tenant, session_id, epoch=store.raise_epoch(tenant, session_id))
     record, _ = observations("obs-1", ["a"], "a")
     assert handle.append_entry(record).parent_id == "a"
-    store.begin_pass(tenant, session_id)
+    store.raise_epoch(tenant, session_id)
     again, _ = observations("obs-2", ["a"], "a")
     with pytest.raises(StaleEpochError):
         handle.append_entry(again)

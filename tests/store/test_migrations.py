@@ -11,7 +11,7 @@ from om_workers.store.engine import create_store_engine
 from om_workers.store.migrate import VERSION_TABLE
 from om_workers.store.schema import metadata
 
-TABLES = {"tenants", "api_keys", "sessions", "entries", "snapshots", "flush_runs", "tombstones"}
+TABLES = {"tenants", "api_keys", "sessions", "entries", "snapshots", "flush_jobs", "tombstones"}
 
 
 def test_upgrade_from_empty_database_creates_every_table(database_url: str) -> None:
@@ -84,5 +84,49 @@ def test_upgrade_keeps_entries_written_under_global_ids(database_url: str) -> No
         assert store.append_entries(
             "u", "s", store.read_branch("t", "s")[0].model_copy(update={"session_id": "s"})
         ).appended_ids == ("a",)
+    finally:
+        store.close()
+
+
+def test_upgrade_renames_flush_runs_to_jobs_and_keeps_their_rows(database_url: str) -> None:
+    from sqlalchemy import text
+
+    upgrade(database_url, revision="0004")
+    store = SqlStore.from_url(database_url)
+    try:
+        store.create_tenant("t")
+        store.create_session("t", "s")
+        with store.engine.begin() as connection:
+            pk = connection.execute(text("SELECT pk FROM sessions")).scalar_one()
+            connection.execute(
+                text(
+                    "INSERT INTO flush_runs (id, tenant_id, session_pk, state, force, "
+                    "full_reflection_rebuild, attempts, queued_at, counts) VALUES "
+                    "('j1', 't', :pk, 'queued', false, false, 0, :now, '{}')"
+                ),
+                {"pk": pk, "now": "2026-01-01 00:00:00+00:00"},
+            )
+            payload = '{"id": "a", "sessionId": "s", "kind": "message", "message": {"role": "user", "content": "hi"}}'  # noqa: E501
+            connection.execute(
+                text(
+                    "INSERT INTO entries (tenant_id, id, session_pk, parent_id, seq, run_start, "
+                    "kind, eligible_tokens, payload, created_at) VALUES "
+                    "('t', 'a', :pk, NULL, 1, 1, 'message', 1, :payload, :now)"
+                ),
+                {"pk": pk, "payload": payload, "now": "2026-01-01 00:00:00+00:00"},
+            )
+            connection.execute(text("UPDATE sessions SET leaf_id = 'a', entry_count = 1"))
+    finally:
+        store.close()
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        assert store.get_job("t", "j1").state == "queued"
+        assert [e.id for e in store.read_branch("t", "s")] == ["a"]
+        indexes = {ix["name"] for ix in inspect(store.engine).get_indexes("flush_jobs")}
+        assert indexes == {
+            "ix_flush_jobs_session_pk_queued_at",
+            "ix_flush_jobs_state_started_at",
+        }
     finally:
         store.close()

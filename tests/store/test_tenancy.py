@@ -10,7 +10,7 @@ from sqlalchemy import select
 from store_factories import message
 
 from om_workers.errors import (
-    FlushRunNotFoundError,
+    FlushJobNotFoundError,
     InvalidApiKeyError,
     SessionExistsError,
     SessionNotFoundError,
@@ -26,7 +26,7 @@ def test_another_tenants_session_is_not_found(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a"))
-    run = store.create_run(tenant, session_id)
+    run = store.create_job(tenant, session_id)
     store.create_tenant("intruder")
     calls: list[Callable[[], Any]] = [
         lambda: store.get_session("intruder", session_id),
@@ -36,9 +36,9 @@ def test_another_tenants_session_is_not_found(
         lambda: store.read_context_state("intruder", session_id),
         lambda: store.append_entries("intruder", session_id, message("b")),
         lambda: store.append_memory("intruder", session_id, message("b"), 0),
-        lambda: store.begin_pass("intruder", session_id),
+        lambda: store.raise_epoch("intruder", session_id),
         lambda: store.fork("intruder", session_id, "a"),
-        lambda: store.create_run("intruder", session_id),
+        lambda: store.create_job("intruder", session_id),
         lambda: store.session("intruder", session_id).entries(),
     ]
     for call in calls:
@@ -46,8 +46,8 @@ def test_another_tenants_session_is_not_found(
             call()
         # Word for word what a missing session says: nothing confirms that it exists.
         assert str(caught.value) == f"no session {session_id!r}"
-    with pytest.raises(FlushRunNotFoundError):
-        store.get_run("intruder", run.id)
+    with pytest.raises(FlushJobNotFoundError):
+        store.get_job("intruder", run.id)
     # The intruder may use the same session id for its own session.
     store.create_session("intruder", session_id)
     assert store.read_branch("intruder", session_id) == ()

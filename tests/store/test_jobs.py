@@ -1,4 +1,4 @@
-"""Flush runs (states, counts, redacted errors, stuck-run sweep) and tombstones."""
+"""Flush jobs (states, counts, redacted errors, stuck-job sweep) and tombstones."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from om_core.redaction import REDACTED
-from om_workers.errors import InvalidRunStateError
+from om_workers.errors import InvalidJobStateError
 from om_workers.store import SqlStore
 
 
 def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
-    run = store.create_run(tenant, session_id, force=True)
+    run = store.create_job(tenant, session_id, force=True)
     assert (run.state, run.force, run.attempts, run.session_id) == ("queued", True, 0, session_id)
-    started = store.start_run(tenant, run.id)
+    started, _ = store.start_job(tenant, run.id)
     assert (started.state, started.attempts) == ("running", 1)
     assert started.started_at is not None
-    failed = store.finish_run(
+    failed = store.finish_job(
         tenant,
         run.id,
         "failed",
@@ -27,26 +27,26 @@ def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session
     )
     assert failed.state == "failed" and failed.finished_at is not None
     assert failed.error == f"provider said: bad key {REDACTED}"
-    assert store.get_run(tenant, run.id) == failed
-    with pytest.raises(InvalidRunStateError):
-        store.start_run(tenant, run.id)
-    with pytest.raises(InvalidRunStateError):
-        store.finish_run(tenant, run.id, "succeeded")
-    other = store.create_run(tenant, session_id)
-    with pytest.raises(InvalidRunStateError):
-        store.finish_run(tenant, other.id, "running")
-    done = store.finish_run(tenant, other.id, "skipped", counts={"coalesced": 1})
+    assert store.get_job(tenant, run.id) == failed
+    with pytest.raises(InvalidJobStateError):
+        store.start_job(tenant, run.id)
+    with pytest.raises(InvalidJobStateError):
+        store.finish_job(tenant, run.id, "succeeded")
+    other = store.create_job(tenant, session_id)
+    with pytest.raises(InvalidJobStateError):
+        store.finish_job(tenant, other.id, "running")
+    done = store.finish_job(tenant, other.id, "skipped", counts={"coalesced": 1})
     assert done.counts == {"coalesced": 1}
 
 
 def test_stuck_runs_are_swept(store: SqlStore, tenant: str, session_id: str) -> None:
-    stuck = store.create_run(tenant, session_id)
-    store.start_run(tenant, stuck.id)
-    queued = store.create_run(tenant, session_id)
-    swept = store.fail_stuck_runs(datetime.now(UTC) + timedelta(seconds=1))
+    stuck = store.create_job(tenant, session_id)
+    store.start_job(tenant, stuck.id)
+    queued = store.create_job(tenant, session_id)
+    swept = store.fail_stuck_jobs(datetime.now(UTC) + timedelta(seconds=1))
     assert swept == (stuck.id,)
-    assert store.get_run(tenant, stuck.id).state == "failed"
-    assert store.get_run(tenant, queued.id).state == "queued"
+    assert store.get_job(tenant, stuck.id).state == "failed"
+    assert store.get_job(tenant, queued.id).state == "queued"
 
 
 def test_tombstones_per_tenant_and_scope(store: SqlStore, tenant: str) -> None:

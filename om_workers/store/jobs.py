@@ -1,0 +1,261 @@
+"""Flush jobs: one row per flush request that got its own job id, from queued to finished."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, insert, select, update
+
+from om_core.redaction import redact
+from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, SessionNotFoundError
+from om_workers.store.base import StoreBase
+from om_workers.store.records import (
+    FINAL_JOB_STATES,
+    FlushJob,
+    JobState,
+    as_utc,
+    as_utc_or_none,
+)
+from om_workers.store.schema import flush_jobs, sessions
+
+MAX_ERROR_CHARS = 4000
+STUCK_JOB_ERROR = "job stopped without finishing (worker lost); swept by the reconciler"
+
+
+def _job_select() -> Any:
+    return select(flush_jobs, sessions.c.id.label("session_id")).select_from(
+        flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk)
+    )
+
+
+def _to_job(row: Row[Any]) -> FlushJob:
+    data = row._mapping
+    return FlushJob(
+        id=data["id"],
+        tenant_id=data["tenant_id"],
+        session_id=data["session_id"],
+        state=data["state"],
+        force=bool(data["force"]),
+        full_reflection_rebuild=bool(data["full_reflection_rebuild"]),
+        attempts=int(data["attempts"]),
+        queued_at=as_utc(data["queued_at"]),
+        started_at=as_utc_or_none(data["started_at"]),
+        finished_at=as_utc_or_none(data["finished_at"]),
+        counts=dict(data["counts"]),
+        error=data["error"],
+    )
+
+
+def _is_final() -> ColumnElement[bool]:
+    return flush_jobs.c.state.in_(sorted(FINAL_JOB_STATES))
+
+
+def _update_job(
+    connection: Connection,
+    tenant_id: str,
+    job_id: str,
+    condition: ColumnElement[bool],
+    values: Mapping[str, Any],
+) -> Row[Any] | None:
+    """Update the job when ``condition`` holds; the row as written (``None``: not updated)."""
+    session_id = (
+        select(sessions.c.id)
+        .where(sessions.c.pk == flush_jobs.c.session_pk)
+        .scalar_subquery()
+        .label("session_id")
+    )
+    return connection.execute(
+        update(flush_jobs)
+        .where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id, condition)
+        .values(**values)
+        .returning(*flush_jobs.c, session_id)
+    ).first()
+
+
+def _not_updated(connection: Connection, tenant_id: str, job_id: str) -> Exception:
+    """Why a job was not updated: it does not exist, or it already finished."""
+    row = connection.execute(
+        select(flush_jobs.c.state).where(
+            flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id
+        )
+    ).first()
+    if row is None:
+        return FlushJobNotFoundError(f"no flush job {job_id!r}")
+    return InvalidJobStateError(f"flush job {job_id!r} already {row.state}")
+
+
+def _locked_job(connection: Connection, tenant_id: str, job_id: str) -> Row[Any]:
+    query = _job_select().where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id)
+    if connection.dialect.name == "postgresql":
+        query = query.with_for_update(of=flush_jobs)
+    row: Row[Any] | None = connection.execute(query).first()
+    if row is None:
+        raise FlushJobNotFoundError(f"no flush job {job_id!r}")
+    return row
+
+
+class JobsMixin(StoreBase):
+    """Flush-job operations of :class:`~om_workers.store.SqlStore`."""
+
+    def create_job(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        force: bool = False,
+        full_reflection_rebuild: bool = False,
+        job_id: str | None = None,
+    ) -> FlushJob:
+        """Record a queued flush job (durable before anyone is told it was accepted).
+
+        Raises :class:`SessionNotFoundError`.
+        """
+        new_id = job_id or uuid.uuid4().hex
+        with self._write() as connection:
+            session_pk = connection.execute(
+                select(sessions.c.pk).where(
+                    sessions.c.tenant_id == tenant_id, sessions.c.id == session_id
+                )
+            ).scalar()
+            if session_pk is None:
+                raise SessionNotFoundError(f"no session {session_id!r}")
+            connection.execute(
+                insert(flush_jobs).values(
+                    id=new_id,
+                    tenant_id=tenant_id,
+                    session_pk=session_pk,
+                    state="queued",
+                    force=force,
+                    full_reflection_rebuild=full_reflection_rebuild,
+                    attempts=0,
+                    queued_at=self._now(),
+                    counts={},
+                    error=None,
+                )
+            )
+            return _to_job(_locked_job(connection, tenant_id, new_id))
+
+    def get_job(self, tenant_id: str, job_id: str) -> FlushJob:
+        """The job. Raises :class:`FlushJobNotFoundError` (also for another tenant's job)."""
+        with self._read() as connection:
+            row = connection.execute(
+                _job_select().where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id)
+            ).first()
+        if row is None:
+            raise FlushJobNotFoundError(f"no flush job {job_id!r}")
+        return _to_job(row)
+
+    def start_job(self, tenant_id: str, job_id: str) -> tuple[FlushJob, int]:
+        """Mark a queued job running and raise its session's epoch, in one transaction: the job
+        as started and the new epoch, which fences out every earlier flush of the session (see
+        ``SqlStore.raise_epoch``). A redelivered running job restarts; attempts count up.
+
+        Raises :class:`FlushJobNotFoundError`, or :class:`InvalidJobStateError` for a job that
+        already finished.
+        """
+        with self._write() as connection:
+            job, session_pk = self._start_locked(connection, tenant_id, job_id)
+            epoch = connection.execute(
+                update(sessions)
+                .where(sessions.c.pk == session_pk)
+                .values(epoch=sessions.c.epoch + 1, updated_at=self._now())
+                .returning(sessions.c.epoch)
+            ).scalar_one()
+            return job, int(epoch)
+
+    def _start_locked(
+        self, connection: Connection, tenant_id: str, job_id: str
+    ) -> tuple[FlushJob, int]:
+        values = {
+            "state": "running",
+            "started_at": self._now(),
+            "attempts": flush_jobs.c.attempts + 1,
+        }
+        row = _update_job(connection, tenant_id, job_id, ~_is_final(), values)
+        if row is None:
+            raise _not_updated(connection, tenant_id, job_id)
+        return _to_job(row), int(row.session_pk)
+
+    def finish_job(
+        self,
+        tenant_id: str,
+        job_id: str,
+        state: JobState,
+        *,
+        counts: Mapping[str, int] | None = None,
+        error: str | None = None,
+        secrets: Iterable[str] = (),
+    ) -> FlushJob:
+        """Mark a job succeeded, failed or skipped, with its counts and redacted error.
+
+        ``error`` has every exact secret replaced and is cut to ``MAX_ERROR_CHARS``. Raises
+        :class:`InvalidJobStateError` for a non-final ``state`` or a job already finished,
+        :class:`FlushJobNotFoundError` for an unknown job.
+        """
+        if state not in FINAL_JOB_STATES:
+            raise InvalidJobStateError(f"{state!r} is not a final state")
+        text = None if error is None else redact(error, secrets)[:MAX_ERROR_CHARS]
+        values = {
+            "state": state,
+            "finished_at": self._now(),
+            "counts": dict(counts or {}),
+            "error": text,
+        }
+        with self._write() as connection:
+            row = _update_job(connection, tenant_id, job_id, ~_is_final(), values)
+            if row is None:
+                raise _not_updated(connection, tenant_id, job_id)
+            return _to_job(row)
+
+    def widen_job_options(
+        self, tenant_id: str, job_id: str, *, force: bool, full_reflection_rebuild: bool
+    ) -> bool:
+        """Add ``force`` / ``full_reflection_rebuild`` to a queued job a request coalesced into.
+
+        Options only ever widen (a coalesced request never takes one away). Returns False when
+        the job is no longer queued (it already read its options; the caller then lets it be).
+        """
+        if not (force or full_reflection_rebuild):
+            return True
+        values: dict[str, bool] = {}
+        if force:
+            values["force"] = True
+        if full_reflection_rebuild:
+            values["full_reflection_rebuild"] = True
+        with self._write() as connection:
+            changed = connection.execute(
+                update(flush_jobs)
+                .where(
+                    flush_jobs.c.id == job_id,
+                    flush_jobs.c.tenant_id == tenant_id,
+                    flush_jobs.c.state == "queued",
+                )
+                .values(**values)
+            ).rowcount
+        return bool(changed)
+
+    def fail_stuck_jobs(self, started_before: datetime) -> tuple[str, ...]:
+        """Mark every job still ``running`` that started before ``started_before`` as failed.
+
+        For the reconciler, across tenants: such a job's worker died without finishing it.
+        Returns the ids it marked.
+        """
+        with self._write() as connection:
+            ids = tuple(
+                connection.execute(
+                    select(flush_jobs.c.id).where(
+                        flush_jobs.c.state == "running",
+                        flush_jobs.c.started_at < started_before,
+                    )
+                ).scalars()
+            )
+            if ids:
+                connection.execute(
+                    update(flush_jobs)
+                    .where(flush_jobs.c.id.in_(ids), flush_jobs.c.state == "running")
+                    .values(state="failed", finished_at=self._now(), error=STUCK_JOB_ERROR)
+                )
+        return ids
