@@ -6,12 +6,11 @@ Celery, with a plain queue in tests, or with anything else that runs the job lat
 1. :func:`enqueue` sets the session's ``pending`` marker to a new job id with
    ``SET NX EX`` and publishes that job; while the marker exists, later requests get the same
    job id back and publish nothing.
-2. The task takes the session lock (:class:`om_workers.coordination.locks.SessionLock`). Busy: it
-   drops its message and leaves ``pending`` alone (the holder will see it on release). Taken: it
-   calls
-   :func:`claim_pending` *before reading the session*, so a request that arrives mid-run sets a
-   fresh marker and schedules exactly one more job. ``None`` from the claim means another job
-   already served this request: the task skips.
+2. The task takes the session lock and claims the marker in one step
+   (:meth:`om_workers.coordination.locks.SessionLock.acquire` with ``claim_pending``). Busy: it
+   drops its message and leaves ``pending`` alone (the holder will see it on release). Taken:
+   the marker is gone *before the session is read*, so a request that arrives mid-flush sets a
+   fresh marker and schedules exactly one more job.
 3. On the way out the task calls :func:`release_and_republish`, which releases the lock and,
    when a marker is set, publishes that job again; its own message may have been dropped while
    the lock was busy. A duplicate message is harmless: whichever copy runs second finds the
@@ -96,16 +95,6 @@ def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: st
         return bool(client.register_script(keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id]))
 
 
-def claim_pending(lock: SessionLock) -> str | None:
-    """Delete the session's ``pending`` marker under the held lock and return its job id.
-
-    ``None`` means no flush is waiting: another job already served this request, so the task
-    records it as skipped. Call before reading the session (see the module docstring).
-    Raises :class:`om_workers.errors.LockLostError` when the lock is not held.
-    """
-    return lock.claim_pending()
-
-
 def release_and_republish(lock: SessionLock, publish: Publish) -> ReleaseResult:
     """Release the lock and publish the pending job, if one was requested during the job.
 
@@ -141,7 +130,7 @@ def pending_flushes(
     """Every ``pending`` marker in Redis, scanned ``batch`` keys at a time (``SCAN``, so Redis
     is never blocked). Markers that vanish mid-scan are skipped; the view is not a snapshot,
     which is fine for its users (the reconciler and the pending-age gauge): a duplicate publish
-    is skipped by :func:`claim_pending`.
+    is skipped by the job row (a finished job does not run again).
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
     with translate_errors("scanning pending flushes"):

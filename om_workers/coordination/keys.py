@@ -7,8 +7,6 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
   (``SET NX EX`` in :func:`om_workers.coordination.coalesce.enqueue`);
 - ``om:lock:{tenant}:{session}``: random token of the worker running the session's flush
   (``SET NX PX`` in :class:`om_workers.coordination.locks.SessionLock`);
-- ``om:deliveries:{job}``: how many times the job's message reached a worker
-  (:func:`om_workers.coordination.redelivery.record_delivery`).
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -37,9 +35,6 @@ PENDING_TTL_S: Final = 3600
 """Lifetime of a ``pending`` marker, whole seconds. Long enough to outlive any queue wait; if a
 marker's message is lost (Redis restart, crash) the reconciler re-publishes it well before this,
 and the expiry only guarantees a forgotten marker cannot block coalescing forever."""
-
-DELIVERIES_TTL_S: Final = 86_400
-"""Lifetime of a job's delivery counter, whole seconds (a day: far beyond any retry chain)."""
 
 
 def _part(value: str) -> str:
@@ -86,11 +81,6 @@ def parse_pending_key(key: str) -> tuple[str, str]:
     return _unpart(parts[0]), _unpart(parts[1])
 
 
-def deliveries_key(job_id: str) -> str:
-    """Key of the job's delivery counter. Raises ``ValueError`` for an empty id."""
-    return f"{PREFIX}deliveries:{_part(job_id)}"
-
-
 # Lua scripts. Each runs atomically inside Redis, which is what makes the check and the action
 # one step: a plain GET followed by PEXPIRE/DEL could act on a lock another worker took in
 # between (the classic bug of libraries that release with an unconditional DEL).
@@ -107,10 +97,8 @@ EXTEND_LOCK: Final = _script("extend_lock.lua")
 
 RELEASE_LOCK: Final = _script("release_lock.lua")
 
-CLAIM_PENDING: Final = _script("claim_pending.lua")
+ACQUIRE_LOCK: Final = _script("acquire_lock.lua")
 
 SET_PENDING: Final = _script("set_pending.lua")
 
 DELETE_IF_EQUAL: Final = _script("delete_if_equal.lua")
-
-COUNT_DELIVERY: Final = _script("count_delivery.lua")

@@ -1,6 +1,8 @@
 """The per-session lock: one flush per session at a time, across any number of workers.
 
-Taken with ``SET key token NX PX ttl`` under a random token; a heartbeat thread extends it every
+Taken under a random token by a Lua script that sets the key only when it is free (``SET PX``
+after a ``GET``, in one step) and can claim the session's ``pending`` marker in the same round
+trip; a heartbeat thread extends it every
 ``ttl / 3`` with a token-checked Lua script; released with a token-checked Lua script that also
 reports the session's ``pending`` marker, so the releaser can publish the flush that arrived
 while it ran. The lock only saves duplicate LLM spend: correctness comes from the fenced write
@@ -73,7 +75,7 @@ class SessionLock:
         self._on_lost = on_lost
         self._extend = client.register_script(keys.EXTEND_LOCK)
         self._release = client.register_script(keys.RELEASE_LOCK)
-        self._claim = client.register_script(keys.CLAIM_PENDING)
+        self._acquire = client.register_script(keys.ACQUIRE_LOCK)
         self._state = threading.Lock()
         self._held = False
         self._used = False  # one acquire per instance: the token and heartbeat are single-use
@@ -81,11 +83,19 @@ class SessionLock:
         self._valid_until = _NEVER
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self.claimed_job_id: str | None = None
 
     # -- taking and keeping ------------------------------------------------------------------
 
-    def acquire(self) -> bool:
+    def acquire(self, *, claim_pending: bool = False) -> bool:
         """Take the lock if it is free; True when this instance now holds it, False when busy.
+
+        With ``claim_pending`` the session's ``pending`` marker is deleted in the same atomic
+        step and its job id kept in :attr:`claimed_job_id` (``None``: no marker). Claim before
+        reading the session: a flush requested after this point sets a new marker and so
+        schedules exactly one more job. A command redis-py retried after a lost reply finds
+        the lock already holding our token (taken) and the marker already gone (``None``): the
+        claimed job's own message still runs it.
 
         Raises :class:`CoordinationError` when this instance already held the lock once (make
         a new instance per job: a released token must never come back).
@@ -95,11 +105,13 @@ class SessionLock:
                 raise CoordinationError(f"lock {self.key!r} was already acquired by this instance")
         started = self._clock()
         with translate_errors("taking the session lock"):
-            taken = self._client.set(self.key, self.token, nx=True, px=self._ttl_ms)
-            # redis-py retries a command whose reply was lost; a retried SET NX then fails on
-            # our own key, so "busy" is confirmed by reading who holds it.
-            if not taken and self._client.get(self.key) != self.token:
-                return False
+            taken, pending = self._acquire(
+                keys=[self.key, self.pending_key],
+                args=[self.token, self._ttl_ms, "1" if claim_pending else "0"],
+            )
+        if taken != 1:
+            return False
+        self.claimed_job_id = None if pending is None else str(pending)
         with self._state:
             self._held = True
             self._used = True
@@ -189,22 +201,6 @@ class SessionLock:
             self._on_lost()
 
     # -- using and letting go -----------------------------------------------------------------
-
-    def claim_pending(self) -> str | None:
-        """Delete the session's ``pending`` marker and return its job id (``None`` when none).
-
-        Call right after taking the lock and before reading the session: a flush requested
-        after this point sets a new marker and so schedules exactly one more job. Atomic with a
-        check of the token, so a worker that lost its lock never consumes someone's request.
-        Raises :class:`LockLostError` when the lock is not held.
-        """
-        self.check()
-        with translate_errors("claiming the pending flush"):
-            held, pending = self._claim(keys=[self.key, self.pending_key], args=[self.token])
-        if held != 1:
-            self._mark_lost()
-            raise LockLostError(self.key)
-        return None if pending is None else str(pending)
 
     def release(self) -> ReleaseResult:
         """Stop the heartbeat and delete the lock if this instance still holds it.

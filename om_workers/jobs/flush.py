@@ -2,15 +2,16 @@
 
 The order of a job (``docs/architecture.md``, "A flush request, end to end"):
 
-1. take the session lock; busy: drop the message (the holder's release re-publishes);
-2. claim ``pending`` before reading the session, then start the job: its one read of its row,
-   which tells a duplicate of a finished job (skipped) or an unknown one, and raises the
-   session's epoch;
-3. count the attempt (past ``max_deliveries`` the job fails as a poison message), start the
+1. take the session lock and claim ``pending`` in one Redis step, before reading the session;
+   busy: drop the message (the holder's release re-publishes);
+2. start the job, in one transaction: its one read of its row, which tells a duplicate of a
+   finished job (skipped) or an unknown one, counts the attempt, raises the session's epoch
+   and reads the session's view (snapshot, active pool, the entries after them);
+3. past ``max_deliveries`` attempts the job fails as a poison message; else start the
    heartbeat;
-4. run ``ObservationalMemoryRuntime.flush()`` over the session's SQL unit of work: one read of
-   the snapshot and the entries after it, and appends that check the lock and commit fenced
-   (only while the epoch is still ours);
+4. run ``ObservationalMemoryRuntime.flush()`` over the session's SQL unit of work, starting
+   from that view, with appends that check the lock and commit fenced (only while the epoch
+   is still ours);
 5. record the outcome with counts and a redacted error, release the lock and publish the job
    that was requested meanwhile.
 
@@ -27,14 +28,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import redis
 
 from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
-from om_workers.coordination import coalesce, keys, redelivery, timing
+from om_workers.coordination import coalesce, keys, timing
 from om_workers.coordination.coalesce import FlushTicket, drop_marker, release_and_republish
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.locks import SessionLock
@@ -46,7 +47,7 @@ from om_workers.errors import (
 )
 from om_workers.metrics import METRICS
 from om_workers.store import SqlStore
-from om_workers.store.records import FlushJob
+from om_workers.store.records import FlushJob, StartedJob
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def _run(
     lock = SessionLock(
         deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc
     )
-    if not lock.acquire():
+    if not lock.acquire(claim_pending=True):
         # Drop the message and leave ``pending`` alone: the holder's release publishes it.
         # Never re-set a claimed marker here: later requests would coalesce onto a job that
         # already read the session. A message redelivered after its worker crashed cannot
@@ -241,7 +242,7 @@ def _run(
 def _run_locked(
     deps: FlushDeps, lock: SessionLock, tenant_id: str, session_id: str, job_id: str, force: bool
 ) -> FlushOutcome:
-    claimed = lock.claim_pending()
+    claimed = lock.claimed_job_id
     # Starting the job is its one read of its row: a copy of this message that finished
     # it already (or a message naming no row) cannot start it.
     started = _start(deps, tenant_id, job_id)
@@ -259,26 +260,22 @@ def _run_locked(
         # That request was made before this job reads the session: this job serves it,
         # options included.
         METRICS.coalesced.inc()
-        started = started._replace(job=_serving(deps, started.job, claimed))
+        started = dataclasses.replace(started, job=_serving(deps, started.job, claimed))
     return _execute(deps, lock, started)
 
 
-def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> _Started | FlushOutcome:
-    """Start the job (its row as it now is, and the session's new epoch, which fences out any
-    earlier flush of the session), or the outcome of a job that cannot run."""
+def _start(deps: FlushDeps, tenant_id: str, job_id: str) -> StartedJob | FlushOutcome:
+    """Start the job (its row as it now is, the session's new epoch, which fences out any
+    earlier flush of the session, and the session's view), or the outcome of a job that
+    cannot run."""
     try:
-        started = _Started(*deps.store.start_job(tenant_id, job_id))
+        started = deps.store.start_job(tenant_id, job_id)
     except FlushJobNotFoundError:
         # A message naming no job row was never accepted (enqueue writes the row first).
         return FlushOutcome("unknown", job_id)
     except InvalidJobStateError:
         return FlushOutcome("skipped", job_id, job_id)
     return started
-
-
-class _Started(NamedTuple):
-    job: FlushJob
-    epoch: int
 
 
 def _serving(deps: FlushDeps, job: FlushJob, other_id: str) -> FlushJob:
@@ -306,21 +303,22 @@ def _run_other(
     return _execute(deps, lock, other)
 
 
-def _execute(deps: FlushDeps, lock: SessionLock, started: _Started) -> FlushOutcome:
-    job, epoch = started
+def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOutcome:
+    job = started.job
     tenant_id, session_id, job_id = job.tenant_id, job.session_id, job.id
-    # Count attempts to run, not messages: duplicates dropped at a busy lock or skipped as
-    # finished are harmless, while a message that kills its worker mid-run comes back here.
-    deliveries = redelivery.record_delivery(deps.redis, job_id)
-    if deliveries > 1:
+    # The job row counts attempts to run, not messages: duplicates dropped at a busy lock or
+    # skipped as finished are harmless, while a message that kills its worker mid-flush comes
+    # back here. Durable, so a Redis restart does not reset it.
+    if job.attempts > 1:
         METRICS.redeliveries.inc()
-    if timing.redelivery_exhausted(deliveries, max_deliveries=deps.max_deliveries):
-        poison = f"poison message: delivered {deliveries} times (limit {deps.max_deliveries})"
+    if timing.redelivery_exhausted(job.attempts, max_deliveries=deps.max_deliveries):
+        poison = f"poison message: attempted {job.attempts} times (limit {deps.max_deliveries})"
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
-        redelivery.forget_deliveries(deps.redis, job_id)
         return FlushOutcome("poison", job_id, job_id, stored)
     lock.start_heartbeat()
-    memory = deps.store.session(tenant_id, session_id, epoch=epoch, before_write=lock.check)
+    memory = deps.store.session(
+        tenant_id, session_id, epoch=started.epoch, before_write=lock.check, view=started.view
+    )
     models = deps.worker_models
     try:
         runtime = ObservationalMemoryRuntime(
@@ -345,7 +343,6 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: _Started) -> FlushOutc
     error = f"fenced out before writing: {fenced}" if fenced is not None else result.error
     state: Literal["succeeded", "failed"] = "failed" if error else "succeeded"
     final_error = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)
-    redelivery.forget_deliveries(deps.redis, job_id)
     return FlushOutcome(state, job_id, job_id, final_error, counts)
 
 

@@ -5,12 +5,13 @@ branch). A recursive query walks from the leaf's segment to its parent's segment
 root; each step is one primary-key lookup, and the number of steps is the number of forks on the
 branch, not the number of entries. Entries are then read by ``(session_pk, seq)`` range, in seq
 order, which is branch order because a parent is always appended before its children. The ranges
-are fetched first and then bound as literals into the read, so each read is an index range
+are fetched first and then bound as parameters of the read, so each read is an index range
 scan of one session.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,14 +81,47 @@ def _range_chunks(segments: Sequence[Segment], after_seq: int) -> list[list[Segm
     return [live[i : i + _RANGES_PER_QUERY] for i in range(0, len(live), _RANGES_PER_QUERY)]
 
 
-def _in_ranges(session_pk: int, chunk: Sequence[Segment]) -> ColumnElement[bool]:
+def _in_ranges(ranges: int) -> ColumnElement[bool]:
     # Explicit seq bounds rather than a join against the recursive CTE: both SQLite and
     # PostgreSQL then read each range straight off the (session_pk, seq) index, whatever
     # their statistics say (PostgreSQL otherwise scanned every row past the cursor).
     return and_(
-        entries.c.session_pk == session_pk,
-        or_(*(entries.c.seq.between(lo, hi) for lo, hi in chunk)),
+        entries.c.session_pk == bindparam("session_pk"),
+        or_(
+            *(
+                entries.c.seq.between(bindparam(f"lo{i}"), bindparam(f"hi{i}"))
+                for i in range(ranges)
+            )
+        ),
     )
+
+
+def _range_params(session_pk: int, chunk: Sequence[Segment]) -> dict[str, int]:
+    params = {"session_pk": session_pk}
+    for i, (lo, hi) in enumerate(chunk):
+        params[f"lo{i}"], params[f"hi{i}"] = lo, hi
+    return params
+
+
+# Statements are built once per shape (number of ranges, filters) and then only executed:
+# constructing one costs several times more than running it on SQLite.
+
+
+@functools.cache
+def _payload_query(ranges: int, kinds: bool, limit: bool, newest_first: bool) -> Select[Any]:
+    # The payload comes back as JSON text and is parsed once, by pydantic: decoding it to a
+    # dict first and validating that costs about a third more on long branches.
+    payload = cast(entries.c.payload, Text).label("payload")
+    query = select(entries.c.seq, payload).where(_in_ranges(ranges))
+    if kinds:
+        query = query.where(entries.c.kind.in_(bindparam("kinds", expanding=True)))
+    query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
+    return query.limit(bindparam("limit")) if limit else query
+
+
+@functools.cache
+def _tokens_query(ranges: int) -> Select[Any]:
+    return select(func.coalesce(func.sum(entries.c.eligible_tokens), 0)).where(_in_ranges(ranges))
 
 
 def read_branch_payloads(
@@ -105,21 +139,18 @@ def read_branch_payloads(
     ``segments`` come from :func:`branch_segments`. ``newest_first`` with ``limit`` reads the
     last ``limit`` entries (still returned in branch order).
     """
-    # The payload comes back as JSON text and is parsed once, by pydantic: decoding it to a
-    # dict first and validating that costs about a third more on long branches.
-    payload = cast(entries.c.payload, Text).label("payload")
     chunks = _range_chunks(segments, after_seq)
     if newest_first:
         chunks.reverse()
     rows: list[Row[Any]] = []
     for chunk in chunks:
-        query = select(entries.c.seq, payload).where(_in_ranges(session_pk, chunk))
+        query = _payload_query(len(chunk), kinds is not None, limit is not None, newest_first)
+        params: dict[str, Any] = _range_params(session_pk, chunk)
         if kinds is not None:
-            query = query.where(entries.c.kind.in_(list(kinds)))
-        query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
+            params["kinds"] = list(kinds)
         if limit is not None:
-            query = query.limit(limit - len(rows))
-        rows.extend(connection.execute(query).all())
+            params["limit"] = limit - len(rows)
+        rows.extend(connection.execute(query, params).all())
         if limit is not None and len(rows) >= limit:
             break
     if newest_first:
@@ -133,22 +164,21 @@ def sum_eligible_tokens(
     """Observable-message tokens on the branch after ``after_seq``."""
     total = 0
     for chunk in _range_chunks(segments, after_seq):
-        query = select(func.coalesce(func.sum(entries.c.eligible_tokens), 0)).where(
-            _in_ranges(session_pk, chunk)
-        )
-        total += int(connection.execute(query).scalar_one())
+        query = _tokens_query(len(chunk))
+        total += int(connection.execute(query, _range_params(session_pk, chunk)).scalar_one())
     return total
+
+
+_POSITION = select(entries.c.seq, entries.c.segment_start).where(
+    entries.c.id == bindparam("entry_id"), entries.c.session_pk == bindparam("session_pk")
+)
 
 
 def entry_position(
     connection: Connection, session_pk: int, entry_id: str
 ) -> tuple[int, int] | None:
     """``(seq, segment_start)`` of an entry of this session, or ``None`` (another session's too)."""
-    row = connection.execute(
-        select(entries.c.seq, entries.c.segment_start).where(
-            entries.c.id == entry_id, entries.c.session_pk == session_pk
-        )
-    ).first()
+    row = connection.execute(_POSITION, {"entry_id": entry_id, "session_pk": session_pk}).first()
     return None if row is None else (int(row.seq), int(row.segment_start))
 
 

@@ -7,28 +7,67 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from om_core.redaction import redact
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, SessionNotFoundError
 from om_workers.store.base import StoreBase
+from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
     FINAL_JOB_STATES,
     FlushJob,
     JobState,
+    StartedJob,
     as_utc,
     as_utc_or_none,
 )
 from om_workers.store.schema import flush_jobs, sessions
+from om_workers.store.tombstones import tombstone_scope
 
 MAX_ERROR_CHARS = 4000
 STUCK_JOB_ERROR = "job stopped without finishing (worker lost); swept by the reconciler"
 
 
-def _job_select() -> Any:
-    return select(flush_jobs, sessions.c.id.label("session_id")).select_from(
-        flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk)
+_JOB = select(flush_jobs, sessions.c.id.label("session_id")).select_from(
+    flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk)
+)
+_THIS_JOB = (
+    flush_jobs.c.id == bindparam("job"),
+    flush_jobs.c.tenant_id == bindparam("tenant"),
+)
+_NOT_FINAL = flush_jobs.c.state.not_in(sorted(FINAL_JOB_STATES))
+_SESSION_ID = (
+    select(sessions.c.id)
+    .where(sessions.c.pk == flush_jobs.c.session_pk)
+    .scalar_subquery()
+    .label("session_id")
+)
+# Built once, with bound parameters: constructing a statement costs more than running it.
+_GET = _JOB.where(*_THIS_JOB)
+_START = (
+    update(flush_jobs)
+    .where(*_THIS_JOB, _NOT_FINAL)
+    .values(state="running", started_at=bindparam("now"), attempts=flush_jobs.c.attempts + 1)
+    .returning(*flush_jobs.c, _SESSION_ID)
+)
+_FINISH = (
+    update(flush_jobs)
+    .where(*_THIS_JOB, _NOT_FINAL)
+    .values(
+        state=bindparam("new_state"),
+        finished_at=bindparam("now"),
+        counts=bindparam("new_counts"),
+        error=bindparam("new_error"),
     )
+    .returning(*flush_jobs.c, _SESSION_ID)
+)
+_RAISE_EPOCH = (
+    update(sessions)
+    .where(sessions.c.pk == bindparam("session"))
+    .values(epoch=sessions.c.epoch + 1, updated_at=bindparam("now"))
+    .returning(sessions.c.epoch)
+)
+_STATE = select(flush_jobs.c.state).where(*_THIS_JOB)
 
 
 def _to_job(row: Row[Any]) -> FlushJob:
@@ -49,49 +88,17 @@ def _to_job(row: Row[Any]) -> FlushJob:
     )
 
 
-def _is_final() -> ColumnElement[bool]:
-    return flush_jobs.c.state.in_(sorted(FINAL_JOB_STATES))
-
-
-def _update_job(
-    connection: Connection,
-    tenant_id: str,
-    job_id: str,
-    condition: ColumnElement[bool],
-    values: Mapping[str, Any],
-) -> Row[Any] | None:
-    """Update the job when ``condition`` holds; the row as written (``None``: not updated)."""
-    session_id = (
-        select(sessions.c.id)
-        .where(sessions.c.pk == flush_jobs.c.session_pk)
-        .scalar_subquery()
-        .label("session_id")
-    )
-    return connection.execute(
-        update(flush_jobs)
-        .where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id, condition)
-        .values(**values)
-        .returning(*flush_jobs.c, session_id)
-    ).first()
-
-
 def _not_updated(connection: Connection, tenant_id: str, job_id: str) -> Exception:
     """Why a job was not updated: it does not exist, or it already finished."""
-    row = connection.execute(
-        select(flush_jobs.c.state).where(
-            flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id
-        )
-    ).first()
+    row = connection.execute(_STATE, {"job": job_id, "tenant": tenant_id}).first()
     if row is None:
         return FlushJobNotFoundError(f"no flush job {job_id!r}")
     return InvalidJobStateError(f"flush job {job_id!r} already {row.state}")
 
 
 def _locked_job(connection: Connection, tenant_id: str, job_id: str) -> Row[Any]:
-    query = _job_select().where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id)
-    if connection.dialect.name == "postgresql":
-        query = query.with_for_update(of=flush_jobs)
-    row: Row[Any] | None = connection.execute(query).first()
+    query = _GET.with_for_update(of=flush_jobs) if connection.dialect.name == "postgresql" else _GET
+    row: Row[Any] | None = connection.execute(query, {"job": job_id, "tenant": tenant_id}).first()
     if row is None:
         raise FlushJobNotFoundError(f"no flush job {job_id!r}")
     return row
@@ -141,43 +148,34 @@ class JobsMixin(StoreBase):
     def get_job(self, tenant_id: str, job_id: str) -> FlushJob:
         """The job. Raises :class:`FlushJobNotFoundError` (also for another tenant's job)."""
         with self._read() as connection:
-            row = connection.execute(
-                _job_select().where(flush_jobs.c.id == job_id, flush_jobs.c.tenant_id == tenant_id)
-            ).first()
+            row = connection.execute(_GET, {"job": job_id, "tenant": tenant_id}).first()
         if row is None:
             raise FlushJobNotFoundError(f"no flush job {job_id!r}")
         return _to_job(row)
 
-    def start_job(self, tenant_id: str, job_id: str) -> tuple[FlushJob, int]:
-        """Mark a queued job running and raise its session's epoch, in one transaction: the job
-        as started and the new epoch, which fences out every earlier flush of the session (see
-        ``SqlStore.raise_epoch``). A redelivered running job restarts; attempts count up.
+    def start_job(self, tenant_id: str, job_id: str) -> StartedJob:
+        """Start a flush job, in one transaction: mark it running (a redelivered running job
+        restarts; attempts count up), raise its session's epoch, which fences out every earlier
+        flush of the session (see ``SqlStore.raise_epoch``), and read the session's view.
 
         Raises :class:`FlushJobNotFoundError`, or :class:`InvalidJobStateError` for a job that
         already finished.
         """
         with self._write() as connection:
-            job, session_pk = self._start_locked(connection, tenant_id, job_id)
+            now = self._now()
+            row = connection.execute(
+                _START, {"job": job_id, "tenant": tenant_id, "now": now}
+            ).first()
+            if row is None:
+                raise _not_updated(connection, tenant_id, job_id)
+            job = _to_job(row)
             epoch = connection.execute(
-                update(sessions)
-                .where(sessions.c.pk == session_pk)
-                .values(epoch=sessions.c.epoch + 1, updated_at=self._now())
-                .returning(sessions.c.epoch)
+                _RAISE_EPOCH, {"session": int(row.session_pk), "now": now}
             ).scalar_one()
-            return job, int(epoch)
-
-    def _start_locked(
-        self, connection: Connection, tenant_id: str, job_id: str
-    ) -> tuple[FlushJob, int]:
-        values = {
-            "state": "running",
-            "started_at": self._now(),
-            "attempts": flush_jobs.c.attempts + 1,
-        }
-        row = _update_job(connection, tenant_id, job_id, ~_is_final(), values)
-        if row is None:
-            raise _not_updated(connection, tenant_id, job_id)
-        return _to_job(row), int(row.session_pk)
+            view = read_memory_view(
+                connection, tenant_id, job.session_id, tombstone_scope(job.session_id)
+            )
+            return StartedJob(job, int(epoch), view)
 
     def finish_job(
         self,
@@ -198,14 +196,16 @@ class JobsMixin(StoreBase):
         if state not in FINAL_JOB_STATES:
             raise InvalidJobStateError(f"{state!r} is not a final state")
         text = None if error is None else redact(error, secrets)[:MAX_ERROR_CHARS]
-        values = {
-            "state": state,
-            "finished_at": self._now(),
-            "counts": dict(counts or {}),
-            "error": text,
+        params = {
+            "job": job_id,
+            "tenant": tenant_id,
+            "new_state": state,
+            "now": self._now(),
+            "new_counts": dict(counts or {}),
+            "new_error": text,
         }
         with self._write() as connection:
-            row = _update_job(connection, tenant_id, job_id, ~_is_final(), values)
+            row = connection.execute(_FINISH, params).first()
             if row is None:
                 raise _not_updated(connection, tenant_id, job_id)
             return _to_job(row)

@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import WorkScopeMap
+from om_core.unit_of_work import MemoryView
 
 JobState = Literal["queued", "running", "succeeded", "failed", "skipped"]
-RUN_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
+JOB_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "skipped")
 FINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "skipped"})
 
 
@@ -114,6 +115,17 @@ class FlushJob:
     finished_at: datetime | None
     counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartedJob:
+    """A flush job as :meth:`SqlStore.start_job` left it: its row (now ``running``), the
+    session's new epoch (every append of the flush is fenced by it) and the session's view as
+    of that moment, read in the same transaction."""
+
+    job: FlushJob
+    epoch: int
+    view: MemoryView
 
 
 @dataclass(frozen=True, slots=True)

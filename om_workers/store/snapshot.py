@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
+from sqlalchemy import BindParameter, Connection, Row, bindparam, delete, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as lite_insert
 
@@ -85,12 +85,78 @@ _SNAPSHOT_FIELDS = (
 SNAPSHOT_COLUMNS = tuple(snapshots.c[name].label(f"snapshot_{name}") for name in _SNAPSHOT_FIELDS)
 """The snapshot's columns, labelled for a query that joins the session row to its snapshot."""
 
+# Statements built once, with bound parameters: constructing one costs several times more than
+# running it on SQLite, and every flush runs these.
+_SESSION_PK: BindParameter[Any] = bindparam("session")
+_READ_SNAPSHOT = select(*SNAPSHOT_COLUMNS).where(snapshots.c.session_pk == _SESSION_PK)
+_ALL_ITEMS = (
+    select(
+        memory_items.c.kind,
+        memory_items.c.payload,
+        memory_items.c.pending,
+        memory_items.c.dropped_ord,
+    )
+    .where(memory_items.c.session_pk == _SESSION_PK)
+    .order_by(memory_items.c.ord)
+)
+_ACTIVE_POOL = (
+    select(memory_items.c.payload, memory_items.c.pending)
+    .where(
+        memory_items.c.session_pk == _SESSION_PK,
+        memory_items.c.kind == OBSERVATION,
+        memory_items.c.dropped_ord.is_(None),
+    )
+    .order_by(memory_items.c.ord)
+)
+_REFLECTED = (
+    update(memory_items)
+    .where(
+        memory_items.c.session_pk == _SESSION_PK,
+        memory_items.c.kind == OBSERVATION,
+        memory_items.c.dropped_ord.is_(None),
+        memory_items.c.pending.is_(True),
+    )
+    .values(pending=False)
+)
+_ACTIVE_AMONG = select(memory_items.c.item_id).where(
+    memory_items.c.session_pk == _SESSION_PK,
+    memory_items.c.kind == OBSERVATION,
+    memory_items.c.item_id.in_(bindparam("ids", expanding=True)),
+    memory_items.c.dropped_ord.is_(None),
+)
+_DROP = (
+    update(memory_items)
+    .where(
+        memory_items.c.session_pk == _SESSION_PK,
+        memory_items.c.kind == OBSERVATION,
+        memory_items.c.item_id == bindparam("oid"),
+    )
+    .values(dropped_ord=bindparam("dropped"), pending=False)
+)
+_CLEAR_ITEMS = delete(memory_items).where(memory_items.c.session_pk == _SESSION_PK)
+_CLEAR_SNAPSHOT = delete(snapshots).where(snapshots.c.session_pk == _SESSION_PK)
+_INSERT_ITEMS = insert(memory_items)
+# First writer wins: an id already stored keeps its row (its ord is simply unused).
+_INSERT_NEW_ITEMS = {
+    "postgresql": pg_insert(memory_items).on_conflict_do_nothing(
+        index_elements=["session_pk", "kind", "item_id"]
+    ),
+    "sqlite": lite_insert(memory_items).on_conflict_do_nothing(
+        index_elements=["session_pk", "kind", "item_id"]
+    ),
+}
+_SNAPSHOT_VALUES: dict[str, BindParameter[Any]] = {
+    name: bindparam(f"new_{name}") for name in _SNAPSHOT_FIELDS
+}
+_UPDATE_SNAPSHOT = (
+    update(snapshots).where(snapshots.c.session_pk == _SESSION_PK).values(**_SNAPSHOT_VALUES)
+)
+_INSERT_SNAPSHOT = insert(snapshots).values(session_pk=_SESSION_PK, **_SNAPSHOT_VALUES)
+
 
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
     """The session's snapshot row, or ``None``."""
-    row = connection.execute(
-        select(*SNAPSHOT_COLUMNS).where(snapshots.c.session_pk == session_pk)
-    ).first()
+    row = connection.execute(_READ_SNAPSHOT, {"session": session_pk}).first()
     return None if row is None else joined_snapshot(row)
 
 
@@ -131,16 +197,7 @@ def read_ledger(
 ) -> ObservationalMemoryLedger:
     """The whole ledger the snapshot holds: every observation (dropped ones too), every
     reflection, in record order."""
-    rows = connection.execute(
-        select(
-            memory_items.c.kind,
-            memory_items.c.payload,
-            memory_items.c.pending,
-            memory_items.c.dropped_ord,
-        )
-        .where(memory_items.c.session_pk == session_pk)
-        .order_by(memory_items.c.ord)
-    ).all()
+    rows = connection.execute(_ALL_ITEMS, {"session": session_pk}).all()
     observations: list[Observation] = []
     reflections: list[Reflection] = []
     pending: list[str] = []
@@ -171,15 +228,7 @@ def read_working_ledger(
     """What a flush reads of the snapshot: the cursors, the active observations
     in record order and the ids pending reflection. Dropped observations and reflections are
     left out, so a flush reads the active pool (which the dropper bounds), not the history."""
-    rows = connection.execute(
-        select(memory_items.c.payload, memory_items.c.pending)
-        .where(
-            memory_items.c.session_pk == session_pk,
-            memory_items.c.kind == OBSERVATION,
-            memory_items.c.dropped_ord.is_(None),
-        )
-        .order_by(memory_items.c.ord)
-    ).all()
+    rows = connection.execute(_ACTIVE_POOL, {"session": session_pk}).all()
     observations = tuple(Observation.model_validate(row.payload) for row in rows)
     return ObservationalMemoryLedger(
         observations=observations,
@@ -252,16 +301,7 @@ class ItemWriter:
                 self.observation_cursor = record.covers_up_to_id
         elif record is not None and not isinstance(record, ObservationsDropped):
             self._insert(REFLECTION, record.reflections)
-            self._connection.execute(
-                update(memory_items)
-                .where(
-                    memory_items.c.session_pk == self._pk,
-                    memory_items.c.kind == OBSERVATION,
-                    memory_items.c.dropped_ord.is_(None),
-                    memory_items.c.pending.is_(True),
-                )
-                .values(pending=False)
-            )
+            self._connection.execute(_REFLECTED, {"session": self._pk})
             if record.covers_up_to_id is not None:
                 self.reflection_cursor = record.covers_up_to_id
         elif record is not None:
@@ -269,14 +309,14 @@ class ItemWriter:
 
     def reset(self, ledger: ObservationalMemoryLedger) -> None:
         """Replace every row with the items of ``ledger``."""
-        self._connection.execute(delete(memory_items).where(memory_items.c.session_pk == self._pk))
+        self._connection.execute(_CLEAR_ITEMS, {"session": self._pk})
         self.next_ord = 0
         pending = set(ledger.pending_reflection_observation_ids)
         rows = [self._row(OBSERVATION, o, pending=o.id in pending) for o in ledger.observations] + [
             self._row(REFLECTION, r, pending=False) for r in ledger.reflections
         ]
         if rows:
-            self._connection.execute(insert(memory_items), rows)
+            self._connection.execute(_INSERT_ITEMS, rows)
         self._drop(ledger.dropped_observation_ids)
         self.observation_cursor = ledger.observation_covers_up_to_id
         self.reflection_cursor = ledger.reflection_covers_up_to_id
@@ -297,13 +337,8 @@ class ItemWriter:
     def _active(self, ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
         for start in range(0, len(ids), _IN_CHUNK):
-            query = select(memory_items.c.item_id).where(
-                memory_items.c.session_pk == self._pk,
-                memory_items.c.kind == OBSERVATION,
-                memory_items.c.item_id.in_(ids[start : start + _IN_CHUNK]),
-                memory_items.c.dropped_ord.is_(None),
-            )
-            found.update(self._connection.execute(query).scalars())
+            params = {"session": self._pk, "ids": list(ids[start : start + _IN_CHUNK])}
+            found.update(self._connection.execute(_ACTIVE_AMONG, params).scalars())
         return found
 
     def _insert(self, kind: str, items: Iterable[Observation | Reflection]) -> None:
@@ -313,14 +348,7 @@ class ItemWriter:
         if not fresh:
             return
         rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-        # First writer wins: an id already stored keeps its row (its ord is simply unused).
-        dialect_insert = pg_insert if self._connection.dialect.name == "postgresql" else lite_insert
-        self._connection.execute(
-            dialect_insert(memory_items).on_conflict_do_nothing(
-                index_elements=["session_pk", "kind", "item_id"]
-            ),
-            rows,
-        )
+        self._connection.execute(_INSERT_NEW_ITEMS[self._connection.dialect.name], rows)
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))
@@ -328,19 +356,10 @@ class ItemWriter:
         params = []
         for oid in wanted:
             if oid in active:
-                params.append({"oid": oid, "dropped": self.next_ord})
+                params.append({"session": self._pk, "oid": oid, "dropped": self.next_ord})
                 self.next_ord += 1
         if params:
-            self._connection.execute(
-                update(memory_items)
-                .where(
-                    memory_items.c.session_pk == self._pk,
-                    memory_items.c.kind == OBSERVATION,
-                    memory_items.c.item_id == bindparam("oid"),
-                )
-                .values(dropped_ord=bindparam("dropped"), pending=False),
-                params,
-            )
+            self._connection.execute(_DROP, params)
 
 
 def advance_memory_state(
@@ -439,8 +458,8 @@ def refresh_memory_state(
         leaf = (leaf_id, segments[-1][1])
         _write_snapshot(connection, session_pk, writer, leaf, cursor_at, scope_map, now, stored)
     elif stored is not None:
-        connection.execute(delete(snapshots).where(snapshots.c.session_pk == session_pk))
-        connection.execute(delete(memory_items).where(memory_items.c.session_pk == session_pk))
+        connection.execute(_CLEAR_SNAPSHOT, {"session": session_pk})
+        connection.execute(_CLEAR_ITEMS, {"session": session_pk})
     return tokens
 
 
@@ -464,12 +483,8 @@ def _write_snapshot(
         "scope_map": scope_map.to_json_dict(),
         "updated_at": now,
     }
-    if stored is not None:
-        connection.execute(
-            update(snapshots).where(snapshots.c.session_pk == session_pk).values(**values)
-        )
-    else:
-        connection.execute(insert(snapshots).values(session_pk=session_pk, **values))
+    params = {"session": session_pk, **{f"new_{name}": value for name, value in values.items()}}
+    connection.execute(_UPDATE_SNAPSHOT if stored is not None else _INSERT_SNAPSHOT, params)
 
 
 def cursor_seq(

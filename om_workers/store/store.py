@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 
-from om_core.ledger import fold_ledger, unscanned_entries
+from om_core.ledger import fold_ledger
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import fold_work_scope_map
 from om_core.unit_of_work import MemoryView
@@ -35,6 +35,7 @@ from om_workers.store.branch import (
 )
 from om_workers.store.engine import create_store_engine
 from om_workers.store.jobs import JobsMixin
+from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
     AppendResult,
     ContextState,
@@ -42,13 +43,10 @@ from om_workers.store.records import (
     StoredPage,
     as_utc,
 )
-from om_workers.store.schema import ID_LENGTH, sessions, snapshots, tombstones
+from om_workers.store.schema import ID_LENGTH, sessions
 from om_workers.store.snapshot import (
-    SNAPSHOT_COLUMNS,
     SnapshotCache,
-    joined_snapshot,
     read_snapshot,
-    read_working_ledger,
     refresh_memory_state,
     valid_snapshot,
 )
@@ -86,16 +84,6 @@ def _memory_entries(
     connection: Connection, session_pk: int, segments: list[Segment]
 ) -> tuple[SessionEntry, ...]:
     return to_entries(read_branch_payloads(connection, session_pk, segments, kinds=MEMORY_KINDS))
-
-
-def _withheld(connection: Connection, tenant_id: str, scope: str) -> list[str]:
-    return list(
-        connection.execute(
-            select(tombstones.c.entry_id).where(
-                tombstones.c.tenant_id == tenant_id, tombstones.c.scope == scope
-            )
-        ).scalars()
-    )
 
 
 def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[SessionEntry]:
@@ -399,52 +387,11 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
     def read_memory_view(
         self, tenant_id: str, session_id: str, invalidation_scope: str | None = None
     ) -> MemoryView:
-        """What a flush reads, in one transaction: the working ledger from the
-        snapshot, the branch entries after the observation cursor, the scope map, the ids
-        ``invalidation_scope`` withholds and the leaf.
-
-        Reads the active observations and the entries after the earlier of the snapshot and
-        the cursor, never the branch from its root (unless nothing was ever observed, when all
-        of it is new work). Raises :class:`SessionNotFoundError`.
-        """
+        """What a flush reads, in one read transaction (see
+        :func:`om_workers.store.memory_view.read_memory_view`). Raises
+        :class:`SessionNotFoundError`."""
         with self._read() as connection:
-            row = connection.execute(
-                select(sessions.c.pk, sessions.c.leaf_id, *SNAPSHOT_COLUMNS)
-                .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
-                .where(sessions.c.tenant_id == tenant_id, sessions.c.id == session_id)
-            ).first()
-            if row is None:
-                raise SessionNotFoundError(f"no session {session_id!r}")
-            session_pk = int(row.pk)
-            segments = branch_segments(connection, session_pk, row.leaf_id)
-            # Off the branch (never after our own writes) counts as no snapshot: fold it all.
-            snapshot = valid_snapshot(joined_snapshot(row), segments)
-            ledger = ObservationalMemoryLedger()
-            base_seq = start = 0
-            if snapshot is not None:
-                ledger = read_working_ledger(connection, session_pk, snapshot)
-                base_seq = snapshot.seq
-                start = min(base_seq, snapshot.observation_cursor_seq)
-            rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
-            withheld = (
-                frozenset(_withheld(connection, tenant_id, invalidation_scope))
-                if invalidation_scope is not None
-                else frozenset()
-            )
-        entries = to_entries(rows)
-        after = [e for r, e in zip(rows, entries, strict=True) if int(r.seq) > base_seq]
-        ledger = fold_ledger(after, initial=ledger) if after else ledger
-        scope_map = fold_work_scope_map(
-            after, initial=snapshot.scope_map if snapshot is not None else None
-        )
-        return MemoryView(
-            session_id=session_id,
-            ledger=ledger,
-            unobserved=tuple(unscanned_entries(entries, ledger)),
-            scope_map=scope_map,
-            invalidated_ids=withheld,
-            leaf_id=row.leaf_id,
-        )
+            return read_memory_view(connection, tenant_id, session_id, invalidation_scope)
 
     # Ports ------------------------------------------------------------------------------
 
@@ -455,10 +402,14 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
         *,
         epoch: int | None = None,
         before_write: Callable[[], None] | None = None,
+        view: MemoryView | None = None,
     ) -> SqlUnitOfWork:
         """The memory unit of work (and entry callbacks) of one tenant's session.
 
         With ``epoch`` every append through it is fenced (:meth:`append_memory`), after
-        ``before_write``. Creating it does no I/O; its methods raise what the store's raise.
+        ``before_write``; ``view`` answers its first read. Creating it does no I/O; its methods
+        raise what the store's raise.
         """
-        return SqlUnitOfWork(self, tenant_id, session_id, epoch=epoch, before_write=before_write)
+        return SqlUnitOfWork(
+            self, tenant_id, session_id, epoch=epoch, before_write=before_write, view=view
+        )

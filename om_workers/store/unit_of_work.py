@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 class SqlUnitOfWork:
     """One tenant's session in a :class:`SqlStore`; fenced when it has a flush ``epoch``.
 
-    ``before_write`` runs before every fenced append (the worker checks its session lock
+    ``view`` is served by the first :meth:`read` (a view read in the transaction that started
+    the job). ``before_write`` runs before every fenced append (the worker checks its session lock
     there and raises :class:`~om_workers.errors.LockLostError` when it lost it). The first
     fencing failure is kept in :attr:`fenced` and raised again on every later append, so no
     later step of the flush can write. Methods raise what the store's methods raise
@@ -43,12 +44,14 @@ class SqlUnitOfWork:
         *,
         epoch: int | None = None,
         before_write: Callable[[], None] | None = None,
+        view: MemoryView | None = None,
     ) -> None:
         self._store = store
         self.tenant_id = tenant_id
         self._session_id = session_id
         self.epoch = epoch
         self._before_write = before_write
+        self._view = view
         self.fenced: OMWorkersError | None = None
 
     @property
@@ -59,7 +62,14 @@ class SqlUnitOfWork:
     # The memory unit of work ---------------------------------------------------------------
 
     def read(self) -> MemoryView:
-        """The flush's view: working ledger, unobserved entries, scope map, tombstones, leaf."""
+        """The flush's view: working ledger, unobserved entries, scope map, tombstones, leaf.
+
+        The first read returns the view the unit of work was made with, if any (the one read
+        when its job started, in that transaction); later reads read the store.
+        """
+        view, self._view = self._view, None
+        if view is not None:
+            return view
         return self._store.read_memory_view(
             self.tenant_id, self._session_id, tombstone_scope(self._session_id)
         )

@@ -11,7 +11,6 @@ from om_core.extractive import ExtractiveProvider
 from om_core.provider import Provider, ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
-from om_workers.coordination.redelivery import record_delivery
 from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
 from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
@@ -167,8 +166,8 @@ def test_poison_message_fails_the_run_after_the_limit(
 ) -> None:
     deps = deps_for(store, client, published, max_deliveries=2)
     job = enqueue(deps, tenant, "s1")
-    for _ in range(2):  # two earlier deliveries killed their workers
-        record_delivery(client, job)
+    for _ in range(2):  # two earlier attempts started the job, then killed their workers
+        store.start_job(tenant, job)
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "poison"
     run = store.get_job(tenant, job)

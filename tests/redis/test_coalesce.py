@@ -10,7 +10,6 @@ import redis
 
 from om_workers.coordination import keys
 from om_workers.coordination.coalesce import (
-    claim_pending,
     enqueue,
     pending_flushes,
     release_and_republish,
@@ -79,8 +78,8 @@ def test_request_mid_run_causes_exactly_one_republish(client: redis.Redis) -> No
     job_1 = enqueue(client, "t1", "s1", "job-1", queue.publish).job_id
     # A worker takes the lock and claims the pending job before reading the session.
     run_1 = SessionLock(client, "t1", "s1")
-    assert run_1.acquire()
-    assert claim_pending(run_1) == job_1
+    assert run_1.acquire(claim_pending=True)
+    assert run_1.claimed_job_id == job_1
     # Requests arriving while it runs: the first sets a new marker and publishes, the rest
     # coalesce onto it.
     mid = [enqueue(client, "t1", "s1", new_job(), queue.publish) for _ in range(20)]
@@ -98,12 +97,12 @@ def test_request_mid_run_causes_exactly_one_republish(client: redis.Redis) -> No
     assert queue.jobs == [job_1, job_2, job_2]
     # One copy of job 2 runs and claims the marker; the other copy finds nothing and skips.
     run_2 = SessionLock(client, "t1", "s1")
-    assert run_2.acquire()
-    assert claim_pending(run_2) == job_2
+    assert run_2.acquire(claim_pending=True)
+    assert run_2.claimed_job_id == job_2
     assert release_and_republish(run_2, queue.publish).pending_job_id is None
     duplicate = SessionLock(client, "t1", "s1")
-    assert duplicate.acquire()
-    assert claim_pending(duplicate) is None
+    assert duplicate.acquire(claim_pending=True)
+    assert duplicate.claimed_job_id is None
     release_and_republish(duplicate, queue.publish)
     assert queue.jobs == [job_1, job_2, job_2]
 
@@ -111,8 +110,8 @@ def test_request_mid_run_causes_exactly_one_republish(client: redis.Redis) -> No
 def test_release_without_pending_publishes_nothing(client: redis.Redis) -> None:
     queue = Queue()
     lock = SessionLock(client, "t1", "s1")
-    assert lock.acquire()
-    assert claim_pending(lock) is None
+    assert lock.acquire(claim_pending=True)
+    assert lock.claimed_job_id is None
     result = release_and_republish(lock, queue.publish)
     assert result.released
     assert queue.jobs == []
@@ -134,8 +133,7 @@ def test_failed_publish_withdraws_the_marker(client: redis.Redis) -> None:
 def test_failed_republish_keeps_the_marker_for_the_reconciler(client: redis.Redis) -> None:
     enqueue(client, "t1", "s1", "job-1", Queue().publish)
     lock = SessionLock(client, "t1", "s1")
-    assert lock.acquire()
-    claim_pending(lock)
+    assert lock.acquire(claim_pending=True)
     enqueue(client, "t1", "s1", "job-2", Queue().publish)
 
     def broken(job_id: str) -> None:

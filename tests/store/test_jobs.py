@@ -14,8 +14,12 @@ from om_workers.store import SqlStore
 def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
     run = store.create_job(tenant, session_id, force=True)
     assert (run.state, run.force, run.attempts, run.session_id) == ("queued", True, 0, session_id)
-    started, _ = store.start_job(tenant, run.id)
+    start = store.start_job(tenant, run.id)
+    started = start.job
     assert (started.state, started.attempts) == ("running", 1)
+    # The same transaction raised the session's epoch and read the session's view.
+    assert start.epoch == 1 and store.raise_epoch(tenant, session_id) == 2
+    assert (start.view.session_id, start.view.leaf_id) == (session_id, None)
     assert started.started_at is not None
     failed = store.finish_job(
         tenant,

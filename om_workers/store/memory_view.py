@@ -1,0 +1,80 @@
+"""The view a flush reads of one session: snapshot, active pool and the entries after them.
+
+One function of a connection, so it runs inside whatever transaction the caller holds: its own
+read transaction (:meth:`SqlStore.read_memory_view`) or the one that starts a flush job
+(:meth:`SqlStore.start_job`), which then reads its row, raises the epoch and reads the session
+in one step.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, bindparam, select
+
+from om_core.ledger import fold_ledger, unscanned_entries
+from om_core.models import ObservationalMemoryLedger
+from om_core.scopes.index import fold_work_scope_map
+from om_core.unit_of_work import MemoryView
+from om_workers.errors import SessionNotFoundError
+from om_workers.store.branch import branch_segments, read_branch_payloads, to_entries
+from om_workers.store.schema import sessions, snapshots, tombstones
+from om_workers.store.snapshot import (
+    SNAPSHOT_COLUMNS,
+    joined_snapshot,
+    read_working_ledger,
+    valid_snapshot,
+)
+
+# Built once: constructing a statement costs several times more than running it on SQLite.
+_SESSION = (
+    select(sessions.c.pk, sessions.c.leaf_id, *SNAPSHOT_COLUMNS)
+    .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
+    .where(sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id"))
+)
+WITHHELD = select(tombstones.c.entry_id).where(
+    tombstones.c.tenant_id == bindparam("tenant_id"), tombstones.c.scope == bindparam("scope")
+)
+"""Entry ids one tenant's tombstone ``scope`` withholds (parameters ``tenant_id``, ``scope``)."""
+
+
+def read_memory_view(
+    connection: Connection, tenant_id: str, session_id: str, invalidation_scope: str | None
+) -> MemoryView:
+    """What a flush reads: the working ledger from the snapshot, the branch entries after the
+    observation cursor, the scope map, the ids ``invalidation_scope`` withholds and the leaf.
+
+    Reads the active observations and the entries after the earlier of the snapshot and the
+    cursor, never the branch from its root (unless nothing was ever observed, when all of it is
+    new work). Raises :class:`SessionNotFoundError`.
+    """
+    row = connection.execute(_SESSION, {"tenant_id": tenant_id, "session_id": session_id}).first()
+    if row is None:
+        raise SessionNotFoundError(f"no session {session_id!r}")
+    session_pk = int(row.pk)
+    segments = branch_segments(connection, session_pk, row.leaf_id)
+    # Off the branch (never after our own writes) counts as no snapshot: fold it all.
+    snapshot = valid_snapshot(joined_snapshot(row), segments)
+    ledger = ObservationalMemoryLedger()
+    base_seq = start = 0
+    if snapshot is not None:
+        ledger = read_working_ledger(connection, session_pk, snapshot)
+        base_seq = snapshot.seq
+        start = min(base_seq, snapshot.observation_cursor_seq)
+    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
+    withheld: frozenset[str] = frozenset()
+    if invalidation_scope is not None:
+        params = {"tenant_id": tenant_id, "scope": invalidation_scope}
+        withheld = frozenset(connection.execute(WITHHELD, params).scalars())
+    entries = to_entries(rows)
+    after = [e for r, e in zip(rows, entries, strict=True) if int(r.seq) > base_seq]
+    ledger = fold_ledger(after, initial=ledger) if after else ledger
+    scope_map = fold_work_scope_map(
+        after, initial=snapshot.scope_map if snapshot is not None else None
+    )
+    return MemoryView(
+        session_id=session_id,
+        ledger=ledger,
+        unobserved=tuple(unscanned_entries(entries, ledger)),
+        scope_map=scope_map,
+        invalidated_ids=withheld,
+        leaf_id=row.leaf_id,
+    )
