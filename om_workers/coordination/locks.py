@@ -2,7 +2,8 @@
 
 Taken under a random token by a Lua script that sets the key only when it is free (``SET PX``
 after a ``GET``, in one step) and can claim the session's ``pending`` marker in the same round
-trip; a heartbeat thread extends it every
+trip; a heartbeat (run by the process's one heartbeat thread,
+:mod:`om_workers.coordination.heartbeats`) extends it every
 ``ttl / 3`` with a token-checked Lua script; released with a token-checked Lua script that also
 reports the session's ``pending`` marker, so the releaser can publish the flush that arrived
 while it ran. The lock only saves duplicate LLM spend: correctness comes from the fenced write
@@ -27,6 +28,7 @@ import redis
 
 from om_workers.coordination import keys, timing
 from om_workers.coordination.connection import translate_errors
+from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats
 from om_workers.errors import CoordinationError, LockLostError
 
 _NEVER: Final = float("-inf")
@@ -82,7 +84,8 @@ class SessionLock:
         self._lost = False
         self._valid_until = _NEVER
         self._stop = threading.Event()
-        self._heartbeat: threading.Thread | None = None
+        self._beating = threading.RLock()  # held while a beat runs; release waits for it
+        self._heartbeat_started = False
         self.claimed_job_id: str | None = None
 
     # -- taking and keeping ------------------------------------------------------------------
@@ -131,34 +134,37 @@ class SessionLock:
                 self._valid_until = timing.lock_valid_until_s(started, self.ttl_s)
         return True
 
-    def start_heartbeat(self) -> None:
-        """Extend the lock every ``ttl / 3`` seconds from a daemon thread until :meth:`release`
-        or until the lock is found lost. Transient Redis errors are retried at the next beat;
-        once the TTL has passed since the last successful extension the lock counts as lost.
+    def start_heartbeat(self, heartbeats: Heartbeats = HEARTBEATS) -> None:
+        """Extend the lock every ``ttl / 3`` seconds, from the ``heartbeats`` thread, until
+        :meth:`release` or until the lock is found lost. Transient Redis errors are retried at the
+        next beat; once the TTL has passed since the last successful extension the lock counts as
+        lost.
 
         Raises :class:`CoordinationError` when the lock is not held or a heartbeat is running.
         """
         with self._state:
             if not self._held or self._lost:
                 raise CoordinationError(f"lock {self.key!r} is not held; nothing to keep alive")
-            if self._heartbeat is not None:
+            if self._heartbeat_started:
                 raise CoordinationError(f"lock {self.key!r} already has a heartbeat")
-            self._heartbeat = threading.Thread(
-                target=self._beat, name=f"om-lock-heartbeat {self.key}", daemon=True
-            )
-        self._heartbeat.start()
+            self._heartbeat_started = True
+        heartbeats.schedule(self._interval_s, self._beat)
 
-    def _beat(self) -> None:
-        while not self._stop.wait(self._interval_s):
+    def _beat(self) -> float | None:
+        """One extension; the delay until the next, or ``None`` once released or lost."""
+        with self._beating:
+            if self._stop.is_set():
+                return None
             try:
                 if not self.extend():
-                    return
+                    return None
             except CoordinationError:
                 # Redis hiccup: the lock may still be ours; give up only when it must have
                 # expired, and let the next beat try again otherwise.
                 if self._clock() >= self._valid_until:
                     self._mark_lost()
-                    return
+                    return None
+            return None if self._stop.is_set() else self._interval_s
 
     # -- observing ----------------------------------------------------------------------------
 
@@ -211,9 +217,8 @@ class SessionLock:
         expires by itself after its TTL and the reconciler re-publishes any pending flush.
         """
         self._stop.set()
-        heartbeat = self._heartbeat
-        if heartbeat is not None and heartbeat is not threading.current_thread():
-            heartbeat.join()
+        with self._beating:  # a beat in progress finishes first; later ones see the stop
+            pass
         with translate_errors("releasing the session lock"):
             released, pending = self._release(keys=[self.key, self.pending_key], args=[self.token])
         with self._state:

@@ -82,10 +82,10 @@ def failure_backoff_s(
 
 
 def redelivery_exhausted(deliveries: int, *, max_deliveries: int) -> bool:
-    """True when a message delivered ``deliveries`` times (this one included) must not run.
+    """True when a job started ``deliveries`` times (this attempt included) must not run.
 
     A message that keeps killing its worker (a poison message) would otherwise be redelivered
-    forever; after ``max_deliveries`` the task records the job as failed and acks it.
+    forever; after ``max_deliveries`` attempts the task records the job as failed and acks it.
     Raises ``ValueError`` when ``deliveries < 1`` or ``max_deliveries < 1``.
     """
     if deliveries < 1 or max_deliveries < 1:

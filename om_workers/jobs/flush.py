@@ -33,7 +33,7 @@ from typing import Any, Literal
 import redis
 
 from om_core.extractive import ExtractiveProvider
-from om_core.provider import Provider
+from om_core.provider import Provider, ProviderRequest, ProviderResponse
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers.coordination import coalesce, keys, timing
 from om_workers.coordination.coalesce import FlushTicket, drop_marker, release_and_republish
@@ -42,12 +42,13 @@ from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
     FlushJobNotFoundError,
     InvalidJobStateError,
+    LockLostError,
     OMWorkersError,
     StaleEpochError,
 )
 from om_workers.metrics import METRICS
 from om_workers.store import SqlStore
-from om_workers.store.records import FlushJob, StartedJob
+from om_workers.store.records import FlushJob, JobFinish, StartedJob
 
 log = logging.getLogger(__name__)
 
@@ -316,16 +317,24 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
         return FlushOutcome("poison", job_id, job_id, stored)
     lock.start_heartbeat()
+    # The last records of the flush commit with the job's finish (one transaction less); any
+    # earlier ones are written before the next provider call starts.
     memory = deps.store.session(
-        tenant_id, session_id, epoch=started.epoch, before_write=lock.check, view=started.view
+        tenant_id,
+        session_id,
+        epoch=started.epoch,
+        before_write=lock.check,
+        view=started.view,
+        hold_last=True,
     )
     models = deps.worker_models
     try:
+        provider = _WritingFirst(deps.provider(), memory.write_held)
         runtime = ObservationalMemoryRuntime(
             memory,
             settings=dict(deps.memory_settings),
             # Reflector and dropper fall back to the observer's provider (one adapter).
-            observation=WorkerConfig(provider=deps.provider(), model=models.get("observer")),
+            observation=WorkerConfig(provider=provider, model=models.get("observer")),
             reflection=WorkerConfig(model=models.get("reflector")),
             dropper=WorkerConfig(model=models.get("dropper")),
             session_model=deps.model,
@@ -337,13 +346,41 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
         return FlushOutcome("failed", job_id, job_id, stored)
     counts = _counts(result)
-    fenced = memory.fenced
-    if isinstance(fenced, StaleEpochError):
+    state: Literal["succeeded", "failed"] = "failed" if result.error else "succeeded"
+    if memory.fenced is None:
+        finish = JobFinish(job_id, state, counts, result.error, deps.secrets)
+        try:
+            job_row = memory.finish(finish)
+        except (LockLostError, StaleEpochError):
+            pass  # recorded in memory.fenced: the job is finished as fenced out below
+        except Exception as exc:  # the held records could not be written
+            lost = f"{type(exc).__name__}: {exc}"
+            stored = _finish_quietly(deps, tenant_id, job_id, "failed", counts=counts, error=lost)
+            return FlushOutcome("failed", job_id, job_id, stored, counts)
+        else:
+            if job_row is None:
+                log.warning("flush job %s was finished meanwhile; kept its state", job_id)
+                return FlushOutcome(state, job_id, job_id, result.error, counts)
+            return FlushOutcome(state, job_id, job_id, job_row.error, counts)
+    if isinstance(memory.fenced, StaleEpochError):
         METRICS.fence_rejections.inc()
-    error = f"fenced out before writing: {fenced}" if fenced is not None else result.error
-    state: Literal["succeeded", "failed"] = "failed" if error else "succeeded"
-    final_error = _finish_quietly(deps, tenant_id, job_id, state, counts=counts, error=error)
-    return FlushOutcome(state, job_id, job_id, final_error, counts)
+    error = f"fenced out before writing: {memory.fenced}"
+    stored = _finish_quietly(deps, tenant_id, job_id, "failed", counts=counts, error=error)
+    return FlushOutcome("failed", job_id, job_id, stored, counts)
+
+
+class _WritingFirst:
+    """The flush's provider, writing the records held back before each call, so a step's
+    records are durable before the next step's model work starts."""
+
+    def __init__(self, provider: Provider, write_held: Callable[[], None]) -> None:
+        self._provider = provider
+        self._write_held = write_held
+
+    def generate(self, request: ProviderRequest) -> ProviderResponse:
+        """Write what is held (fencing errors propagate and fail the step), then call."""
+        self._write_held()
+        return self._provider.generate(request)
 
 
 def _counts(result: FlushResult) -> dict[str, int]:

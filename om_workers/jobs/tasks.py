@@ -178,7 +178,7 @@ def _flush_task(
         # Redis or the database was down before the job started: try again shortly instead
         # of acking a message that did nothing.
         raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
-    log.info("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
+    log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
     return outcome.outcome
 
 

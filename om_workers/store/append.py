@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from om_core.ledger import is_eligible_observation_source
 from om_core.models import OBSERVATIONS_RECORDED, SessionEntry
@@ -49,15 +49,21 @@ _LOCK_SESSION = (
     .where(sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id"))
 )
 _LOCK_SESSION_PG = _LOCK_SESSION.with_for_update(of=sessions)
-_EXISTING = select(
+# One lookup for both: the batch's ids anywhere in the tenant (idempotency, conflicts) and the
+# entries of this session the batch refers to (parents, the leaf, coverage cursors).
+_LOOKUP = select(
     entries.c.id, entries.c.session_pk, entries.c.seq, entries.c.segment_start, entries.c.payload
 ).where(
-    entries.c.tenant_id == bindparam("tenant_id"),
-    entries.c.id.in_(bindparam("ids", expanding=True)),
-)
-_POSITIONS = select(entries.c.id, entries.c.seq, entries.c.segment_start).where(
-    entries.c.session_pk == bindparam("session_pk"),
-    entries.c.id.in_(bindparam("ids", expanding=True)),
+    or_(
+        and_(
+            entries.c.tenant_id == bindparam("tenant_id"),
+            entries.c.id.in_(bindparam("ids", expanding=True)),
+        ),
+        and_(
+            entries.c.session_pk == bindparam("session_pk"),
+            entries.c.id.in_(bindparam("refs", expanding=True)),
+        ),
+    )
 )
 _INSERT_ENTRIES = insert(entries)
 
@@ -132,31 +138,29 @@ class _Existing:
     payload: dict[str, Any]
 
 
-def _load_existing(
-    connection: Connection, tenant_id: str, ids: Sequence[str]
-) -> dict[str, _Existing]:
-    found: dict[str, _Existing] = {}
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        rows = connection.execute(_EXISTING, {"tenant_id": tenant_id, "ids": list(chunk)})
-        for row in rows:
-            found[row.id] = _Existing(
-                int(row.session_pk), int(row.seq), int(row.segment_start), row.payload
-            )
-    return found
-
-
-def _load_positions(
-    connection: Connection, session_pk: int, ids: set[str]
-) -> dict[str, tuple[int, int]]:
-    wanted = sorted(ids)
+def _look_up(
+    connection: Connection, session: LockedSession, ids: Sequence[str], refs: Sequence[str]
+) -> tuple[dict[str, _Existing], dict[str, tuple[int, int]]]:
+    """The batch ids already stored (in any session of the tenant) and the ``(seq,
+    segment_start)`` of the referenced entries of this session."""
+    existing: dict[str, _Existing] = {}
     positions: dict[str, tuple[int, int]] = {}
-    for start in range(0, len(wanted), _IN_CHUNK):
-        chunk = wanted[start : start + _IN_CHUNK]
-        rows = connection.execute(_POSITIONS, {"session_pk": session_pk, "ids": chunk})
-        for row in rows:
-            positions[row.id] = (int(row.seq), int(row.segment_start))
-    return positions
+    batch, wanted = set(ids), set(refs)
+    for start in range(0, max(len(ids), len(refs)), _IN_CHUNK):
+        params = {
+            "tenant_id": session.tenant_id,
+            "ids": list(ids[start : start + _IN_CHUNK]),
+            "session_pk": session.pk,
+            "refs": list(refs[start : start + _IN_CHUNK]),
+        }
+        for row in connection.execute(_LOOKUP, params):
+            if row.id in batch:
+                existing[row.id] = _Existing(
+                    int(row.session_pk), int(row.seq), int(row.segment_start), row.payload
+                )
+            if row.id in wanted and int(row.session_pk) == session.pk:
+                positions[row.id] = (int(row.seq), int(row.segment_start))
+    return existing, positions
 
 
 def _cursors(batch: Sequence[SessionEntry]) -> set[str]:
@@ -202,14 +206,13 @@ def append_locked(
     """
     _check_batch(session, batch)
     ids = [entry.id for entry in batch]
-    existing = _load_existing(connection, session.tenant_id, ids)
-    wanted = {e.parent_id for e in batch if e.parent_id is not None and e.parent_id not in existing}
+    wanted = {e.parent_id for e in batch if e.parent_id is not None}
     if session.leaf_id is not None:
         wanted.add(session.leaf_id)
     # Positions of the coverage cursors the batch's records move to, read along with the
     # parents: advancing the snapshot then needs no lookup of its own.
     wanted.update(_cursors(batch))
-    positions = _load_positions(connection, session.pk, wanted - set(ids))
+    existing, positions = _look_up(connection, session, ids, sorted(wanted - set(ids)))
 
     stamp = iso_timestamp(now)
     leaf = session.leaf_id

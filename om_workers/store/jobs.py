@@ -16,6 +16,7 @@ from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
     FINAL_JOB_STATES,
     FlushJob,
+    JobFinish,
     JobState,
     StartedJob,
     as_utc,
@@ -104,6 +105,30 @@ def _locked_job(connection: Connection, tenant_id: str, job_id: str) -> Row[Any]
     return row
 
 
+def finish_in(
+    connection: Connection, tenant_id: str, finish: JobFinish, *, now: datetime
+) -> FlushJob | None:
+    """Finish a job inside the caller's write transaction; the job as finished, or ``None``
+    when it does not exist or already finished (nothing is written then).
+
+    The error has every exact secret replaced and is cut to ``MAX_ERROR_CHARS``. Raises
+    :class:`InvalidJobStateError` for a non-final state.
+    """
+    if finish.state not in FINAL_JOB_STATES:
+        raise InvalidJobStateError(f"{finish.state!r} is not a final state")
+    error = finish.error
+    params = {
+        "job": finish.job_id,
+        "tenant": tenant_id,
+        "new_state": finish.state,
+        "now": now,
+        "new_counts": dict(finish.counts),
+        "new_error": None if error is None else redact(error, finish.secrets)[:MAX_ERROR_CHARS],
+    }
+    row = connection.execute(_FINISH, params).first()
+    return None if row is None else _to_job(row)
+
+
 class JobsMixin(StoreBase):
     """Flush-job operations of :class:`~om_workers.store.SqlStore`."""
 
@@ -154,9 +179,14 @@ class JobsMixin(StoreBase):
         return _to_job(row)
 
     def start_job(self, tenant_id: str, job_id: str) -> StartedJob:
-        """Start a flush job, in one transaction: mark it running (a redelivered running job
-        restarts; attempts count up), raise its session's epoch, which fences out every earlier
-        flush of the session (see ``SqlStore.raise_epoch``), and read the session's view.
+        """Start a flush job: mark it running (a redelivered running job restarts; attempts
+        count up) and raise its session's epoch, which fences out every earlier flush of the
+        session (see ``SqlStore.raise_epoch``), in one transaction; then read the session's view.
+
+        On PostgreSQL the view is read in that same transaction. SQLite has one writer for the
+        whole database, so there the write transaction does only the two updates and the view
+        is read right after its commit (WAL readers never wait for writers): no older epoch can
+        write after the commit, so the view is as current as one read inside it.
 
         Raises :class:`FlushJobNotFoundError`, or :class:`InvalidJobStateError` for a job that
         already finished.
@@ -169,13 +199,18 @@ class JobsMixin(StoreBase):
             if row is None:
                 raise _not_updated(connection, tenant_id, job_id)
             job = _to_job(row)
-            epoch = connection.execute(
-                _RAISE_EPOCH, {"session": int(row.session_pk), "now": now}
-            ).scalar_one()
-            view = read_memory_view(
-                connection, tenant_id, job.session_id, tombstone_scope(job.session_id)
+            epoch = int(
+                connection.execute(
+                    _RAISE_EPOCH, {"session": int(row.session_pk), "now": now}
+                ).scalar_one()
             )
-            return StartedJob(job, int(epoch), view)
+            scope = tombstone_scope(job.session_id)
+            if connection.dialect.name != "sqlite":
+                view = read_memory_view(connection, tenant_id, job.session_id, scope)
+                return StartedJob(job, epoch, view)
+        with self._read() as connection:
+            view = read_memory_view(connection, tenant_id, job.session_id, scope)
+        return StartedJob(job, epoch, view)
 
     def finish_job(
         self,
@@ -193,22 +228,18 @@ class JobsMixin(StoreBase):
         :class:`InvalidJobStateError` for a non-final ``state`` or a job already finished,
         :class:`FlushJobNotFoundError` for an unknown job.
         """
-        if state not in FINAL_JOB_STATES:
-            raise InvalidJobStateError(f"{state!r} is not a final state")
-        text = None if error is None else redact(error, secrets)[:MAX_ERROR_CHARS]
-        params = {
-            "job": job_id,
-            "tenant": tenant_id,
-            "new_state": state,
-            "now": self._now(),
-            "new_counts": dict(counts or {}),
-            "new_error": text,
-        }
+        finish = JobFinish(job_id, state, dict(counts or {}), error, tuple(secrets))
         with self._write() as connection:
-            row = connection.execute(_FINISH, params).first()
-            if row is None:
+            job = finish_in(connection, tenant_id, finish, now=self._now())
+            if job is None:
                 raise _not_updated(connection, tenant_id, job_id)
-            return _to_job(row)
+            return job
+
+    def finish_job_if_open(self, tenant_id: str, finish: JobFinish) -> FlushJob | None:
+        """:meth:`finish_job`, but ``None`` instead of an error when the job does not exist or
+        already finished (the reconciler swept it meanwhile)."""
+        with self._write() as connection:
+            return finish_in(connection, tenant_id, finish, now=self._now())
 
     def widen_job_options(
         self, tenant_id: str, job_id: str, *, force: bool, full_reflection_rebuild: bool

@@ -118,6 +118,18 @@ class FlushJob:
 
 
 @dataclass(frozen=True, slots=True)
+class JobFinish:
+    """How a flush job ends: its final ``state``, counts, and an error that is stored with
+    every exact value of ``secrets`` redacted."""
+
+    job_id: str
+    state: JobState
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StartedJob:
     """A flush job as :meth:`SqlStore.start_job` left it: its row (now ``running``), the
     session's new epoch (every append of the flush is fenced by it) and the session's view as

@@ -25,7 +25,13 @@ from sqlalchemy import BindParameter, Connection, Row, bindparam, delete, insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as lite_insert
 
-from om_core.ledger import fold_ledger, ledger_from_snapshot, parse_record, parse_snapshot
+from om_core.ledger import (
+    fold_ledger,
+    is_eligible_observation_source,
+    ledger_from_snapshot,
+    parse_record,
+    parse_snapshot,
+)
 from om_core.models import (
     Observation,
     ObservationalMemoryLedger,
@@ -35,6 +41,7 @@ from om_core.models import (
     SessionEntry,
 )
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.tokens import estimate_entry_tokens
 from om_workers.store.branch import (
     MEMORY_KINDS,
     Segment,
@@ -394,7 +401,7 @@ def advance_memory_state(
     scope_map = fold_work_scope_map(
         memory, initial=stored.scope_map if stored is not None else None
     )
-    cursor_at, tokens = _moved_cursor(connection, session_pk, stored, writer, positions, leaf_id)
+    cursor_at, tokens = _moved_cursor(connection, session_pk, stored, writer, positions, appended)
     _write_snapshot(connection, session_pk, writer, leaf, cursor_at, scope_map, now, stored)
     return tokens
 
@@ -405,17 +412,26 @@ def _moved_cursor(
     stored: Snapshot | None,
     writer: ItemWriter,
     positions: Mapping[str, tuple[int, int]],
-    leaf_id: str,
+    appended: Sequence[SessionEntry],
 ) -> tuple[int, int | None]:
     """The observation cursor's seq after an append, and the recounted unobserved tokens
     (``None`` when the cursor did not move)."""
     cursor = writer.observation_cursor
     if stored is not None and cursor == stored.observation_cursor:
         return stored.observation_cursor_seq, None
+    leaf_id = appended[-1].id
     segment_start, leaf_seq = positions[leaf_id][1], positions[leaf_id][0]
     if cursor is not None and cursor in positions and positions[cursor][0] >= segment_start:
         # The cursor lies in the leaf's own segment: the branch after it is that stretch of seqs.
         cursor_at = positions[cursor][0]
+        if cursor_at >= positions[appended[0].id][0] - 1:
+            # Nothing but this batch follows the cursor (the usual observer record, appended
+            # right after the messages it covers): count the batch instead of the rows.
+            return cursor_at, sum(
+                estimate_entry_tokens(entry)
+                for entry in appended
+                if positions[entry.id][0] > cursor_at and is_eligible_observation_source(entry)
+            )
         segment = [(segment_start, leaf_seq)]
         return cursor_at, sum_eligible_tokens(connection, session_pk, segment, after_seq=cursor_at)
     segments = branch_segments(connection, session_pk, leaf_id)

@@ -34,11 +34,13 @@ from om_workers.store.branch import (
     to_entries,
 )
 from om_workers.store.engine import create_store_engine
-from om_workers.store.jobs import JobsMixin
+from om_workers.store.jobs import JobsMixin, finish_in
 from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
     AppendResult,
     ContextState,
+    FlushJob,
+    JobFinish,
     SessionInfo,
     StoredPage,
     as_utc,
@@ -221,14 +223,33 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
         lock. Raises :class:`StaleEpochError` (nothing written) when a newer flush began, and
         everything :meth:`append_entries` raises.
         """
+        return self.append_memory_and_finish(tenant_id, session_id, entries, epoch)[0]
+
+    def append_memory_and_finish(
+        self,
+        tenant_id: str,
+        session_id: str,
+        entries: SessionEntry | Sequence[SessionEntry],
+        epoch: int,
+        finish: JobFinish | None = None,
+    ) -> tuple[AppendResult, FlushJob | None]:
+        """:meth:`append_memory`, and in the same transaction ``finish`` the flush job that
+        wrote the entries (one transaction less per flush). The second value is the finished
+        job, ``None`` when there was nothing to finish or the job had already finished (the
+        reconciler swept it): the entries are committed all the same. Raises what
+        :meth:`append_memory` raises (and then finishes nothing).
+        """
         batch = _as_batch(entries)
 
-        def append() -> AppendResult:
+        def append() -> tuple[AppendResult, FlushJob | None]:
             with self._write() as connection:
                 session = lock_session(connection, tenant_id, session_id)
                 if session.epoch != epoch:
                     raise StaleEpochError(session_id, epoch, session.epoch)
-                return append_locked(connection, session, batch, now=self._now())
+                now = self._now()
+                result = append_locked(connection, session, batch, now=now)
+                job = None if finish is None else finish_in(connection, tenant_id, finish, now=now)
+                return result, job
 
         return self._retrying(append)
 
@@ -403,13 +424,21 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
         epoch: int | None = None,
         before_write: Callable[[], None] | None = None,
         view: MemoryView | None = None,
+        hold_last: bool = False,
     ) -> SqlUnitOfWork:
         """The memory unit of work (and entry callbacks) of one tenant's session.
 
         With ``epoch`` every append through it is fenced (:meth:`append_memory`), after
-        ``before_write``; ``view`` answers its first read. Creating it does no I/O; its methods
-        raise what the store's raise.
+        ``before_write``; ``view`` answers its first read; ``hold_last`` holds the latest batch
+        back (see :class:`SqlUnitOfWork`). Creating it does no I/O; its methods raise what the
+        store's raise.
         """
         return SqlUnitOfWork(
-            self, tenant_id, session_id, epoch=epoch, before_write=before_write, view=view
+            self,
+            tenant_id,
+            session_id,
+            epoch=epoch,
+            before_write=before_write,
+            view=view,
+            hold_last=hold_last,
         )

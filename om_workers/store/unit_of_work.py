@@ -11,27 +11,33 @@ revocation handler run on the durable store unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from om_core.errors import AppendNotVisibleError
 from om_core.models import SessionEntry
 from om_core.unit_of_work import MemoryView
 from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
-from om_workers.store.records import AppendResult, ContextState
+from om_workers.store.records import AppendResult, ContextState, FlushJob, JobFinish
 from om_workers.store.tombstones import tombstone_scope
 
 if TYPE_CHECKING:
     from om_workers.store.store import SqlStore
+
+_T = TypeVar("_T")
 
 
 class SqlUnitOfWork:
     """One tenant's session in a :class:`SqlStore`; fenced when it has a flush ``epoch``.
 
     ``view`` is served by the first :meth:`read` (a view read in the transaction that started
-    the job). ``before_write`` runs before every fenced append (the worker checks its session lock
-    there and raises :class:`~om_workers.errors.LockLostError` when it lost it). The first
-    fencing failure is kept in :attr:`fenced` and raised again on every later append, so no
-    later step of the flush can write. Methods raise what the store's methods raise
+    the job). With ``hold_last`` the latest appended batch is held back until the next append,
+    :meth:`write_held` or :meth:`finish`, so a flush's last records and its job's finish commit
+    in one transaction; the flush job calls :meth:`write_held` before every provider call, so
+    records are durable before any further model work starts. ``before_write`` runs before
+    every fenced write (the worker checks its session lock there and raises
+    :class:`~om_workers.errors.LockLostError` when it lost it). The first fencing failure is kept
+    in :attr:`fenced` and raised again on every later append, so no later step of the flush can
+    write. Methods raise what the store's methods raise
     (:class:`~om_workers.errors.StaleEpochError`, :class:`~om_workers.errors.SessionNotFoundError`
     ...).
     """
@@ -45,8 +51,11 @@ class SqlUnitOfWork:
         epoch: int | None = None,
         before_write: Callable[[], None] | None = None,
         view: MemoryView | None = None,
+        hold_last: bool = False,
     ) -> None:
         self._store = store
+        self._hold_last = hold_last
+        self._held: tuple[SessionEntry, ...] = ()
         self.tenant_id = tenant_id
         self._session_id = session_id
         self.epoch = epoch
@@ -75,8 +84,43 @@ class SqlUnitOfWork:
         )
 
     def append(self, records: Sequence[SessionEntry]) -> str:
-        """Append memory records at the leaf in one (fenced) transaction; the new leaf."""
-        result = self.append_entries(records)
+        """Append memory records at the leaf in one (fenced) transaction; the new leaf.
+
+        Held back until the next write when the unit of work holds its last batch (the
+        returned leaf is then the batch's last record, where the write will put it).
+        """
+        if not self._hold_last:
+            return self._landed(records, self.append_entries(records))
+        self.write_held()
+        if self.fenced is not None:
+            raise self.fenced
+        self._held = tuple(records)
+        return records[-1].id
+
+    def write_held(self) -> None:
+        """Write the held batch, if any. Raises what :meth:`append` raises."""
+        held, self._held = self._held, ()
+        if held:
+            self._landed(held, self.append_entries(held))
+
+    def finish(self, finish: JobFinish) -> FlushJob | None:
+        """Write the held batch and finish its flush job, in one fenced transaction (just the
+        job when nothing is held). The job as finished, ``None`` when it had already finished.
+
+        Raises what :meth:`append` raises; the job is then not finished.
+        """
+        held, self._held = self._held, ()
+        if not held or self.epoch is None:
+            return self._store.finish_job_if_open(self.tenant_id, finish)
+        result, job = self._fenced(
+            lambda epoch: self._store.append_memory_and_finish(
+                self.tenant_id, self._session_id, held, epoch, finish
+            )
+        )
+        self._landed(held, result)
+        return job
+
+    def _landed(self, records: Sequence[SessionEntry], result: AppendResult) -> str:
         leaf = result.leaf_id
         if leaf is None or leaf != records[-1].id:
             raise AppendNotVisibleError(
@@ -90,12 +134,22 @@ class SqlUnitOfWork:
         """Append a batch (fenced when the unit of work has an epoch)."""
         if self.epoch is None:
             return self._store.append_entries(self.tenant_id, self._session_id, entries)
+        return self._fenced(
+            lambda epoch: self._store.append_memory(
+                self.tenant_id, self._session_id, entries, epoch
+            )
+        )
+
+    def _fenced(self, write: Callable[[int], _T]) -> _T:
+        """Run a fenced write with the unit of work's epoch, after ``before_write``; the first
+        fencing failure is kept and raised again by every later write."""
         if self.fenced is not None:
             raise self.fenced
+        assert self.epoch is not None
         try:
             if self._before_write is not None:
                 self._before_write()
-            return self._store.append_memory(self.tenant_id, self._session_id, entries, self.epoch)
+            return write(self.epoch)
         except (LockLostError, StaleEpochError) as exc:
             self.fenced = exc
             raise

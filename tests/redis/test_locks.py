@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 import redis
 
 from om_workers.coordination import keys
+from om_workers.coordination.heartbeats import Heartbeats
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import CoordinationError, LockLostError
 from tests.redis.helpers import wait_until
@@ -184,3 +186,35 @@ def test_a_retried_acquire_finds_its_own_token_and_takes_the_lock(client: redis.
     assert script(keys=[lock_key, pending_key], args=["token-b", 5000, "1"]) == [0, None]
     assert client.get(lock_key) == "token-a"
     assert 0 < client.pttl(lock_key) <= 5000
+
+
+def test_one_heartbeat_thread_keeps_many_locks_alive(client: redis.Redis) -> None:
+    heartbeats = Heartbeats()
+    locks = [SessionLock(client, "t1", f"s{i}", ttl_s=SHORT_TTL_S) for i in range(6)]
+    for lock in locks:
+        assert lock.acquire()
+        lock.start_heartbeat(heartbeats)
+    time.sleep(SHORT_TTL_S * 4)
+    for lock in locks:
+        lock.check(confirm=True)
+    names = [t.name for t in threading.enumerate() if t.name == "om-lock-heartbeats"]
+    assert len(names) <= 2  # this scheduler's thread, and the shared one if another test ran
+    assert all(lock.release().released for lock in locks)
+
+
+def test_a_failing_beat_does_not_stop_the_others() -> None:
+    heartbeats = Heartbeats()
+    ran: list[str] = []
+
+    def broken() -> float | None:
+        ran.append("broken")
+        raise RuntimeError("boom")
+
+    def counting() -> float | None:
+        ran.append("ok")
+        return 0.01 if ran.count("ok") < 3 else None
+
+    heartbeats.schedule(0.0, broken)
+    heartbeats.schedule(0.01, counting)
+    assert wait_until(lambda: ran.count("ok") == 3)
+    assert ran.count("broken") == 1

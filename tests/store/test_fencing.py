@@ -1,4 +1,4 @@
-"""Fenced memory writes: a pass raises the epoch; a stale epoch writes nothing."""
+"""Fenced memory writes: a flush raises the epoch; a stale epoch writes nothing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from store_factories import message, observations
 
 from om_workers.errors import SessionNotFoundError, StaleEpochError
 from om_workers.store import SqlStore
+from om_workers.store.records import JobFinish
 
 
-def test_begin_pass_raises_the_epoch(store: SqlStore, tenant: str, session_id: str) -> None:
+def test_raise_epoch_raises_the_epoch(store: SqlStore, tenant: str, session_id: str) -> None:
     assert store.get_session(tenant, session_id).epoch == 0
     assert store.raise_epoch(tenant, session_id) == 1
     assert store.raise_epoch(tenant, session_id) == 2
@@ -39,7 +40,7 @@ def test_memory_write_with_a_stale_epoch_is_rejected_and_writes_nothing(
     assert store.append_memory(tenant, session_id, late, newer).appended_ids == ("obs-late",)
 
 
-def test_fenced_handle_stops_writing_after_a_newer_pass(
+def test_fenced_handle_stops_writing_after_a_newer_flush(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a"))
@@ -51,3 +52,55 @@ def test_fenced_handle_stops_writing_after_a_newer_pass(
     with pytest.raises(StaleEpochError):
         handle.append_entry(again)
     assert [e.id for e in handle.entries()] == ["a", "obs-1"]
+
+
+def test_a_held_batch_commits_with_the_job_finish(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, [message("a"), message("b")])
+    job = store.create_job(tenant, session_id)
+    started = store.start_job(tenant, job.id)
+    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    first, _ = observations("obs-1", ["a"], "a")
+    assert handle.append([first]) == "obs-1"
+    # Held: not on the branch until the next write.
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b"]
+    second, _ = observations("obs-2", ["b"], "b")
+    handle.append([second])  # writes the first batch, holds the second
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b", "obs-1"]
+    finished = handle.finish(JobFinish(job.id, "succeeded", {"observations": 2}))
+    assert finished is not None and finished.state == "succeeded"
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "b", "obs-1", "obs-2"]
+    assert store.get_job(tenant, job.id).counts == {"observations": 2}
+
+
+def test_a_stale_held_batch_writes_nothing_and_finishes_nothing(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, message("a"))
+    job = store.create_job(tenant, session_id)
+    started = store.start_job(tenant, job.id)
+    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    record, _ = observations("obs-1", ["a"], "a")
+    handle.append([record])
+    store.raise_epoch(tenant, session_id)  # a newer flush took the session over
+    with pytest.raises(StaleEpochError):
+        handle.finish(JobFinish(job.id, "succeeded"))
+    assert isinstance(handle.fenced, StaleEpochError)
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a"]
+    assert store.get_job(tenant, job.id).state == "running"
+
+
+def test_finishing_a_swept_job_keeps_its_state_and_the_records(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    store.append_entries(tenant, session_id, message("a"))
+    job = store.create_job(tenant, session_id)
+    started = store.start_job(tenant, job.id)
+    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    record, _ = observations("obs-1", ["a"], "a")
+    handle.append([record])
+    store.finish_job(tenant, job.id, "failed", error="swept")
+    assert handle.finish(JobFinish(job.id, "succeeded")) is None
+    assert store.get_job(tenant, job.id).state == "failed"
+    assert [e.id for e in store.read_branch(tenant, session_id)] == ["a", "obs-1"]

@@ -42,8 +42,10 @@ class _History:
         roll = self.rng.random()
         if roll < 0.35 or not self.messages:
             self._messages()
-        elif roll < 0.6:
+        elif roll < 0.5:
             self._observe()
+        elif roll < 0.6:
+            self._messages_then_observed()
         elif roll < 0.72:
             self._reflect()
         elif roll < 0.84:
@@ -76,6 +78,19 @@ class _History:
             observations=(*fresh, *replayed), covers_up_to_id=self.rng.choice(self.messages)
         )
         self._append(_custom(record.to_json_dict()))
+
+    def _messages_then_observed(self) -> None:
+        # One batch: new messages and a record covering up to one of them (or the old leaf), so
+        # the unobserved count after the cursor is part batch, part stored rows, or nothing.
+        self.count += 2
+        batch = [message(f"m{self.count - 1}", text="x " * 7), message(f"m{self.count}", text="y")]
+        self.messages += [e.id for e in batch]
+        cursor = self.rng.choice(self.messages[-3:])
+        sources = [m for m in self.messages[-3:] if m == cursor]
+        fresh = [Observation(id=create_memory_id(), text="fact", source_entry_ids=(sources[0],))]
+        self.observations += fresh
+        record = ObservationsRecorded(observations=tuple(fresh), covers_up_to_id=cursor)
+        self._append(*batch, _custom(record.to_json_dict()))
 
     def _reflect(self) -> None:
         if not self.observations:
