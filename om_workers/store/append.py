@@ -19,14 +19,13 @@ from om_core.models import OBSERVATIONS_RECORDED, SessionEntry
 from om_core.tokens import estimate_entry_tokens
 from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotFoundError
 from om_workers.store.branch import MEMORY_KINDS
+from om_workers.store.memory_state import advance_memory_state, refresh_memory_state
 from om_workers.store.records import AppendResult
 from om_workers.store.schema import entries, sessions, snapshots
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
     Snapshot,
-    advance_memory_state,
     joined_snapshot,
-    refresh_memory_state,
 )
 
 # Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.

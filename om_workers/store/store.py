@@ -35,6 +35,7 @@ from om_workers.store.branch import (
 )
 from om_workers.store.engine import create_store_engine
 from om_workers.store.jobs import JobsMixin, finish_in
+from om_workers.store.memory_state import refresh_memory_state
 from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
     AppendResult,
@@ -49,7 +50,6 @@ from om_workers.store.schema import ID_LENGTH, sessions
 from om_workers.store.snapshot import (
     SnapshotCache,
     read_snapshot,
-    refresh_memory_state,
     valid_snapshot,
 )
 from om_workers.store.tombstones import TombstonesMixin

@@ -7,7 +7,8 @@ from store_factories import message, observations
 
 from om_workers.errors import SessionNotFoundError, StaleEpochError
 from om_workers.store import SqlStore
-from om_workers.store.records import JobFinish
+from om_workers.store.records import FlushJob, JobFinish
+from om_workers.store.unit_of_work import SqlUnitOfWork
 
 
 def test_raise_epoch_raises_the_epoch(store: SqlStore, tenant: str, session_id: str) -> None:
@@ -74,13 +75,18 @@ def test_a_held_batch_commits_with_the_job_finish(
     assert store.get_job(tenant, job.id).counts == {"observations": 2}
 
 
-def test_a_stale_held_batch_writes_nothing_and_finishes_nothing(
-    store: SqlStore, tenant: str, session_id: str
-) -> None:
+def _holding_job(store: SqlStore, tenant: str, session_id: str) -> tuple[FlushJob, SqlUnitOfWork]:
+    """A started job over a one-message session and its unit of work holding its last batch."""
     store.append_entries(tenant, session_id, message("a"))
     job = store.create_job(tenant, session_id)
     started = store.start_job(tenant, job.id)
-    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    return job, store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+
+
+def test_a_stale_held_batch_writes_nothing_and_finishes_nothing(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    job, handle = _holding_job(store, tenant, session_id)
     record, _ = observations("obs-1", ["a"], "a")
     handle.append([record])
     store.raise_epoch(tenant, session_id)  # a newer flush took the session over
@@ -94,10 +100,7 @@ def test_a_stale_held_batch_writes_nothing_and_finishes_nothing(
 def test_finishing_a_swept_job_keeps_its_state_and_the_records(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
-    store.append_entries(tenant, session_id, message("a"))
-    job = store.create_job(tenant, session_id)
-    started = store.start_job(tenant, job.id)
-    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    job, handle = _holding_job(store, tenant, session_id)
     record, _ = observations("obs-1", ["a"], "a")
     handle.append([record])
     store.finish_job(tenant, job.id, "failed", error="swept")
