@@ -296,6 +296,36 @@ def _target(api_url: str | None, key: str | None) -> tuple[str, str]:
 
 
 @app.command()
+def context(
+    session: str,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", help="Token budget (default: the server's)."),
+    ] = None,
+    api_url: ApiUrl = None,
+    key: ApiKey = None,
+) -> None:
+    """The context the next turn gets: memory, then the recent messages."""
+    from om_api.client import OMClient, OMClientError
+
+    try:
+        with OMClient(*_target(api_url, key)) as client:
+            result = client.context(session, max_tokens=max_tokens)
+    except OMClientError as exc:
+        _fail(str(exc))
+    memory, recent = result.blocks
+    unobserved = result.unobserved
+    typer.echo(memory.text or "(no memory yet)")
+    typer.echo("")
+    typer.echo(recent.text or "(no messages)")
+    typer.echo(
+        f"\n{unobserved.messages} messages ({unobserved.tokens} tokens) not in memory yet; "
+        f"budget {result.max_tokens} tokens",
+        err=True,
+    )
+
+
+@app.command()
 def status(session: str, api_url: ApiUrl = None, key: ApiKey = None) -> None:
     """Memory status of a session (om:status)."""
     from om_api.client import OMClient, OMClientError

@@ -229,10 +229,19 @@ class OMClient:
     # Memory reads --------------------------------------------------------------------------
 
     def context(
-        self, session_id: str, *, scope: str | None = None, include: Include | None = None
+        self,
+        session_id: str,
+        *,
+        scope: str | None = None,
+        include: Include | None = None,
+        max_tokens: int | None = None,
     ) -> ContextOut:
-        """The ``observational-memory`` and ``recent-messages`` blocks for the next turn."""
-        return self.send(calls.context(session_id, scope, include))
+        """The ``observational-memory`` and ``recent-messages`` blocks for the next turn:
+        memory, then every message memory does not cover yet (``unobserved``) and the last
+        few, within ``max_tokens`` estimated tokens (the server's default when ``None``).
+        ``gap`` names unobserved messages the budget left out, with the cursor to page them
+        from. :class:`InvalidRequest` for a budget out of range."""
+        return self.send(calls.context(session_id, scope, include, max_tokens))
 
     def recall(self, session_id: str, memory_id: str) -> RecallOut:
         """What an observation/reflection rests on (``found`` false for an unknown id).
@@ -441,10 +450,15 @@ class AsyncOMClient:
             await asyncio.sleep(min(backoff_delay_s(poll, _POLL, 0.0), remaining))
 
     async def context(
-        self, session_id: str, *, scope: str | None = None, include: Include | None = None
+        self,
+        session_id: str,
+        *,
+        scope: str | None = None,
+        include: Include | None = None,
+        max_tokens: int | None = None,
     ) -> ContextOut:
         """See :meth:`OMClient.context`."""
-        return await self.send(calls.context(session_id, scope, include))
+        return await self.send(calls.context(session_id, scope, include, max_tokens))
 
     async def recall(self, session_id: str, memory_id: str) -> RecallOut:
         """See :meth:`OMClient.recall`."""

@@ -94,12 +94,16 @@ def job(job_id: str) -> Call[JobOut]:
     return Call("GET", f"/v1/jobs/{_q(job_id)}", JobOut)
 
 
-def context(session_id: str, scope: str | None, include: Include | None) -> Call[ContextOut]:
+def context(
+    session_id: str, scope: str | None, include: Include | None, max_tokens: int | None
+) -> Call[ContextOut]:
     params: dict[str, Any] = {}
     if scope is not None:
         params["scope"] = scope
     if include is not None:
         params["include"] = include
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
     return Call("GET", f"{_session(session_id)}/context", ContextOut, params=params)
 
 

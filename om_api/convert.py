@@ -5,7 +5,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from om_api.schemas import EntryIn, EntryOut, JobOut, SessionOut
+from om_api.schemas import (
+    ContextBlockOut,
+    ContextOut,
+    EntryIn,
+    EntryOut,
+    GapOut,
+    JobOut,
+    SessionOut,
+    UnobservedOut,
+)
+from om_core.context import Context
 from om_core.models import SessionEntry
 from om_workers.store import FlushJob, SessionInfo
 
@@ -25,6 +35,24 @@ def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
 def entry_out(entry: SessionEntry) -> EntryOut:
     """The wire form of a stored entry (snake_case, as the core's field names)."""
     return EntryOut.model_validate(entry.model_dump(mode="json"))
+
+
+def context_out(context: Context) -> ContextOut:
+    """The wire form of a context: the two blocks, what memory does not cover, the gap."""
+    gap = context.gap
+    return ContextOut(
+        blocks=[
+            ContextBlockOut(id="observational-memory", text=context.memory.text),
+            ContextBlockOut(
+                id="recent-messages",
+                text=context.recent.text,
+                entry_ids=list(context.recent.entry_ids),
+            ),
+        ],
+        unobserved=UnobservedOut(**context.unobserved.model_dump()),
+        gap=None if gap is None else GapOut(**gap.model_dump()),
+        max_tokens=context.max_tokens or 0,
+    )
 
 
 def session_out(info: SessionInfo) -> SessionOut:
@@ -60,4 +88,5 @@ def job_out(run: FlushJob, error: str | None) -> JobOut:
         duration_s=duration,
         counts=dict(run.counts),
         error=error,
+        reason=run.reason,
     )

@@ -228,6 +228,11 @@ class JobOut(WireModel):
     duration_s: float | None = Field(description="finished_at - started_at, once finished.")
     counts: dict[str, int]
     error: str | None
+    reason: str | None = Field(
+        default=None,
+        description="Why a job that recorded nothing did nothing, e.g. "
+        "'observer below threshold: 12 of 10000 tokens'.",
+    )
 
 
 # Context, recall, paging, status and view --------------------------------------------------
@@ -242,10 +247,41 @@ class ContextBlockOut(WireModel):
     entry_ids: list[str] | None = None
 
 
+MAX_CONTEXT_TOKENS = 1_000_000
+"""The largest budget a context read accepts (estimated tokens)."""
+
+
+class UnobservedOut(WireModel):
+    """Messages memory does not cover yet (shown in the recent block unless ``gap`` says
+    otherwise): how many, their estimated tokens, the oldest one's id."""
+
+    messages: int
+    tokens: int
+    first_id: str | None = None
+
+
+class GapOut(WireModel):
+    """Unobserved messages the token budget left out: page them backward from ``cursor``
+    (``GET .../messages?cursor=...&direction=backward``). A flush was requested for them."""
+
+    messages: int
+    tokens: int
+    first_id: str
+    cursor: str
+
+
 class ContextOut(WireModel):
-    """``GET .../context``: always two blocks, memory first; either text may be empty."""
+    """``GET .../context``: always two blocks, memory first; either text may be empty.
+
+    Every message is either covered by memory or in the recent block, unless the budget
+    (``max_tokens``, estimated tokens) left older unobserved ones out: ``gap`` then names
+    them, and the memory block says so too.
+    """
 
     blocks: list[ContextBlockOut]
+    unobserved: UnobservedOut
+    gap: GapOut | None = None
+    max_tokens: int
 
 
 class ObservationOut(WireModel):

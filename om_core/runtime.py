@@ -229,7 +229,7 @@ class ObservationalMemoryRuntime:
         )
         threshold = 1 if force else self.settings.observation.message_tokens
         if pending < threshold:
-            state.skip("observer", BELOW_THRESHOLD)
+            state.skip("observer", BELOW_THRESHOLD, f"{pending} of {threshold} tokens")
             return view
         worker = self._worker("observer", state)
         if worker is None:
@@ -257,8 +257,9 @@ class ObservationalMemoryRuntime:
         ledger = view.ledger
         window = ledger.active_observations if full_rebuild else None
         window = window if window is not None else observations_uncovered_by_reflection(ledger)
-        if not window or observation_tokens(window) < self.settings.reflection.observation_tokens:
-            state.skip("reflector", BELOW_THRESHOLD)
+        tokens, threshold = observation_tokens(window), self.settings.reflection.observation_tokens
+        if not window or tokens < threshold:
+            state.skip("reflector", BELOW_THRESHOLD, f"{tokens} of {threshold} tokens")
             return view
         worker = self._worker("reflector", state)
         if worker is None:
@@ -278,8 +279,9 @@ class ObservationalMemoryRuntime:
 
     def _drop(self, state: FlushState, view: MemoryView) -> MemoryView:
         active = view.ledger.active_observations
-        if observation_tokens(active) <= self.settings.context.observations_pool_max_tokens:
-            state.skip("dropper", BELOW_THRESHOLD)
+        pool, cap = observation_tokens(active), self.settings.context.observations_pool_max_tokens
+        if pool <= cap:
+            state.skip("dropper", BELOW_THRESHOLD, f"pool {pool} of {cap} tokens")
             return view
         if has_host_scopes(view.scope_map):
             state.skip("dropper", HOST_SCOPES)

@@ -12,7 +12,14 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from om_core.context import MIN_CONTEXT_TOKENS
+
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
+
+
+DEFAULT_CONTEXT_MAX_TOKENS = 32_000
+"""A context read's default budget, estimated tokens: a quarter of a 128k-token model window,
+leaving the rest to the agent's own prompt, tools and answer."""
 
 
 class Settings(BaseSettings):
@@ -66,6 +73,11 @@ class Settings(BaseSettings):
         # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.
         validation_alias=AliasChoices("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS", "memory_settings"),
         description="JSON object of observational-memory settings (nested groups).",
+    )
+    context_max_tokens: int = Field(
+        default=DEFAULT_CONTEXT_MAX_TOKENS,
+        ge=MIN_CONTEXT_TOKENS,
+        description="Token budget of a context read when the request names none.",
     )
     lock_ttl_s: float = Field(default=60.0, gt=0, description="Session lock TTL.")
     max_deliveries: int = Field(default=5, ge=1, description="Deliveries before poison.")

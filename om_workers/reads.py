@@ -11,30 +11,55 @@ from collections.abc import Iterable, Sequence
 
 from om_core.commands import MemoryStatus, memory_status, memory_view
 from om_core.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
-from om_core.context import build_context_blocks
+from om_core.context import Context, Unobserved, build_context
 from om_core.ids import parse_memory_ref
 from om_core.ledger import is_eligible_observation_source
-from om_core.models import ContextBlock, ObservationalMemoryLedger, SessionEntry
+from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
 from om_core.recall import RecallResult, recall_memory
 from om_core.scopes.work_memory import Include
 from om_core.settings import ObservationalMemorySettings
+from om_core.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 
 TAIL_FIRST_READ = 64
 
 
 def recent_tail(
-    store: SqlStore, tenant_id: str, session_id: str, keep: int
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    keep: int,
+    *,
+    unobserved: bool = False,
+    cursor: str | None = None,
+    max_tokens: int | None = None,
 ) -> tuple[SessionEntry, ...]:
     """The shortest branch tail that holds the last ``keep`` messages and every tool call
-    that one of them answers (read in doubling steps; the whole branch at worst)."""
+    that one of them answers, read in doubling steps (the whole branch at worst).
+
+    With ``unobserved`` the tail also reaches back to ``cursor`` (the observation cursor;
+    ``None``: nothing observed yet, so the whole branch), so it holds every message memory
+    does not cover yet, unless those alone pass ``max_tokens``: a context could not show more
+    of them anyway, and the rest is counted, not read.
+    """
     limit = max(TAIL_FIRST_READ, 4 * keep)
     while True:
         tail = store.read_tail(tenant_id, session_id, limit)
-        if len(tail) < limit or _covers_window(tail, keep):
+        if len(tail) < limit or (
+            _covers_window(tail, keep) and (not unobserved or _reaches(tail, cursor, max_tokens))
+        ):
             return tail
         limit *= 2
+
+
+def _reaches(tail: Sequence[SessionEntry], cursor: str | None, max_tokens: int | None) -> bool:
+    if cursor is not None and any(e.id == cursor for e in tail):
+        return True
+    if max_tokens is None:
+        return False
+    messages = (e for e in tail if is_eligible_observation_source(e))
+    return sum(estimate_entry_tokens(e) for e in messages) > max_tokens
 
 
 def _covers_window(tail: Sequence[SessionEntry], keep: int) -> bool:
@@ -49,7 +74,7 @@ def _covers_window(tail: Sequence[SessionEntry], keep: int) -> bool:
     )
 
 
-def session_context_blocks(
+def session_context(
     store: SqlStore,
     tenant_id: str,
     session_id: str,
@@ -59,15 +84,29 @@ def session_context_blocks(
     include: Include = "self+ancestors",
     secrets: Iterable[str] = (),
     invalidated_ids: Iterable[str] = (),
-) -> tuple[ContextBlock, ContextBlock]:
-    """The two context blocks of a stored session (see :func:`build_context_blocks`).
+    max_tokens: int | None = None,
+) -> Context:
+    """The context of a stored session (see :func:`om_core.context.build_context`): memory,
+    every message memory does not cover yet and the last ``context.recentMessages``, within
+    ``max_tokens`` (estimated tokens; ``None``: no budget).
 
-    Raises the store's :class:`~om_workers.errors.SessionNotFoundError` (also for another
-    tenant's session) and the core's scope errors for an unknown ``scope`` or ``include``.
+    Reads the stored ledger and the branch tail back to the observation cursor, never the
+    whole history; unobserved messages older than a budget can show are counted with one
+    index range query. Raises the store's :class:`~om_workers.errors.SessionNotFoundError`
+    (also for another tenant's session), the core's scope errors for an unknown ``scope``
+    or ``include``, and ``ValueError`` for a budget below the core's minimum.
     """
     state = store.read_context_state(tenant_id, session_id)
-    tail = recent_tail(store, tenant_id, session_id, settings.context.recent_messages)
-    return build_context_blocks(
+    cursor = state.ledger.observation_covers_up_to_id
+    keep = settings.context.recent_messages
+    tail = recent_tail(
+        store, tenant_id, session_id, keep, unobserved=True, cursor=cursor, max_tokens=max_tokens
+    )
+    older: Unobserved | None = None
+    if tail and cursor not in {e.id for e in tail}:
+        count, tokens, first = store.unobserved_before(tenant_id, session_id, tail[0].id)
+        older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
+    return build_context(
         tail,
         settings,
         invalidated_ids,
@@ -76,6 +115,8 @@ def session_context_blocks(
         scope_map=state.scope_map,
         scope=scope,
         include=include,
+        max_tokens=max_tokens,
+        older=older,
     )
 
 

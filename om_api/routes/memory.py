@@ -3,20 +3,21 @@ and compaction, which appends the strategy's compaction entry."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
 
 from om_api.auth import TenantId
-from om_api.convert import entry_out
+from om_api.convert import context_out, entry_out
 from om_api.errors import ApiError
 from om_api.routes import MemoryPath, SessionPath
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
+    MAX_CONTEXT_TOKENS,
     MAX_MESSAGES_PAGE,
     SCOPE_ID_PATTERN,
     CompactRequest,
-    ContextBlockOut,
     ContextOut,
     EntryOut,
     ErrorBody,
@@ -27,23 +28,25 @@ from om_api.schemas import (
 )
 from om_api.state import ApiState, State
 from om_core import (
-    ContextBlock,
     RecallResult,
 )
+from om_core.context import MIN_CONTEXT_TOKENS, Context
 from om_core.errors import UnknownScopeError
 from om_core.ids import create_memory_id
 from om_workers.coordination import keys
 from om_workers.coordination.connection import translate_errors
-from om_workers.errors import CoordinationError
+from om_workers.errors import CoordinationError, OMWorkersError
+from om_workers.jobs.flush import request_flush
 from om_workers.reads import (
     session_compaction,
-    session_context_blocks,
+    session_context,
     session_page,
     session_recall,
     session_status,
     session_view,
 )
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody},
@@ -53,11 +56,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 
 
-def _context_blocks(
-    state: ApiState, tenant_id: str, session_id: str, scope: str | None, include: IncludeMode
-) -> tuple[ContextBlock, ContextBlock]:
+def _context(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str,
+    scope: str | None,
+    include: IncludeMode,
+    max_tokens: int | None = None,
+) -> Context:
     # The snapshot ledger plus the branch tail: a long session is never read whole.
-    return session_context_blocks(
+    return session_context(
         state.store,
         tenant_id,
         session_id,
@@ -66,7 +74,19 @@ def _context_blocks(
         include=include,
         secrets=state.secrets,
         invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        max_tokens=max_tokens,
     )
+
+
+def _observe_gap(state: ApiState, tenant_id: str, session_id: str) -> None:
+    """Ask for a flush of messages a context had to leave out (best effort: the reconciler
+    requests it too once their tokens pass the threshold)."""
+    try:
+        request_flush(
+            state.store, state.redis, tenant_id, session_id, publish=state.publisher(), force=True
+        )
+    except OMWorkersError as exc:
+        log.warning("could not request a flush for %s/%s: %s", tenant_id, session_id, exc)
 
 
 def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) -> RecallResult:
@@ -88,22 +108,23 @@ def context(
     session_id: SessionPath,
     scope: Annotated[str | None, Query(pattern=SCOPE_ID_PATTERN)] = None,
     include: IncludeMode = "self+ancestors",
+    max_tokens: Annotated[int | None, Query(ge=MIN_CONTEXT_TOKENS, le=MAX_CONTEXT_TOKENS)] = None,
 ) -> ContextOut:
     """The two context blocks for the next provider turn: ``observational-memory`` (rendered
     for ``scope``, default the current leaf scope, with ``include``) and ``recent-messages``
-    (with the exact entry ids it shows). 422 for a scope the session never opened."""
+    (every message memory does not cover yet and at least the last
+    ``context.recentMessages``, with the exact entry ids it shows), within ``max_tokens``
+    estimated tokens (default ``OM_CONTEXT_MAX_TOKENS``). Unobserved messages the budget left
+    out are named in ``gap`` and a flush is requested for them. 422 for a scope the session
+    never opened or a budget out of range."""
+    budget = max_tokens if max_tokens is not None else state.settings.context_max_tokens
     try:
-        memory, recent = _context_blocks(state, tenant_id, session_id, scope, include)
+        result = _context(state, tenant_id, session_id, scope, include, budget)
     except UnknownScopeError as exc:
         raise ApiError(422, "invalid_input", str(exc)) from None
-    return ContextOut(
-        blocks=[
-            ContextBlockOut(id="observational-memory", text=memory.text),
-            ContextBlockOut(
-                id="recent-messages", text=recent.text, entry_ids=list(recent.entry_ids)
-            ),
-        ]
-    )
+    if result.gap is not None:
+        _observe_gap(state, tenant_id, session_id)
+    return context_out(result)
 
 
 @router.get("/memory/{memory_id}", response_model=RecallOut, responses=ERRORS)

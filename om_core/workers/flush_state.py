@@ -10,10 +10,19 @@ from om_core.tokens import estimate_entry_tokens
 
 
 class WorkerSkip(Frozen):
-    """A step that did not run, and why (``missing_model``, ``below_threshold`` ...)."""
+    """A step that did not run, and why (``missing_model``, ``below_threshold`` ...);
+    ``detail`` says more where there is more to say (``12 of 10000 tokens``)."""
 
     worker: str
     reason: str
+    detail: str | None = None
+
+    def describe(self) -> str:
+        """One line for a person: ``observer below threshold: 12 of 10000 tokens``."""
+        reason = self.reason.replace("_", " ")
+        return (
+            f"{self.worker} {reason}: {self.detail}" if self.detail else f"{self.worker} {reason}"
+        )
 
 
 class FlushResult(Frozen):
@@ -38,6 +47,14 @@ class FlushResult(Frozen):
         """True when the flush appended any memory entry."""
         return bool(self.appended_entry_ids) or self.compacted
 
+    @property
+    def note(self) -> str | None:
+        """Why a flush that recorded nothing did nothing (each skipped step, ``; ``-joined),
+        ``None`` when it advanced or failed (then ``error`` says why)."""
+        if self.advanced or self.error or not self.skipped:
+            return None
+        return "; ".join(skip.describe() for skip in self.skipped)
+
 
 class FlushState:
     """Accumulates one flush's result."""
@@ -52,8 +69,8 @@ class FlushState:
         self.compacted = False
         self.errors: list[str] = []
 
-    def skip(self, worker: str, reason: str) -> None:
-        self.skipped.append(WorkerSkip(worker=worker, reason=reason))
+    def skip(self, worker: str, reason: str, detail: str | None = None) -> None:
+        self.skipped.append(WorkerSkip(worker=worker, reason=reason, detail=detail))
 
     def result(self) -> FlushResult:
         return FlushResult(

@@ -87,7 +87,8 @@ class FlushOutcome:
 
     ``job_id`` is the message's job; ``ran_job_id`` the job whose row it ran or finished (another
     job's when it served that job's request, ``None`` when it touched no row); ``error`` the
-    redacted reason of a failed job (also stored on its row).
+    redacted reason of a failed job (also stored on its row); ``reason`` why a job that
+    recorded nothing did nothing.
     """
 
     outcome: Outcome
@@ -95,6 +96,7 @@ class FlushOutcome:
     ran_job_id: str | None = None
     error: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
+    reason: str | None = None
 
 
 def request_flush(
@@ -348,7 +350,7 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
     counts = _counts(result)
     state: Literal["succeeded", "failed"] = "failed" if result.error else "succeeded"
     if memory.fenced is None:
-        finish = JobFinish(job_id, state, counts, result.error, deps.secrets)
+        finish = JobFinish(job_id, state, counts, result.error, deps.secrets, result.note)
         try:
             job_row = memory.finish(finish)
         except (LockLostError, StaleEpochError):
@@ -360,8 +362,8 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         else:
             if job_row is None:
                 log.warning("flush job %s was finished meanwhile; kept its state", job_id)
-                return FlushOutcome(state, job_id, job_id, result.error, counts)
-            return FlushOutcome(state, job_id, job_id, job_row.error, counts)
+                return FlushOutcome(state, job_id, job_id, result.error, counts, result.note)
+            return FlushOutcome(state, job_id, job_id, job_row.error, counts, job_row.reason)
     if isinstance(memory.fenced, StaleEpochError):
         METRICS.fence_rejections.inc()
     error = f"fenced out before writing: {memory.fenced}"

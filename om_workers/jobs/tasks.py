@@ -179,7 +179,8 @@ def _flush_task(
         # of acking a message that did nothing.
         raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
     log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
-    return outcome.outcome
+    # The task's result is what Flower shows: the outcome, and why a flush did nothing.
+    return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
 
 
 def _reconcile_task() -> dict[str, list[str]]:

@@ -169,6 +169,46 @@ def sum_eligible_tokens(
     return total
 
 
+@functools.cache
+def _messages_query(ranges: int) -> Select[Any]:
+    eligible = entries.c.eligible_tokens > 0
+    return select(
+        func.count().filter(eligible), func.coalesce(func.sum(entries.c.eligible_tokens), 0)
+    ).where(_in_ranges(ranges))
+
+
+@functools.cache
+def _first_message_query(ranges: int) -> Select[Any]:
+    return (
+        select(entries.c.id)
+        .where(_in_ranges(ranges), entries.c.eligible_tokens > 0)
+        .order_by(entries.c.seq)
+        .limit(1)
+    )
+
+
+def count_messages(
+    connection: Connection,
+    session_pk: int,
+    segments: Sequence[Segment],
+    *,
+    after_seq: int,
+    before_seq: int,
+) -> tuple[int, int, str | None]:
+    """Observable messages on the branch strictly between two seqs: how many, their tokens,
+    and the oldest one's id (``None`` when there are none)."""
+    clipped = [(lo, min(hi, before_seq - 1)) for lo, hi in segments if lo < before_seq]
+    count = tokens = 0
+    first: str | None = None
+    for chunk in _range_chunks(clipped, after_seq):
+        params = _range_params(session_pk, chunk)
+        found, total = connection.execute(_messages_query(len(chunk)), params).one()
+        count, tokens = count + int(found), tokens + int(total)
+        if first is None and found:
+            first = connection.execute(_first_message_query(len(chunk)), params).scalar()
+    return count, tokens, first
+
+
 _POSITION = select(entries.c.seq, entries.c.segment_start).where(
     entries.c.id == bindparam("entry_id"), entries.c.session_pk == bindparam("session_pk")
 )

@@ -59,6 +59,7 @@ _FINISH = (
         finished_at=bindparam("now"),
         counts=bindparam("new_counts"),
         error=bindparam("new_error"),
+        reason=bindparam("new_reason"),
     )
     .returning(*flush_jobs.c, _SESSION_ID)
 )
@@ -86,6 +87,7 @@ def _to_job(row: Row[Any]) -> FlushJob:
         finished_at=as_utc_or_none(data["finished_at"]),
         counts=dict(data["counts"]),
         error=data["error"],
+        reason=data["reason"],
     )
 
 
@@ -124,6 +126,7 @@ def finish_in(
         "now": now,
         "new_counts": dict(finish.counts),
         "new_error": None if error is None else redact(error, finish.secrets)[:MAX_ERROR_CHARS],
+        "new_reason": finish.reason,
     }
     row = connection.execute(_FINISH, params).first()
     return None if row is None else _to_job(row)

@@ -115,18 +115,21 @@ class FlushJob:
     finished_at: datetime | None
     counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobFinish:
-    """How a flush job ends: its final ``state``, counts, and an error that is stored with
-    every exact value of ``secrets`` redacted."""
+    """How a flush job ends: its final ``state``, counts, an error that is stored with every
+    exact value of ``secrets`` redacted, and the ``reason`` a job that recorded nothing did
+    nothing (``observer below threshold: 12 of 10000 tokens``)."""
 
     job_id: str
     state: JobState
     counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     secrets: tuple[str, ...] = ()
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

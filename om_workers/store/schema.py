@@ -193,6 +193,7 @@ flush_jobs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("counts", Json, nullable=False),
     Column("error", Text, nullable=True),
+    Column("reason", Text, nullable=True),
     Index("ix_flush_jobs_session_pk_queued_at", "session_pk", "queued_at"),
     Index("ix_flush_jobs_state_started_at", "state", "started_at"),
 )

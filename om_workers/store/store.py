@@ -28,6 +28,7 @@ from om_workers.store.branch import (
     MEMORY_KINDS,
     Segment,
     branch_segments,
+    count_messages,
     entry_position,
     read_branch_payloads,
     seq_on_branch,
@@ -328,6 +329,28 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
                 connection, int(row.pk), segments, limit=limit, newest_first=True
             )
         return to_entries(rows)
+
+    def unobserved_before(
+        self, tenant_id: str, session_id: str, entry_id: str
+    ) -> tuple[int, int, str | None]:
+        """Observable messages after the observation cursor and before ``entry_id`` on the
+        current branch: how many, their estimated tokens, the oldest one's id. An index range
+        count, however many there are (for a context read whose tail stops short of the
+        cursor). Raises :class:`SessionNotFoundError`, :class:`EntryNotFoundError` when the
+        entry is not on the current branch.
+        """
+        with self._read() as connection:
+            row = _session_row(connection, tenant_id, session_id)
+            session_pk = int(row.pk)
+            segments = branch_segments(connection, session_pk, row.leaf_id)
+            position = entry_position(connection, session_pk, entry_id)
+            if position is None or not seq_on_branch(position[0], segments):
+                raise EntryNotFoundError(f"entry {entry_id!r} is not on the current branch")
+            snapshot = valid_snapshot(read_snapshot(connection, session_pk), segments)
+            cursor_at = snapshot.observation_cursor_seq if snapshot is not None else 0
+            return count_messages(
+                connection, session_pk, segments, after_seq=cursor_at, before_seq=position[0]
+            )
 
     def read_span(
         self, tenant_id: str, session_id: str, entry_ids: Sequence[str], *, margin: int = 32

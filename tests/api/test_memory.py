@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 from tests.api.seed import OBS2_ID, OBS_ID, REF_ID, message, seeded_session
 from tests.api.server import LiveApi
 
@@ -124,3 +125,30 @@ def test_secrets_are_redacted_from_answers(api: LiveApi) -> None:
     client.post("/v1/sessions/s/entries", json={"entries": entries})
     recent = client.get("/v1/sessions/s/context").json()["blocks"][1]["text"]
     assert key not in recent and "[REDACTED]" in recent
+
+
+def test_context_shows_every_unobserved_message_and_names_what_a_budget_leaves_out(
+    api: LiveApi,
+) -> None:
+    tid, client = api.tenant()
+    seeded_session(client, "s", tid, messages=30)
+    late = [
+        message(f"{tid}late{i}", "user", f"late message {i} " + "word " * 40) for i in range(40)
+    ]
+    assert client.post("/v1/sessions/s/entries", json={"entries": late}).status_code == 201
+    whole = client.get("/v1/sessions/s/context").json()
+    unobserved = whole["unobserved"]
+    assert unobserved["messages"] >= 40 and unobserved["tokens"] > 0
+    shown = whole["blocks"][1]["entry_ids"]
+    assert {f"{tid}late{i}" for i in range(40)} <= set(shown) and whole["gap"] is None
+    assert whole["max_tokens"] == DEFAULT_CONTEXT_MAX_TOKENS
+    requested = len(api.published.calls)
+    tight = client.get("/v1/sessions/s/context", params={"max_tokens": 600}).json()
+    gap, tight_ids = tight["gap"], tight["blocks"][1]["entry_ids"]
+    assert gap is not None and gap["cursor"] == tight_ids[0]
+    assert gap["messages"] + len(tight_ids) >= unobserved["messages"]
+    assert f"page them backward from entry {gap['cursor']}" in tight["blocks"][0]["text"]
+    assert len(api.published.calls) == requested + 1  # an observation was requested
+    for bad in (0, 255, 1_000_001, "many"):
+        answer = client.get("/v1/sessions/s/context", params={"max_tokens": bad})
+        assert answer.status_code == 422, bad

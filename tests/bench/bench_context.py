@@ -10,11 +10,12 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select, text
 
-from om_core import ObservationalMemorySettings, build_context_blocks, resolve_settings
-from om_workers.config import Settings
+from om_core import ObservationalMemorySettings, resolve_settings
+from om_core.context import build_context
+from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS, Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.reads import session_context_blocks
+from om_workers.reads import session_context
 from om_workers.store import SqlStore, upgrade
 from om_workers.store.schema import entries as entries_table
 from tests.api.server import Published, serve
@@ -56,8 +57,9 @@ def run() -> Section:
         store.close()
     section.notes.append(
         "endpoint = `GET /v1/sessions/{id}/context` over HTTP (uvicorn in this process); "
-        "in process = `om_workers.reads.session_context_blocks` (stored ledger + branch tail); "
-        "full re-fold = read and parse the branch, then `build_context_blocks`; rows alone = "
+        "in process = `om_workers.reads.session_context` (stored ledger + branch tail back to "
+        "the observation cursor, default 32,000-token budget); full re-fold = read and parse "
+        "the branch, then `om_core.context.build_context` with the same budget; rows alone = "
         "`SELECT payload` of every entry of the session, unparsed. Median of 9 (3 at 100k). "
         "At 100k entries the rest is rendering a 10,000-observation pool down to 256 KiB."
     )
@@ -78,11 +80,16 @@ def _measure(
         lambda: http.get(f"/v1/sessions/{session_id}/context").raise_for_status()
     )
     snapshot_s = median_of(
-        lambda: session_context_blocks(store, tenant, session_id, settings=settings)
+        lambda: session_context(
+            store, tenant, session_id, settings=settings, max_tokens=DEFAULT_CONTEXT_MAX_TOKENS
+        )
     )
     repeat = 3 if size >= 100_000 else 9
     refold_s = median_of(
-        lambda: build_context_blocks(store.read_branch(tenant, session_id), settings), repeat
+        lambda: build_context(
+            store.read_branch(tenant, session_id), settings, max_tokens=DEFAULT_CONTEXT_MAX_TOKENS
+        ),
+        repeat,
     )
     rows_s = median_of(lambda: _rows_alone(store, session_id), repeat)
     label = f"{size:,} entries"

@@ -138,6 +138,11 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
         assert httpx.post(
             f"{api_url}/v1/sessions", json={"id": session}, headers=headers
         ).is_success
+        context = om("context", session, "--max-tokens", "1000", "--api", api_url, "--key", key)
+        assert context.returncode == 0, context.stderr
+        assert "not in memory yet; budget 1000 tokens" in context.stderr
+        too_small = om("context", session, "--max-tokens", "10", "--api", api_url, "--key", key)
+        assert too_small.returncode == 1 and "422" in too_small.stderr
         status = om("status", session, "--api", api_url, "--key", key)
         assert status.returncode == 0 and '"recorded_observations": 0' in status.stdout
         view = om("view", session, "--full", OM_API_URL=api_url, OM_API_KEY=key)
@@ -156,8 +161,13 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
             timeout=120,
         )
         assert tour.returncode == 0, tour.stderr
-        assert "flush: succeeded" in tour.stdout, tour.stdout
-        assert "recalled: ['Our staging database is pg-staging-7" in tour.stdout, tour.stdout
+        out = tour.stdout
+        # Below the threshold the job says why, and the context still shows the messages.
+        assert "flush: succeeded - observer below threshold:" in out, out
+        assert "not yet in memory: 2 messages" in out, out
+        assert "[user] Our staging db is pg-staging-7, port 6432." in out, out
+        assert "# Observational memory" in out and "[om:" in out, out
+        assert "recalled: ['Our staging db is pg-staging-7" in out, out
         assert all(_alive(pid) for pid in pids.values())
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C

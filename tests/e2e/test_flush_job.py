@@ -45,6 +45,23 @@ def chat(store: SqlStore, tenant: str) -> list[str]:
     return add_chat(store, tenant, "s1", 3)
 
 
+def test_a_flush_below_the_threshold_says_why(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published, memory_settings={})  # the 10,000-token default
+    job = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "succeeded" and outcome.counts["appended"] == 0
+    row = store.get_job(tenant, job)
+    assert row.reason is not None and row.reason.startswith("observer below threshold: ")
+    tokens = store.get_session(tenant, "s1").unobserved_tokens
+    assert f"{tokens} of 10000 tokens" in row.reason
+    # A flush that recorded something has no reason to give.
+    forced = request_flush(store, client, tenant, "s1", publish=deps.publish, force=True)
+    assert run_flush_job(deps, tenant, "s1", forced.job_id, True).outcome == "succeeded"
+    assert store.get_job(tenant, forced.job_id).reason is None
+
+
 def test_flush_observes_every_message_once(
     store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
 ) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from store_factories import assistant, message, observations, reflections
 
-from om_core import ToolCall, build_context_blocks, fold_ledger, recall_memory, resolve_settings
+from om_core import ToolCall, fold_ledger, recall_memory, resolve_settings
+from om_core.context import build_context
+from om_core.tokens import estimate_text_tokens
 from om_core.models import Message, SessionEntry
-from om_workers.reads import recent_tail, session_context_blocks, session_recall
+from om_workers.reads import recent_tail, session_context, session_recall
 from om_workers.store import SqlStore
 
 
@@ -46,15 +48,33 @@ def _long_session(store: SqlStore, tenant: str, session_id: str, runs: int) -> N
 
 
 @pytest.mark.parametrize("keep", [0, 1, 3, 8, 40])
+@pytest.mark.parametrize("max_tokens", [None, 256, 2_000])
 def test_context_from_snapshot_and_tail_equals_the_full_branch(
-    store: SqlStore, tenant: str, session_id: str, keep: int
+    store: SqlStore, tenant: str, session_id: str, keep: int, max_tokens: int | None
 ) -> None:
     _long_session(store, tenant, session_id, runs=12)
+    # Messages after the last observation: the context must show them all (or name them).
+    store.append_entries(
+        tenant, session_id, [message(f"late{i}", text="x " * 40) for i in range(30)]
+    )
     settings = resolve_settings({"context": {"recentMessages": keep}})
     branch = store.read_branch(tenant, session_id)
-    expected = build_context_blocks(branch, settings, secrets=["sk-x"])
-    got = session_context_blocks(store, tenant, session_id, settings=settings, secrets=["sk-x"])
+    expected = build_context(branch, settings, secrets=["sk-x"], max_tokens=max_tokens)
+    got = session_context(
+        store, tenant, session_id, settings=settings, secrets=["sk-x"], max_tokens=max_tokens
+    )
     assert got == expected
+    assert got.unobserved.messages == 30 and got.unobserved.first_id == "late0"
+    if max_tokens is None:
+        assert got.gap is None
+        assert {f"late{i}" for i in range(30)} <= set(got.recent.entry_ids)
+    else:
+        shown = estimate_text_tokens(got.memory.text) + estimate_text_tokens(got.recent.text)
+        assert shown <= max_tokens
+    if max_tokens == 256:  # too small for all 30: the gap is named, with its cursor
+        assert got.gap is not None and got.gap.first_id == "late0"
+        assert got.gap.cursor == got.recent.entry_ids[0]
+        assert f"page them backward from entry {got.gap.cursor}" in got.memory.text
     if 4 * keep < len(branch) // 2:  # a short window never reads the whole branch
         assert len(recent_tail(store, tenant, session_id, keep)) < len(branch)
 
