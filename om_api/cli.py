@@ -296,6 +296,39 @@ def _target(api_url: str | None, key: str | None) -> tuple[str, str]:
 
 
 @app.command()
+def flush(
+    session: str,
+    force: Annotated[
+        bool, typer.Option("--force", help="Observe now, below the token threshold too.")
+    ] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the job to finish (0: don't).")
+    ] = 60.0,
+    api_url: ApiUrl = None,
+    key: ApiKey = None,
+) -> None:
+    """Request a flush of a session and say what it did."""
+    from om_api.client import OMClient, OMClientError
+
+    try:
+        with OMClient(*_target(api_url, key)) as client:
+            accepted = client.flush(session, force=force)
+            if wait <= 0:
+                typer.echo(
+                    f"job {accepted.job_id} {'coalesced' if accepted.coalesced else 'queued'}"
+                )
+                return
+            job = client.wait_for_job(accepted.job_id, timeout_s=wait)
+    except OMClientError as exc:
+        _fail(str(exc))
+    counts = ", ".join(f"{k} {v}" for k, v in job.counts.items()) or "nothing recorded"
+    typer.echo(f"job {job.id} {job.state}: {counts}")
+    for line in (job.reason, job.error):
+        if line:
+            typer.echo(f"  {line}")
+
+
+@app.command()
 def context(
     session: str,
     max_tokens: Annotated[

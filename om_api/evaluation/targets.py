@@ -21,11 +21,12 @@ from om_core import (
     ObservationalMemorySettings,
     SessionEntry,
     WorkerConfig,
-    build_context_blocks,
 )
+from om_core.context import build_context
 from om_core.models import Role
 from om_core.provider import Provider
 from om_core.recall import recall_memory
+from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 
 T = TypeVar("T")
 
@@ -148,10 +149,14 @@ class InProcessTarget:
             raise EvalError(f"flush of {session_id} failed: {result.error}")
 
     def context(self, session_id: str) -> ContextView:
-        """The two blocks the runtime would hand the next turn."""
+        """The context the service would hand the next turn (:func:`build_context`, with the
+        service's default budget): memory, then every unobserved message and the last few."""
         runtime = self._runtimes[session_id]
         entries = self.entries(session_id)
-        memory, recent = build_context_blocks(entries, self.settings, ledger=runtime.ledger())
+        context = build_context(
+            entries, self.settings, ledger=runtime.ledger(), max_tokens=DEFAULT_CONTEXT_MAX_TOKENS
+        )
+        memory, recent = context.blocks
         return ContextView(memory.text, recent.text, frozenset(recent.entry_ids or ()))
 
     def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]:

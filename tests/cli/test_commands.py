@@ -138,6 +138,9 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
         assert httpx.post(
             f"{api_url}/v1/sessions", json={"id": session}, headers=headers
         ).is_success
+        flushed = om("flush", session, "--api", api_url, "--key", key)
+        assert flushed.returncode == 0, flushed.stderr
+        assert " succeeded: " in flushed.stdout and "observer below threshold" in flushed.stdout
         context = om("context", session, "--max-tokens", "1000", "--api", api_url, "--key", key)
         assert context.returncode == 0, context.stderr
         assert "not in memory yet; budget 1000 tokens" in context.stderr
