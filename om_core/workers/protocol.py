@@ -150,10 +150,16 @@ def entry_text(entry: SessionEntry, secrets: Iterable[str]) -> str:
 
 
 def transcript_line(entry: SessionEntry, secrets: Iterable[str]) -> str:
-    """One observer transcript line for an eligible message entry."""
+    """One observer transcript line for an eligible message entry.
+
+    Keys in order: ``id``, ``role``, ``tool`` (tool results), ``time`` (the entry's
+    ``created_at``, when known, so relative dates in the text can be anchored), ``text``.
+    """
     assert entry.message is not None
     value: dict[str, Any] = {"id": entry.id, "role": entry.message.role}
     if entry.message.tool_name:
         value["tool"] = entry.message.tool_name
+    if entry.created_at:
+        value["time"] = entry.created_at
     value["text"] = entry_text(entry, secrets)
     return encode_line(value)

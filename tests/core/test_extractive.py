@@ -14,14 +14,14 @@ from tests.core.builders import Branch, mid
 def session() -> Branch:
     b = Branch()
     b.user("Remember that the deploy deadline is Friday 14:00 UTC.")  # e1
-    b.assistant("ok")  # e2: not substantive
+    b.assistant("ok")  # e2: an acknowledgement, cited by the previous observation
     b.call("c1", "read_file", path="config.yaml")  # e3
     b.result("c1", "database host is db-7.internal and the port is 5432", name="read_file")  # e4
-    b.user("Remember that the deploy deadline is Friday 14:00 UTC.")  # e5: repeat
+    b.user("Remember that the deploy deadline is Friday 14:00 UTC.")  # e5: repeat, cited by e1's
     return b
 
 
-def test_one_observation_per_substantive_novel_message() -> None:
+def test_one_observation_per_substantive_novel_message_and_every_message_cited() -> None:
     record = run_observer(
         ExtractiveProvider(),
         session().entries,
@@ -30,7 +30,7 @@ def test_one_observation_per_substantive_novel_message() -> None:
         limits=WorkerLimits(),
     )
     cited = [o.source_entry_ids for o in record.observations]
-    assert cited == [("e1",), ("e3",), ("e4",)]
+    assert cited == [("e1", "e2", "e5"), ("e3",), ("e4",)]
     texts = [o.text for o in record.observations]
     assert texts[0].startswith("User: Remember that the deploy deadline")
     assert texts[2].startswith("Tool read_file: database host")
@@ -46,6 +46,8 @@ def test_deterministic_and_respects_announced_limits() -> None:
     first = run_observer(ExtractiveProvider(), b.entries, session_id="s", model="x", limits=limits)
     second = run_observer(ExtractiveProvider(), b.entries, session_id="s", model="x", limits=limits)
     assert len(first.observations) == 7  # min(total, turns x per turn)
+    cited = {source for o in first.observations for source in o.source_entry_ids}
+    assert cited == {e.id for e in b.entries}  # merged into neighbours, not dropped
     assert [o.text for o in first.observations] == [o.text for o in second.observations]
 
 
