@@ -68,7 +68,7 @@ MAX_EXTRA_SENTENCES = 3
 MIN_JOIN_CHARS = 40
 SMALL_TALK_RELEVANCE = 0.1
 GROUP_SIZE = 6
-REFLECTION_SHARE = 4  # a reflection is at most a quarter of what it cites
+REFLECTION_SHARE = 6  # a reflection is at most a sixth of what it cites
 _ROLE_RELEVANCE = {"user": 0.6, "assistant": 0.45, "tool": 0.35}
 _CUES = re.compile(
     r"\b(remember|important|must|always|never|decided|decision|prefer|deadline|error|failed|"
@@ -123,7 +123,7 @@ class ExtractiveProvider:
         if RECORD_OBSERVATION in tools:
             plan = _plan_observations(prompt, limits)
         elif RECORD_REFLECTION in tools:
-            plan = _plan_reflections(prompt)
+            plan = _plan_reflections(prompt, limits)
         elif DROP_OBSERVATIONS in tools:
             plan = _plan_drop(prompt)
         else:
@@ -333,9 +333,13 @@ def _planned(draft: _Draft, lines: Sequence[dict[str, Any]]) -> Planned:
     return RECORD_OBSERVATION, arguments
 
 
-def _plan_reflections(prompt: str) -> list[Planned]:
+def _plan_reflections(prompt: str, limits: dict[str, int]) -> list[Planned]:
     observations = parse_block(prompt, OBSERVATIONS_TAG)
-    groups = [observations[i : i + GROUP_SIZE] for i in range(0, len(observations), GROUP_SIZE)]
+    # Groups grow past six when six would need more calls than the run may make: a plan
+    # over the budget fails the whole run, and nothing gets reflected.
+    room = min(limits["maxToolCalls"], limits["maxTurns"] * limits["maxToolCallsPerTurn"])
+    size = max(GROUP_SIZE, -(-len(observations) // max(1, room)))
+    groups = [observations[i : i + size] for i in range(0, len(observations), size)]
     if len(groups) > 1 and len(groups[-1]) < 2:
         groups[-2].extend(groups.pop())
     plan: list[Planned] = []

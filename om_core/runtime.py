@@ -67,6 +67,7 @@ BUSY = "busy"
 BACKOFF = "backoff"
 BELOW_THRESHOLD = "below_threshold"
 HOST_SCOPES = "host_scopes"
+NOTHING_REFLECTED = "nothing_reflected"
 
 
 class ObservationalMemoryRuntime:
@@ -286,11 +287,21 @@ class ObservationalMemoryRuntime:
         if has_host_scopes(view.scope_map):
             state.skip("dropper", HOST_SCOPES)
             return view
-        target = self.settings.dropper.target_tokens
+        # Only observations a reflection has gone over may go: a reflection's recall still
+        # returns a dropped support's messages, while an observation dropped before any
+        # reflection would leave its messages neither shown nor one recall away. The rest of
+        # the pool counts against the target but is kept until a reflection covers it.
+        pending = set(view.ledger.pending_reflection_observation_ids)
+        candidates = [o for o in active if o.id not in pending]
+        if not candidates:
+            state.skip("dropper", NOTHING_REFLECTED, f"pool {pool} of {cap} tokens")
+            return view
+        kept = pool - observation_tokens(candidates)
+        target = max(1, self.settings.dropper.target_tokens - kept)
         record: ObservationsDropped | None
         if self.settings.dropper.policy == "lowest-relevance":
             state.ran.append("dropper")
-            record = drop_lowest_relevance(active, target)
+            record = drop_lowest_relevance(candidates, target)
         else:
             worker = self._worker("dropper", state)
             if worker is None:
@@ -298,7 +309,7 @@ class ObservationalMemoryRuntime:
             state.ran.append("dropper")
             record = run_dropper(
                 worker.provider,
-                active,
+                candidates,
                 target_tokens=target,
                 **self._call_options(worker),
             )

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from om_api.evaluation.locomo import Conversation, Question
 from om_core import Message
 from om_core.provider import Provider, ProviderRequest
+
+JUDGED_CATEGORIES = frozenset({1, 2, 3, 4})
+"""The categories answered and judged (the published protocol leaves adversarial, 5, out)."""
 
 ANSWER_SYSTEM = """\
 You are answering questions about a long conversation between {user} (the "user" role) and \
@@ -121,3 +126,33 @@ class ModelJudge:
             correlation_id=correlation,
         )
         return self._provider.generate(request).message.text.strip()
+
+
+def judge_runs(
+    judge: ModelJudge,
+    conversation: Conversation,
+    question: Question,
+    context: str,
+    *,
+    runs: int = 1,
+    tag: str = "memory",
+) -> list[dict[str, Any]]:
+    """``runs`` independent answer-and-judge rounds of ``question`` from ``context``: one
+    record (``generated``, ``correct``, ``judge`` reply) per run, in run order."""
+    records: list[dict[str, Any]] = []
+    for run in range(runs):
+        correlation = f"om:eval-locomo-{conversation.name}-q{question.index}-{tag}-r{run + 1}"
+        generated = judge.answer(
+            question.question,
+            context,
+            user=conversation.speaker_a,
+            assistant=conversation.speaker_b,
+            correlation=correlation,
+        )
+        verdict = judge.judge(
+            question.question, question.answer or "", generated, correlation=correlation
+        )
+        records.append(
+            {"generated": generated, "correct": verdict.correct, "judge": verdict.judge_reply}
+        )
+    return records

@@ -72,19 +72,49 @@ def locomo(
             "question from the context, and grade it with the LLM-judge prompt.",
         ),
     ] = False,
+    runs: Annotated[
+        int,
+        typer.Option(
+            "--runs",
+            min=1,
+            help="With --answer: answer and judge each question this many times; the report "
+            "gives the mean accuracy and its spread.",
+        ),
+    ] = 1,
+    baselines: Annotated[
+        bool,
+        typer.Option(
+            "--baselines",
+            help="With --answer: also answer from the full transcript and from no context "
+            "(three times the model calls).",
+        ),
+    ] = False,
     job_timeout: Annotated[
         float, typer.Option("--job-timeout", help="Seconds to wait for each flush job (--api).")
     ] = 300.0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=256,
+            help="Context budget in estimated tokens (default: OM_CONTEXT_MAX_TOKENS in "
+            "process, the server's default with --api).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Replay each conversation (one agent run per LoCoMo session, a flush after each), then
-    report per question whether the short answer is in the context and whether every
-    evidence turn is one recall away, with raw-history vs context tokens per conversation.
+    report per question whether the short answer is in the text shown for its own evidence
+    turns (grounded), against another conversation's context (chance control) and anywhere
+    in the context (ungrounded); how many evidence turns and messages are shown or one
+    recall away; and raw-history vs context tokens per conversation. See docs/evaluation.md.
 
     Exits 0 with a message when no data file is found (the data is not shipped). Exit 2 for
     bad usage or a malformed file, 1 when a flush, the API or the model fails.
     """
     from om_api.evaluation.locomo import LocomoFormatError, data_files, load_conversations
     from om_api.evaluation.report import to_json, to_markdown
+    from om_api.evaluation.runner import BASELINES
     from om_api.evaluation.targets import EvalError
     from om_workers.config import get_settings
     from om_workers.errors import OMWorkersError
@@ -99,16 +129,18 @@ def locomo(
         conversations = [c for f in files for c in load_conversations(f)]
     except (LocomoFormatError, OSError) as exc:
         _fail(str(exc), 2)
+    if (runs != 1 or baselines) and not answer:
+        _fail("--runs and --baselines need --answer", 2)
     settings = get_settings()
     judge = _judge(settings) if answer else None
     tag = secrets.token_hex(4) if api_url else ""
     target: InProcessTarget | ApiTarget = (
-        _api_target(settings, api_url, key, force, job_timeout)
+        _api_target(settings, api_url, key, force, job_timeout, max_tokens)
         if api_url
-        else _local_target(settings, settings_json, force)
+        else _local_target(settings, settings_json, force, max_tokens)
     )
     try:
-        results = _replay(conversations, target, tag, judge)
+        results = _replay(conversations, target, tag, judge, runs, baselines)
     except (EvalError, OMWorkersError) as exc:
         _fail(str(exc))
     finally:
@@ -121,10 +153,14 @@ def locomo(
         "force": force,
         "provider": settings.provider,
         "model": settings.model,
+        "max_tokens": max_tokens,
         "answer": answer,
+        "runs": runs if answer else None,
+        "baselines": list(BASELINES) if answer and baselines else [],
     }
     if not api_url:
         meta["settings"] = target.settings.to_json_dict()  # type: ignore[union-attr]
+        meta["max_tokens"] = target.max_tokens  # type: ignore[union-attr]
     markdown = to_markdown(results, judged=answer)
     typer.echo(markdown)
     if json_path is not None:
@@ -133,7 +169,9 @@ def locomo(
         markdown_path.write_text(markdown, encoding="utf-8")
 
 
-def _local_target(settings: Settings, settings_json: str | None, force: bool) -> InProcessTarget:
+def _local_target(
+    settings: Settings, settings_json: str | None, force: bool, max_tokens: int | None
+) -> InProcessTarget:
     from om_api.evaluation.targets import InProcessTarget
     from om_core import resolve_settings
     from om_core.errors import ObservationalMemoryError
@@ -149,19 +187,29 @@ def _local_target(settings: Settings, settings_json: str | None, force: bool) ->
     except (ObservationalMemoryError, OMWorkersError, TypeError) as exc:
         _fail(str(exc), 2)
     return InProcessTarget(
-        memory, provider, model=settings.model, models=worker_models(settings), force=force
+        memory,
+        provider,
+        model=settings.model,
+        models=worker_models(settings),
+        force=force,
+        max_tokens=max_tokens or settings.context_max_tokens,
     )
 
 
 def _api_target(
-    settings: Settings, url: str, key: str | None, force: bool, job_timeout: float
+    settings: Settings,
+    url: str,
+    key: str | None,
+    force: bool,
+    job_timeout: float,
+    max_tokens: int | None,
 ) -> ApiTarget:
     from om_api.evaluation.targets import ApiTarget
 
     secret = key or (settings.api_key.get_secret_value() if settings.api_key else "")
     if not secret:
         _fail("--api needs --key or OM_API_KEY", 2)
-    return ApiTarget(url, secret, force=force, job_timeout_s=job_timeout)
+    return ApiTarget(url, secret, force=force, job_timeout_s=job_timeout, max_tokens=max_tokens)
 
 
 def _judge(settings: Settings) -> ModelJudge:
@@ -182,6 +230,8 @@ def _replay(
     target: InProcessTarget | ApiTarget,
     tag: str,
     judge: ModelJudge | None,
+    runs: int,
+    baselines: bool,
 ) -> list[ConversationResult]:
     from rich.console import Console
     from rich.progress import (
@@ -210,6 +260,8 @@ def _replay(
                     target,
                     session_id=session_id_for(conversation, tag),
                     judge=judge,
+                    runs=runs,
+                    baselines=baselines,
                     progress=advance,
                 )
             )

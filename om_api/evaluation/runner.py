@@ -8,33 +8,44 @@ own ``created_at``); in process, every entry of the run also gets the session da
 entry id ``<session>.<dia_id>`` so a question's evidence maps to entries. A flush follows each
 run (``force`` observes below ``observation.messageTokens`` too).
 
-After the last run the context blocks are read once and every question is scored against
-them (see :mod:`om_api.evaluation.scoring`); with a :class:`ModelJudge` the model also answers
-from that context and the judge grades the answer (questions with a gold answer only).
+After the last run the context is read once, taken apart per turn
+(:class:`~om_api.evaluation.grounding.ShownContext`, keyed by dia id, with one recall per
+memory id shown) and every question is scored against it (definitions in
+:mod:`~om_api.evaluation.scoring` and :mod:`~om_api.evaluation.grounding`). With a
+:class:`ModelJudge` the model also answers questions of categories 1-4 with a gold answer
+from that context, ``runs`` times each, and the judge grades every answer; ``baselines`` adds
+the same protocol on the full transcript and on no context at all.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from om_api.evaluation.answering import ModelJudge
-from om_api.evaluation.locomo import Conversation, Question, Session
-from om_api.evaluation.scoring import (
-    answer_in_context,
-    evidence_one_hop,
-    memory_refs,
-    normalize,
+from om_api.evaluation.answering import JUDGED_CATEGORIES, ModelJudge, judge_runs
+from om_api.evaluation.grounding import (
+    Recalled,
+    ShownContext,
+    grounded_answer,
+    out_of_reach,
+    reached,
+    shown_context,
+    ungrounded_answer,
 )
+from om_api.evaluation.locomo import Conversation, Question, Session
+from om_api.evaluation.scoring import AnswerStatus, answer_status, memory_refs
 from om_api.evaluation.targets import MemoryTarget, ReplayMessage
 from om_core import Message, estimate_message_tokens
 from om_core.tokens import estimate_text_tokens
+from om_core.window import render_message
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 
 Progress = Callable[[int, int], None]
+BASELINES = ("full-transcript", "no-memory")
+"""The judged baselines: the whole replayed transcript as context, and an empty context."""
 
 
 def session_id_for(conversation: Conversation, tag: str = "") -> str:
@@ -46,6 +57,11 @@ def session_id_for(conversation: Conversation, tag: str = "") -> str:
 def entry_id_for(session_id: str, dia_id: str) -> str:
     """The entry id of a turn: ``<session>.<dia_id>``."""
     return f"{session_id}.{dia_id}"
+
+
+def turn_key(session_id: str, entry_id: str) -> str:
+    """The replay's own id of an entry: its dia id, or ``S<N>`` for a session-date line."""
+    return entry_id.removeprefix(f"{session_id}.")
 
 
 def run_messages(session_id: str, session: Session) -> list[ReplayMessage]:
@@ -61,16 +77,46 @@ def run_messages(session_id: str, session: Session) -> list[ReplayMessage]:
     return messages
 
 
+def rendered(message: ReplayMessage) -> str:
+    """How the recent block renders a replayed message (``[role] text``)."""
+    return render_message(Message(role=message.role, content=message.text))
+
+
 @dataclass
 class QuestionResult:
-    """One question's scores; ``None`` means not scored (see :mod:`scoring`)."""
+    """One question's scores; ``None`` means not scored (see :mod:`scoring`, :mod:`grounding`).
+
+    ``evidence`` holds the known evidence dia ids (deduplicated), ``reached`` those shown or
+    one recall away; ``judged`` one record per run, ``baselines`` the same per baseline.
+    """
 
     question: Question
+    answer_status: AnswerStatus
+    grounded: bool | None
     answer_in_context: bool | None
-    evidence_one_hop: bool | None
-    missing_evidence: tuple[str, ...]
+    evidence: tuple[str, ...]
+    reached: tuple[str, ...]
     unknown_evidence: tuple[str, ...]
-    judged: dict[str, Any] | None = None
+    judged: list[dict[str, Any]] | None = None
+    baselines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def match_status(self) -> str:
+        """``scored`` when string-matched; else why not: an :data:`AnswerStatus` exclusion or
+        ``no_evidence`` (a scorable answer without a known evidence turn to ground it)."""
+        if self.answer_status != "scored":
+            return self.answer_status
+        return "scored" if self.evidence else "no_evidence"
+
+    @property
+    def evidence_one_hop(self) -> bool | None:
+        """Every known evidence turn reachable; None without known evidence."""
+        return len(self.reached) == len(self.evidence) if self.evidence else None
+
+    @property
+    def missing_evidence(self) -> tuple[str, ...]:
+        """Known evidence turns neither shown nor one recall away."""
+        return tuple(e for e in self.evidence if e not in self.reached)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON record of this question."""
@@ -82,18 +128,25 @@ class QuestionResult:
             "question": q.question,
             "answer": q.answer,
             "evidence": list(q.evidence),
-            "answer_scored": self.answer_in_context is not None,
+            "match_status": self.match_status,
+            "grounded": self.grounded,
             "answer_in_context": self.answer_in_context,
+            "evidence_reached": list(self.reached),
             "evidence_one_hop": self.evidence_one_hop,
             "missing_evidence": list(self.missing_evidence),
             "unknown_evidence": list(self.unknown_evidence),
             "judged": self.judged,
+            "baselines": self.baselines or None,
         }
 
 
 @dataclass
 class ConversationResult:
-    """One conversation's token figures and question results."""
+    """One conversation's context figures, its context taken apart, and its question results.
+
+    ``out_of_reach`` lists the turns (dia ids) neither shown nor one recall away;
+    ``date_lines_out_of_reach`` counts the session-date lines in the same state.
+    """
 
     name: str
     session_id: str
@@ -103,6 +156,13 @@ class ConversationResult:
     context_tokens: int
     memory_items_shown: int
     recent_messages_shown: int
+    unobserved_messages: int
+    unobserved_tokens: int
+    gap_messages: int
+    gap_tokens: int
+    out_of_reach: tuple[str, ...]
+    date_lines_out_of_reach: int
+    shown: ShownContext
     questions: list[QuestionResult] = field(default_factory=list)
 
     @property
@@ -122,8 +182,29 @@ class ConversationResult:
             "ratio": round(self.ratio, 4),
             "memory_items_shown": self.memory_items_shown,
             "recent_messages_shown": self.recent_messages_shown,
+            "unobserved": {"messages": self.unobserved_messages, "tokens": self.unobserved_tokens},
+            "gap": {"messages": self.gap_messages, "tokens": self.gap_tokens},
+            "turns_out_of_reach": len(self.out_of_reach),
+            "out_of_reach": list(self.out_of_reach),
+            "date_lines_out_of_reach": self.date_lines_out_of_reach,
             "questions": [q.to_json() for q in self.questions],
         }
+
+
+def score_question(
+    question: Question, known: frozenset[str], shown: ShownContext
+) -> QuestionResult:
+    """One question scored against a context (``known``: the conversation's dia ids)."""
+    evidence = tuple(dict.fromkeys(e for e in question.evidence if e in known))
+    return QuestionResult(
+        question=question,
+        answer_status=answer_status(question.answer),
+        grounded=grounded_answer(question.answer, evidence, shown),
+        answer_in_context=ungrounded_answer(question.answer, evidence, shown),
+        evidence=evidence,
+        reached=reached(evidence, shown),
+        unknown_evidence=tuple(e for e in question.evidence if e not in known),
+    )
 
 
 def evaluate_conversation(
@@ -132,6 +213,8 @@ def evaluate_conversation(
     *,
     session_id: str,
     judge: ModelJudge | None = None,
+    runs: int = 1,
+    baselines: bool = False,
     progress: Progress | None = None,
 ) -> ConversationResult:
     """Replay ``conversation`` into ``target`` under ``session_id`` and score its questions.
@@ -140,12 +223,14 @@ def evaluate_conversation(
     ``judge`` is given, counted on after the runs). Target failures raise
     :class:`~om_api.evaluation.targets.EvalError`; provider failures of the judge propagate.
     """
-    judged_questions = [q for q in conversation.questions if q.answer is not None] if judge else []
-    total = len(conversation.sessions) + len(judged_questions)
+    judged = judged_questions(conversation) if judge else []
+    total = len(conversation.sessions) + len(judged)
     target.start(session_id)
     raw_tokens = turns = 0
+    replayed: list[ReplayMessage] = []
     for done, session in enumerate(conversation.sessions, start=1):
         messages = run_messages(session_id, session)
+        replayed += messages
         raw_tokens += sum(
             estimate_message_tokens(Message(role=m.role, content=m.text)) for m in messages
         )
@@ -155,10 +240,19 @@ def evaluate_conversation(
             progress(done, total)
     view = target.context(session_id)
     refs = memory_refs(view.memory_text)
-    cited = target.sources(session_id, refs)
-    reachable = view.recent_ids.union(*cited.values())
-    context_text = f"{view.memory_text}\n\n{view.recent_text}".strip()
-    normalized = normalize(context_text)
+    recalled = target.sources(session_id, refs)
+    by_id = {m.entry_id: m for m in replayed}
+    shown = shown_context(
+        view.memory_text,
+        view.recent_text,
+        [
+            (turn_key(session_id, i), rendered(by_id[i]) if i in by_id else "")
+            for i in view.recent_ids
+        ],
+        {ref: _keyed(session_id, r) for ref, r in recalled.items()},
+    )
+    keys = [turn_key(session_id, m.entry_id) for m in replayed]
+    known = conversation.dia_ids
     result = ConversationResult(
         name=conversation.name,
         session_id=session_id,
@@ -169,55 +263,65 @@ def evaluate_conversation(
         + estimate_text_tokens(view.recent_text),
         memory_items_shown=len(refs),
         recent_messages_shown=len(view.recent_ids),
+        unobserved_messages=view.unobserved_messages,
+        unobserved_tokens=view.unobserved_tokens,
+        gap_messages=view.gap_messages,
+        gap_tokens=view.gap_tokens,
+        out_of_reach=out_of_reach([k for k in keys if k in known], shown),
+        date_lines_out_of_reach=len(out_of_reach([k for k in keys if k not in known], shown)),
+        shown=shown,
+        questions=[score_question(q, known, shown) for q in conversation.questions],
     )
-    known = conversation.dia_ids
-    for question in conversation.questions:
-        unknown = tuple(e for e in question.evidence if e not in known)
-        wanted = [entry_id_for(session_id, e) for e in question.evidence if e in known]
-        result.questions.append(
-            QuestionResult(
-                question=question,
-                answer_in_context=answer_in_context(question.answer, normalized),
-                evidence_one_hop=evidence_one_hop(wanted, reachable),
-                missing_evidence=tuple(
-                    e
-                    for e in question.evidence
-                    if e in known and entry_id_for(session_id, e) not in reachable
-                ),
-                unknown_evidence=unknown,
-            )
-        )
     if judge is not None:
+        contexts = {"memory": f"{view.memory_text}\n\n{view.recent_text}".strip()}
+        if baselines:
+            contexts |= {"full-transcript": transcript(replayed), "no-memory": ""}
         by_index = {r.question.index: r for r in result.questions}
-        for done, question in enumerate(judged_questions, start=len(conversation.sessions) + 1):
-            by_index[question.index].judged = _judge(judge, conversation, question, context_text)
+        for done, question in enumerate(judged, start=len(conversation.sessions) + 1):
+            record = by_index[question.index]
+            for name, text in contexts.items():
+                out = judge_runs(judge, conversation, question, text, runs=runs, tag=name)
+                if name == "memory":
+                    record.judged = out
+                else:
+                    record.baselines[name] = out
             if progress:
                 progress(done, total)
     return result
 
 
-def _judge(
-    judge: ModelJudge, conversation: Conversation, question: Question, context: str
-) -> dict[str, Any]:
-    correlation = f"om:eval-{session_id_for(conversation)}-q{question.index}"
-    generated = judge.answer(
-        question.question,
-        context,
-        user=conversation.speaker_a,
-        assistant=conversation.speaker_b,
-        correlation=correlation,
+def judged_questions(conversation: Conversation) -> list[Question]:
+    """The questions the model answers: categories 1-4 with a gold answer."""
+    return [
+        q
+        for q in conversation.questions
+        if q.answer is not None and q.category in JUDGED_CATEGORIES
+    ]
+
+
+def transcript(messages: Sequence[ReplayMessage]) -> str:
+    """The full-transcript baseline's context: every replayed message as the recent block
+    renders it, session-date lines included."""
+    return "\n".join(rendered(m) for m in messages)
+
+
+def _keyed(session_id: str, recalled: Recalled) -> Recalled:
+    return Recalled(
+        frozenset(turn_key(session_id, i) for i in recalled.cites),
+        frozenset(turn_key(session_id, i) for i in recalled.returns),
     )
-    verdict = judge.judge(
-        question.question, question.answer or "", generated, correlation=correlation
-    )
-    return {"generated": generated, "correct": verdict.correct, "judge": verdict.judge_reply}
 
 
 __all__ = [
+    "BASELINES",
     "ConversationResult",
     "QuestionResult",
     "entry_id_for",
     "evaluate_conversation",
+    "judged_questions",
     "run_messages",
+    "score_question",
     "session_id_for",
+    "transcript",
+    "turn_key",
 ]

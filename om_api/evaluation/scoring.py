@@ -1,12 +1,24 @@
-"""The two retrieval metrics, as pure functions over text and ids.
+"""What counts as an answer, and the ungrounded and one-hop metrics, as pure functions.
 
-* **answer in context**: the normalized gold answer occurs, on word boundaries, in the
-  normalized text of the context blocks. Only short answers are scored (at most
-  :data:`MAX_ANSWER_WORDS` words after normalization): a long free-text answer is a paraphrase
-  target, not a string a memory could be expected to hold verbatim.
-* **evidence one hop away**: every evidence turn is shown in the recent window, or is a direct
-  source of a memory item (observation or reflection) whose id the memory block shows, so one
-  recall of that id returns the turn.
+**Answers scored.** A question's gold answer is string-matched only when it is informative:
+:func:`answer_status` leaves out questions with no gold answer (``no_answer``, the adversarial
+items), yes/no answers (``yes_no``: *yes*, *no*, *yeah*, *yep*, *nope*, optionally after a
+hedge such as *likely* and followed by nothing or by punctuation, as in ``"Yes, she is"``;
+any context "contains" them), bare numbers up to 31 (``small_number``: ``3``, ``two``; they
+match day numbers, session numbers and counts anywhere) and answers longer than
+:data:`MAX_ANSWER_WORDS` words after normalization (``long``: a paraphrase target, not a
+string a memory could be expected to hold verbatim). Everything else is ``scored``.
+
+**Answer in context, ungrounded** (:func:`answer_in_context`): the normalized answer occurs, on
+word boundaries, in the normalized text of both context blocks. It says nothing about *why* the
+string is there; :mod:`~om_api.evaluation.grounding` holds the grounded rule.
+
+**Evidence one hop away** (:func:`evidence_one_hop`): every evidence turn is in a set of
+reachable turns (see :mod:`~om_api.evaluation.grounding` for what is reachable).
+
+**Judged runs** (:func:`spread`): with ``--answer --runs N`` each run's accuracy is judged
+correct / judged questions; the report gives their mean, sample standard deviation, lowest
+and highest.
 
 Normalization (:func:`normalize`): lower case; dates in any of ``7 May 2023``, ``May 7, 2023``,
 ``7th of May, 2023``, ``2023-05-07`` become ``7 may 2023``; number words up to twenty become
@@ -17,11 +29,18 @@ digits; punctuation becomes space (apostrophes vanish, so ``Mel's`` is ``mels``)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 MAX_ANSWER_WORDS = 5
+MAX_EXCLUDED_NUMBER = 31
 MEMORY_REF = re.compile(r"\[(om|reflection):([a-f0-9]{12})\]")
+
+AnswerStatus = Literal["scored", "no_answer", "yes_no", "small_number", "long"]
+EXCLUSIONS: tuple[AnswerStatus, ...] = ("no_answer", "yes_no", "small_number", "long")
+"""The statuses of answers left out of the string match, in the order reports list them."""
 
 _MONTHS = [
     "january",
@@ -73,6 +92,11 @@ _NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b")
 _APOSTROPHE = re.compile(r"['’`]")
 _PUNCT = re.compile(r"[^\w\s]|_")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_HEDGE = r"(?:(?:most\s+)?(?:likely|probably|possibly|maybe|perhaps|definitely|certainly))"
+_YES_NO = re.compile(
+    rf"^\W*(?:{_HEDGE}[\s,]+)?(?:yes|no|yeah|yep|nope|nah)\b\s*(?:$|[,.;:!?(\-–—])",
+    re.IGNORECASE,
+)
 
 
 def _date(day: str, month: str, year: str) -> str:
@@ -99,41 +123,59 @@ def normalize(text: str) -> str:
     return " ".join(out.split())
 
 
-def scorable_answer(answer: str | None) -> str | None:
-    """The normalized answer when it is scored (non-empty, at most five words), else None."""
+def is_yes_no(answer: str) -> bool:
+    """Whether ``answer`` is a yes/no answer: ``yes``/``no`` (or *yeah*, *yep*, *nope*, *nah*),
+    optionally after a hedge (*likely*, *probably* ...), then nothing or punctuation.
+    ``"No kids"`` is not one; ``"Likely no; ..."`` and ``"Yes, she is"`` are."""
+    return _YES_NO.match(answer.strip()) is not None
+
+
+def is_small_number(normalized: str) -> bool:
+    """Whether a normalized answer is a bare number up to :data:`MAX_EXCLUDED_NUMBER`."""
+    return normalized.isdigit() and int(normalized) <= MAX_EXCLUDED_NUMBER
+
+
+def answer_status(answer: str | None) -> AnswerStatus:
+    """Why an answer is or is not string-matched (see the module docstring); the checks run
+    in the order ``no_answer``, ``yes_no``, ``small_number``, ``long``."""
     if answer is None:
-        return None
+        return "no_answer"
     normal = normalize(answer)
-    if not normal or len(normal.split()) > MAX_ANSWER_WORDS:
+    if not normal:
+        return "no_answer"
+    if is_yes_no(answer):
+        return "yes_no"
+    if is_small_number(normal):
+        return "small_number"
+    if len(normal.split()) > MAX_ANSWER_WORDS:
+        return "long"
+    return "scored"
+
+
+def scorable_answer(answer: str | None) -> str | None:
+    """The normalized answer when it is string-matched (status ``scored``), else None."""
+    if answer is None or answer_status(answer) != "scored":
         return None
-    return normal
+    return normalize(answer)
+
+
+def contains(normalized_text: str, target: str) -> bool:
+    """Whether normalized ``target`` occurs in ``normalized_text`` on word boundaries."""
+    return f" {target} " in f" {normalized_text} "
 
 
 def answer_in_context(answer: str | None, normalized_context: str) -> bool | None:
-    """Whether the answer occurs in the (already normalized) context; None when unscored."""
+    """Ungrounded: whether the answer occurs anywhere in the (already normalized) context;
+    None when the answer is not string-matched."""
     target = scorable_answer(answer)
     if target is None:
         return None
-    return f" {target} " in f" {normalized_context} "
+    return contains(normalized_context, target)
 
 
 def memory_refs(memory_text: str) -> list[str]:
     """The memory ids (``om:<id>``, ``reflection:<id>``) shown in a memory block, in order."""
     return list(dict.fromkeys(f"{kind}:{mid}" for kind, mid in MEMORY_REF.findall(memory_text)))
-
-
-@dataclass(frozen=True)
-class Reach:
-    """What one recall can reach from a context: entry ids shown verbatim in the recent window,
-    and for each memory id shown, the entry ids it cites directly."""
-
-    recent: frozenset[str]
-    sources: Mapping[str, frozenset[str]]
-
-    def reachable(self) -> frozenset[str]:
-        """Every entry id in the window or cited by a shown memory id."""
-        cited = frozenset(i for ids in self.sources.values() for i in ids)
-        return self.recent | cited
 
 
 def evidence_one_hop(evidence_entry_ids: Iterable[str], reachable: frozenset[str]) -> bool | None:
@@ -142,3 +184,22 @@ def evidence_one_hop(evidence_entry_ids: Iterable[str], reachable: frozenset[str
     if not wanted:
         return None
     return all(i in reachable for i in wanted)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean of per-run rates with their sample standard deviation (0 for one run), lowest
+    and highest."""
+
+    mean: float
+    sd: float
+    low: float
+    high: float
+
+
+def spread(rates: Sequence[float]) -> Spread | None:
+    """The :class:`Spread` of ``rates`` (one per run); None for no runs."""
+    if not rates:
+        return None
+    sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    return Spread(statistics.fmean(rates), sd, min(rates), max(rates))

@@ -1,8 +1,9 @@
 """Where a replayed conversation goes: the in-process runtime, or a running om stack.
 
 Both targets take the same calls: ``run`` appends one agent run's messages and flushes
-through the real pipeline, ``context`` reads the two context blocks, ``sources`` recalls the
-entry ids behind memory ids. The in-process target runs :class:`ObservationalMemoryRuntime`
+through the real pipeline, ``context`` reads the two context blocks (with what the read
+reports of unobserved messages and a budget gap), ``sources`` recalls what each memory id
+cites and returns. The in-process target runs :class:`ObservationalMemoryRuntime`
 over an in-memory branch with the provider ``OM_PROVIDER`` names (the offline extractive
 heuristic by default); the API target drives :class:`~om_api.client.OMClient` (append, flush,
 wait for the job, context, recall), so the stack's workers and settings do the memory work.
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from om_api.evaluation.grounding import Recalled
 from om_core import (
     Message,
     ObservationalMemoryRuntime,
@@ -47,11 +49,17 @@ class ReplayMessage:
 
 @dataclass(frozen=True)
 class ContextView:
-    """The context an agent would get: memory block text, recent block text and its ids."""
+    """The context an agent would get: memory block text, recent block text and the ids it
+    shows (in block order), and what the read reports of messages memory does not cover
+    yet (``unobserved_*``) and of those the budget left out (``gap_*``)."""
 
     memory_text: str
     recent_text: str
-    recent_ids: frozenset[str]
+    recent_ids: tuple[str, ...]
+    unobserved_messages: int = 0
+    unobserved_tokens: int = 0
+    gap_messages: int = 0
+    gap_tokens: int = 0
 
 
 class MemoryTarget(Protocol):
@@ -63,7 +71,7 @@ class MemoryTarget(Protocol):
 
     def context(self, session_id: str) -> ContextView: ...
 
-    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]: ...
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, Recalled]: ...
 
 
 class _Branch:
@@ -87,6 +95,8 @@ class _Branch:
 class InProcessTarget:
     """The runtime in this process, one in-memory branch per session.
 
+    The context is read with a ``max_tokens`` budget (the service's default unless given).
+
     ``provider`` does the observer/reflector/dropper work (``models`` may name a model per
     worker, else ``model``). Memory records carry the replayed session's date as their
     ``created_at``/``observedAt``, so the ledger reads as if written at the time.
@@ -100,8 +110,10 @@ class InProcessTarget:
         model: str = "extractive",
         models: Mapping[str, str] | None = None,
         force: bool = False,
+        max_tokens: int = DEFAULT_CONTEXT_MAX_TOKENS,
     ) -> None:
         self.settings = settings
+        self.max_tokens = max_tokens
         self._provider = provider
         self._model = model
         self._models = dict(models or {})
@@ -149,42 +161,61 @@ class InProcessTarget:
             raise EvalError(f"flush of {session_id} failed: {result.error}")
 
     def context(self, session_id: str) -> ContextView:
-        """The context the service would hand the next turn (:func:`build_context`, with the
-        service's default budget): memory, then every unobserved message and the last few."""
+        """The context the service would hand the next turn (:func:`build_context` within
+        ``max_tokens``): memory, then every unobserved message and the last few."""
         runtime = self._runtimes[session_id]
         entries = self.entries(session_id)
         context = build_context(
-            entries, self.settings, ledger=runtime.ledger(), max_tokens=DEFAULT_CONTEXT_MAX_TOKENS
+            entries, self.settings, ledger=runtime.ledger(), max_tokens=self.max_tokens
         )
         memory, recent = context.blocks
-        return ContextView(memory.text, recent.text, frozenset(recent.entry_ids or ()))
+        return ContextView(
+            memory.text,
+            recent.text,
+            tuple(recent.entry_ids or ()),
+            unobserved_messages=context.unobserved.messages,
+            unobserved_tokens=context.unobserved.tokens,
+            gap_messages=context.gap.messages if context.gap else 0,
+            gap_tokens=context.gap.tokens if context.gap else 0,
+        )
 
-    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]:
-        """The entry ids each memory id recalls (one :func:`recall_memory` per id)."""
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, Recalled]:
+        """What one :func:`recall_memory` of each memory id cites and returns (entry ids)."""
         entries = self.entries(session_id)
         ledger = self._runtimes[session_id].ledger()
-        return {
-            ref: frozenset(recall_memory(entries, ref, ledger=ledger).source_entry_ids)
-            for ref in refs
-        }
+        found: dict[str, Recalled] = {}
+        for ref in refs:
+            out = recall_memory(entries, ref, ledger=ledger)
+            found[ref] = Recalled(
+                frozenset(out.source_entry_ids), frozenset(e.id for e in out.sources)
+            )
+        return found
 
 
 class ApiTarget:
     """A running om stack through :class:`~om_api.client.OMClient`.
 
     Each run is one append request then ``flush`` and ``wait_for_job`` (``job_timeout_s`` per
-    job). A failed job, a timeout or a refused call raises :class:`EvalError`; a ``skipped``
+    job); the context is read within ``max_tokens`` (the server's default when ``None``). A
+    failed job, a timeout or a refused call raises :class:`EvalError`; a ``skipped``
     job (below the stack's ``observation.messageTokens``) is the pipeline's own choice and is
     not an error. Entry ids are unique per tenant, so callers give each replay a fresh session
     id and derive entry ids from it.
     """
 
     def __init__(
-        self, url: str, key: str, *, force: bool = False, job_timeout_s: float = 300.0
+        self,
+        url: str,
+        key: str,
+        *,
+        force: bool = False,
+        job_timeout_s: float = 300.0,
+        max_tokens: int | None = None,
     ) -> None:
         from om_api.client import OMClient
 
         self._client = OMClient(url, key)
+        self._max_tokens = max_tokens
         self._force = force
         self._timeout = job_timeout_s
 
@@ -209,22 +240,28 @@ class ApiTarget:
             raise EvalError(f"flush job {job.id} of {session_id} failed: {job.error}")
 
     def context(self, session_id: str) -> ContextView:
-        """``GET .../context``: the memory and recent-messages blocks."""
-        out = self._call(lambda: self._client.context(session_id))
+        """``GET .../context`` (``max_tokens`` when given, else the server's default)."""
+        out = self._call(lambda: self._client.context(session_id, max_tokens=self._max_tokens))
         by_id = {block.id: block for block in out.blocks}
         memory, recent = by_id.get("observational-memory"), by_id.get("recent-messages")
         return ContextView(
             memory.text if memory else "",
             recent.text if recent else "",
-            frozenset(recent.entry_ids or ()) if recent else frozenset(),
+            tuple(recent.entry_ids or ()) if recent else (),
+            unobserved_messages=out.unobserved.messages,
+            unobserved_tokens=out.unobserved.tokens,
+            gap_messages=out.gap.messages if out.gap else 0,
+            gap_tokens=out.gap.tokens if out.gap else 0,
         )
 
-    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, frozenset[str]]:
-        """One recall request per memory id shown."""
-        found: dict[str, frozenset[str]] = {}
+    def sources(self, session_id: str, refs: Sequence[str]) -> dict[str, Recalled]:
+        """One recall request per memory id shown: the ids it cites and the ones it returns."""
+        found: dict[str, Recalled] = {}
         for ref in refs:
             out = self._call(partial(self._client.recall, session_id, ref))
-            found[ref] = frozenset(out.source_entry_ids)
+            found[ref] = Recalled(
+                frozenset(out.source_entry_ids), frozenset(e.id for e in out.sources)
+            )
         return found
 
     def _call(self, fn: Callable[[], T]) -> T:

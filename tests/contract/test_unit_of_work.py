@@ -169,11 +169,12 @@ def test_a_pass_resumes_from_a_compaction_snapshot(harness: Harness) -> None:
 def test_drops_keep_the_active_pool_and_the_view_agrees(harness: Harness) -> None:
     _exchange(harness, 8)
     settings = {
+        "reflection": {"observationTokens": 10},  # reflected first: drops stay recallable
         "context": {"observationsPoolMaxTokens": 40},
         "dropper": {"targetTokens": 20, "policy": "lowest-relevance"},
     }
     result = _runtime(harness.unit_of_work(), **settings).flush()
-    assert result.dropped_observation_ids
+    assert result.reflection_ids and result.dropped_observation_ids
     whole = fold_ledger(harness.branch())
     view = harness.unit_of_work().read()
     assert set(result.dropped_observation_ids) <= set(whole.dropped_observation_ids)

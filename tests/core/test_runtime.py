@@ -8,7 +8,7 @@ from typing import Any
 from om_core.extractive import ExtractiveProvider
 from om_core.ledger import fold_ledger
 from om_core.limits import WorkerLimits
-from om_core.models import Message, Observation, SessionEntry, ToolCall
+from om_core.models import Message, Observation, Reflection, SessionEntry, ToolCall
 from om_core.provider import ProviderRequest, ProviderResponse, ScriptedProvider
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_core.scopes.index import fold_work_scope_map
@@ -142,12 +142,14 @@ def test_reflects_only_uncovered_unless_full_rebuild() -> None:
 def test_drop_lowest_relevance_down_to_target_and_skipped_with_host_scopes() -> None:
     settings = {
         **LOW,
+        "reflection": {"observationTokens": 10},
         "context": {"observationsPoolMaxTokens": 40},
         "dropper": {"targetTokens": 20, "policy": "lowest-relevance"},
     }
     s = Session()
     _seed_observations(s, 6, relevance=0.1)
     result = runtime(s, settings).flush()
+    assert result.reflection_ids  # reflected first: a dropped support stays one recall away
     assert result.dropped_observation_ids[:3] == (mid(1), mid(3), mid(5))
     pool = fold_ledger(s.entries).active_observations
     assert observation_tokens(pool) <= 20
@@ -158,9 +160,24 @@ def test_drop_lowest_relevance_down_to_target_and_skipped_with_host_scopes() -> 
     assert ("dropper", "host_scopes") in [(k.worker, k.reason) for k in skipped.skipped]
 
 
+def test_observations_no_reflection_went_over_are_never_dropped() -> None:
+    settings = {
+        **LOW,
+        "context": {"observationsPoolMaxTokens": 40},
+        "dropper": {"targetTokens": 20, "policy": "lowest-relevance"},
+    }
+    s = Session()
+    ids = _seed_observations(s, 6, relevance=0.1)
+    result = runtime(s, settings).flush()
+    assert result.dropped_observation_ids == ()
+    assert ("dropper", "nothing_reflected") in [(k.worker, k.reason) for k in result.skipped]
+    assert [o.id for o in fold_ledger(s.entries).active_observations] == ids
+
+
 def test_model_dropper_uses_provider() -> None:
     settings = {
         **LOW,
+        "reflection": {"observationTokens": 10},
         "context": {"observationsPoolMaxTokens": 40},
         "dropper": {"targetTokens": 20},
     }
@@ -327,7 +344,9 @@ def test_a_failed_step_writes_nothing_and_later_steps_still_run() -> None:
         "dropper": {"targetTokens": 20, "policy": "lowest-relevance"},
     }
     s = Session()
-    _seed_observations(s, 6, relevance=0.1)
+    ids = _seed_observations(s, 6, relevance=0.1)
+    # A reflection went over them, so the dropper may drop them.
+    s.reflect(Reflection(id=mid(99), text="six facts", observation_ids=tuple(ids)))
     chat(s, 2, start=50)
     failing = ScriptedProvider([RuntimeError("observer down")])
     result = runtime(s, settings, observation=WorkerConfig(provider=failing)).flush()
