@@ -128,7 +128,9 @@ def worker(
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
         "-n", name, f"--loglevel={_log_level(log_level)}",
     ]  # fmt: skip
-    celery_app.worker_main(argv=argv)
+    # Not worker_main: it drops the worker's exit code, so a worker that died of an
+    # unrecoverable error exited 0 and a supervisor restarting on failure left it dead.
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
 
 
 @app.command()
@@ -139,9 +141,8 @@ def beat(log_level: LogLevel = None) -> None:
     reconciling is idempotent and the next one runs within the interval.
     """
     celery_app = _celery_app()
-    celery_app.start(
-        argv=["beat", "-S", "celery.beat.Scheduler", f"--loglevel={_log_level(log_level)}"]
-    )
+    argv = ["beat", "-S", "celery.beat.Scheduler", f"--loglevel={_log_level(log_level)}"]
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
 
 
 @app.command()
@@ -160,9 +161,8 @@ def flower(
         typer.echo(f"flower basic auth (generated): {basic_auth}")
     elif ":" not in basic_auth:
         _fail("OM_FLOWER_BASIC_AUTH must be user:password", 2)
-    celery_app.start(
-        argv=["flower", f"--address={host}", f"--port={port}", f"--basic-auth={basic_auth}"]
-    )
+    argv = ["flower", f"--address={host}", f"--port={port}", f"--basic-auth={basic_auth}"]
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
 
 
 # Embedded stack and demo ----------------------------------------------------------------------

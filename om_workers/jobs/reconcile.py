@@ -8,8 +8,11 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
    restart emptied the queue and the markers): published again under a fresh marker, so the
    job id a client holds does finish; when another job is pending meanwhile, that job will
    read the session after this request and serves it (the row is finished ``skipped``);
-3. jobs still ``running`` long after they started (their worker died and every redelivery is
-   over): failed, and their sessions requested again, so the work they did not finish is done;
+3. jobs still ``running`` whose session lock is gone (their worker died: an alive job's
+   heartbeat keeps the lock, so this is known one lock TTL after the death, whatever the
+   broker's visibility timeout), or still ``running`` long after they started (every
+   redelivery is over): failed with the reason, and their sessions requested again at once,
+   so the work they did not finish is done;
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
    ``pending`` marker nor a lock: requested again, unless their last jobs keep failing (a
    provider that is down, a session that breaks a guard): then the pass waits longer after
@@ -34,16 +37,20 @@ from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
 from om_workers.jobs.flush import PublishJob, request_flush
 from om_workers.metrics import METRICS
 from om_workers.store import (
-    QueuedJob,
+    JobRef,
     SessionRef,
     SqlStore,
     failure_streak,
     queued_jobs_before,
+    running_jobs_before,
     sessions_of_jobs,
     sessions_over_unobserved,
 )
 from om_workers.store.base import utc_now
 
+LOST_JOB_ERROR = (
+    "worker lost: its session lock expired with the job running; swept by the reconciler"
+)
 DEFAULT_SCAN_LIMIT = 500
 """Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
 never floods the queue after an outage."""
@@ -72,6 +79,7 @@ def reconcile_once(
     *,
     stale_pending_s: float,
     stuck_job_s: float,
+    lock_ttl_s: float | None = None,
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     failure_backoff_base_s: float = timing.FAILURE_BACKOFF_POLICY.base_s,
@@ -82,6 +90,9 @@ def reconcile_once(
     ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued job that no
     marker names, is published again;
     ``stuck_job_s``: seconds after its start when a ``running`` job counts as dead;
+    ``lock_ttl_s``: the session lock TTL: a job running longer than that whose session lock is
+    gone lost its worker (an alive job's heartbeat keeps the lock), so it is failed and its
+    session requested at once, without waiting for ``stuck_job_s`` (``None`` skips this);
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
@@ -101,7 +112,8 @@ def reconcile_once(
     for orphan in queued_jobs_before(store, stale_before, scan_limit):
         if _republish_orphan(store, client, publish, orphan):
             republished.append(orphan.job_id)
-    failed = store.fail_stuck_jobs(utc_now() - timedelta(seconds=stuck_job_s))
+    failed = _fail_lost(store, client, lock_ttl_s, scan_limit) if lock_ttl_s else ()
+    failed += store.fail_stuck_jobs(utc_now() - timedelta(seconds=stuck_job_s))
     requested = [
         job
         for ref in sessions_of_jobs(store, failed)
@@ -119,6 +131,22 @@ def reconcile_once(
     return ReconcileReport(tuple(republished), failed, tuple(requested), tuple(backed_off))
 
 
+def _fail_lost(
+    store: SqlStore, client: redis.Redis, lock_ttl_s: float, limit: int
+) -> tuple[str, ...]:
+    """Fail the running jobs whose session lock is gone: their worker died (or lost Redis)."""
+    running = running_jobs_before(store, utc_now() - timedelta(seconds=lock_ttl_s), limit)
+    if not running:
+        return ()
+    with translate_errors("checking the locks of running jobs"):
+        pipe = client.pipeline(transaction=False)
+        for job in running:
+            pipe.exists(keys.lock_key(job.session.tenant_id, job.session.session_id))
+        held = pipe.execute()
+    lost = [job.job_id for job, exists in zip(running, held, strict=True) if not exists]
+    return store.fail_running_jobs(lost, LOST_JOB_ERROR)
+
+
 def _backing_off(store: SqlStore, ref: SessionRef, base_s: float, cap_s: float) -> bool:
     streak = failure_streak(store, ref.tenant_id, ref.session_id)
     wait = timing.failure_backoff_s(streak.failures, base_s=base_s, cap_s=cap_s)
@@ -128,7 +156,7 @@ def _backing_off(store: SqlStore, ref: SessionRef, base_s: float, cap_s: float) 
 
 
 def _republish_orphan(
-    store: SqlStore, client: redis.Redis, publish: PublishJob, orphan: QueuedJob
+    store: SqlStore, client: redis.Redis, publish: PublishJob, orphan: JobRef
 ) -> bool:
     """Publish a queued job whose marker is gone under a fresh marker; True when published."""
     ref = orphan.session

@@ -193,6 +193,7 @@ def _reconcile_task() -> dict[str, list[str]]:
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
         stuck_job_s=stuck_job_age_s(settings),
+        lock_ttl_s=settings.lock_ttl_s,
         unobserved_threshold=unobserved_threshold(settings),
     )
     return {

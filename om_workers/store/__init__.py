@@ -9,10 +9,11 @@ from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.reconcile_queries import (
     FailureStreak,
-    QueuedJob,
+    JobRef,
     SessionRef,
     failure_streak,
     queued_jobs_before,
+    running_jobs_before,
     sessions_of_jobs,
     sessions_over_unobserved,
 )
@@ -38,8 +39,8 @@ __all__ = [
     "CreatedApiKey",
     "FailureStreak",
     "FlushJob",
+    "JobRef",
     "JobState",
-    "QueuedJob",
     "SessionInfo",
     "SessionRef",
     "SqlStore",
@@ -53,6 +54,7 @@ __all__ = [
     "head_revision",
     "normalize_database_url",
     "queued_jobs_before",
+    "running_jobs_before",
     "sessions_of_jobs",
     "sessions_over_unobserved",
     "tombstone_scope",

@@ -271,6 +271,21 @@ class JobsMixin(StoreBase):
             ).rowcount
         return bool(changed)
 
+    def fail_running_jobs(self, job_ids: Iterable[str], error: str) -> tuple[str, ...]:
+        """Mark the given jobs failed with ``error``, those still ``running`` only (across
+        tenants, for the reconciler); the ids it marked."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return ()
+        with self._write() as connection:
+            rows = connection.execute(
+                update(flush_jobs)
+                .where(flush_jobs.c.id.in_(wanted), flush_jobs.c.state == "running")
+                .values(state="failed", finished_at=self._now(), error=error)
+                .returning(flush_jobs.c.id)
+            ).scalars()
+            return tuple(sorted(rows))
+
     def fail_stuck_jobs(self, started_before: datetime) -> tuple[str, ...]:
         """Mark every job still ``running`` that started before ``started_before`` as failed.
 

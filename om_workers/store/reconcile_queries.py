@@ -68,7 +68,7 @@ def sessions_of_jobs(store: SqlStore, job_ids: Iterable[str]) -> list[SessionRef
     return [SessionRef(row.tenant_id, row.id) for row in rows]
 
 
-def queued_jobs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[QueuedJob]:
+def queued_jobs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[JobRef]:
     """Runs still ``queued`` that were queued before ``queued_before``, oldest first, at most
     ``limit``. For the reconciler: such a job's message may be lost (a Redis restart empties
     the queue). Raises ``ValueError`` for ``limit < 1`` and the store's errors."""
@@ -83,21 +83,40 @@ def queued_jobs_before(store: SqlStore, queued_before: datetime, limit: int) -> 
     )
     with store._read() as connection:
         rows = connection.execute(query).all()
-    return [QueuedJob(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
+    return [JobRef(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
+
+
+def running_jobs_before(store: SqlStore, started_before: datetime, limit: int) -> list[JobRef]:
+    """Jobs still ``running`` that started before ``started_before``, oldest first, at most
+    ``limit``: the reconciler checks each one's session lock. Raises ``ValueError`` for
+    ``limit < 1`` and the store's errors."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    query = (
+        select(flush_jobs.c.id, sessions.c.tenant_id, sessions.c.id.label("session_id"))
+        .select_from(flush_jobs.join(sessions, sessions.c.pk == flush_jobs.c.session_pk))
+        .where(flush_jobs.c.state == "running", flush_jobs.c.started_at < started_before)
+        .order_by(flush_jobs.c.started_at, flush_jobs.c.id)
+        .limit(limit)
+    )
+    with store._read() as connection:
+        rows = connection.execute(query).all()
+    return [JobRef(row.id, SessionRef(row.tenant_id, row.session_id)) for row in rows]
 
 
 @dataclass(frozen=True)
-class QueuedJob:
-    """A job row still waiting for its message: its id and its session."""
+class JobRef:
+    """A job row, by id, and its session."""
 
     job_id: str
     session: SessionRef
 
 
 __all__ = [
-    "QueuedJob",
+    "JobRef",
     "SessionRef",
     "queued_jobs_before",
+    "running_jobs_before",
     "sessions_of_jobs",
     "sessions_over_unobserved",
 ]

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, inspect
 from typer.testing import CliRunner
 
 from om_api.cli import app
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,3 +191,30 @@ def test_demo_runs_end_to_end() -> None:
     assert "raw history" in out and "context total" in out
     assert "recall " in out and "found=True" in out
     assert time.monotonic() - started < 90
+
+
+def _worker(redis_url: str, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*OM, "worker", *args],
+            env=env(OM_REDIS_URL=redis_url, OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    return process, log
+
+
+def test_om_worker_exits_0_on_a_warm_shutdown(redis_server: EmbeddedRedis, tmp_path: Path) -> None:
+    process, log = _worker(redis_server.url, tmp_path, "-c", "2", "-n", "warm@%h")
+    try:
+        deadline = time.monotonic() + 60
+        while " ready." not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()

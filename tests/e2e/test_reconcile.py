@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -179,3 +181,29 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     store.start_job(tenant, ok.id)
     store.finish_job(tenant, ok.id, "succeeded")
     assert failure_streak(store, tenant, "broken").failures == 0
+
+
+def test_a_running_job_whose_lock_is_gone_is_failed_and_its_session_requested_at_once(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    for session in ("dead", "alive", "young"):
+        store.create_session(tenant, session)
+    dead = store.create_job(tenant, "dead").id
+    store.start_job(tenant, dead)  # its worker died: no lock, no heartbeat
+    alive = store.create_job(tenant, "alive").id
+    store.start_job(tenant, alive)
+    holder = SessionLock(client, tenant, "alive")
+    assert holder.acquire()  # an alive worker keeps its lock
+    time.sleep(0.3)
+    young = store.create_job(tenant, "young").id
+    store.start_job(tenant, young)  # started less than a lock TTL ago: not judged yet
+    published, report = reconcile(
+        store, client, stale_pending_s=3600, stuck_job_s=3600, lock_ttl_s=0.2
+    )
+    assert report.failed_jobs == (dead,)
+    row = store.get_job(tenant, dead)
+    assert row.state == "failed" and row.error is not None and "lock expired" in row.error
+    assert store.get_job(tenant, alive).state == "running"
+    assert store.get_job(tenant, young).state == "running"
+    assert [(t, s) for t, s, _ in published] == [(tenant, "dead")]  # requested at once
+    holder.release()
