@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 from celery import Celery  # type: ignore[import-untyped]
 
 from om_workers.coordination.timing import TimeLimits, check_time_limits
+from om_workers.jobs.broker import TRANSPORT
 
 APP_NAME: Final = "om"
 QUEUE: Final = "om"
@@ -50,6 +51,9 @@ def celery_config(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     return {
         "broker_url": broker_url,
+        # kombu's Redis transport, but one whose channel survives being closed after a lost
+        # connection (see om_workers.jobs.broker); other brokers keep their own.
+        "broker_transport": TRANSPORT if broker_url.startswith(("redis://", "rediss://")) else None,
         "broker_connection_retry_on_startup": True,
         # Keep retrying a restarting Redis forever: giving up would stop the worker for good.
         "broker_connection_max_retries": None,

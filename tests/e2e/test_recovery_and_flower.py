@@ -100,6 +100,55 @@ def test_redis_restart_mid_load_loses_no_work(
     client.close()
 
 
+def test_five_redis_restarts_with_tasks_in_flight_kill_no_worker_and_lose_nothing(
+    restartable: EmbeddedRedis, start_worker: StartWorker, store: SqlStore, tenant: str,
+    database_url: str,
+) -> None:  # fmt: skip
+    client = connect(restartable.url)
+    app = create_celery_app(
+        broker_url=restartable.url, limits=TimeLimits(60, 70, 80, 90), concurrency=1
+    )
+    workers = [
+        start_worker(redis_url=restartable.url, OM_TEST_PROVIDER_DELAY_S="0.5") for _ in range(2)
+    ]
+    messages: dict[str, list[str]] = {}
+    for restart in range(5):
+        batch = [f"x{restart}-{i}" for i in range(6)]
+        for session in batch:
+            store.create_session(tenant, session)
+            messages[session] = add_chat(store, tenant, session, 2)
+            enqueue_flush(store, client, tenant, session, app=app)
+        wait_for(
+            lambda b=batch: any(r.state == "running" for s in b for r in runs_of(database_url, s)),
+            30,
+            f"a job in flight before restart {restart}",
+        )
+        restartable.stop()
+        restartable.start()  # empty: the in-flight jobs' locks and messages are gone
+    assert [w.process.poll() for w in workers] == [None, None]  # every worker survived
+
+    def healed() -> bool:
+        return all(
+            settled(database_url, s) and fully_observed(store, tenant, s, m)
+            for s, m in messages.items()
+        )
+
+    for _ in range(40):
+        app.send_task(RECONCILE_TASK, queue=QUEUE)
+        try:
+            wait_for(healed, 3, "")
+            break
+        except AssertionError:
+            continue
+    wait_for(healed, 5, "every session observed after five restarts")
+    for session, ids in messages.items():
+        assert_observed_once(store, tenant, session, ids)
+    assert [w.process.poll() for w in workers] == [None, None]
+    for worker in workers:
+        assert "Unrecoverable error" not in worker.log.read_text()
+    client.close()
+
+
 def _get(url: str, auth: str) -> Any:
     request = urllib.request.Request(url, headers={"Authorization": f"Basic {auth}"})
     with urllib.request.urlopen(request, timeout=10) as response:
