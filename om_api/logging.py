@@ -1,38 +1,27 @@
-"""Structured JSON logs with request ids, and exact-value secret redaction.
-
-Every record of the ``om_api`` logger (and of uvicorn's, once :func:`configure_logging` ran) is
-one JSON object per line. Known secrets (API keys seen on requests, the admin token, the
-provider key) are replaced by ``[REDACTED]`` wherever they appear in the rendered line, so a
-secret echoed inside an error message is still never written.
-"""
+"""The API's logs: JSON lines with request ids (:mod:`om_workers.logs`), and the registry of
+the secrets they redact (API keys seen on requests, the admin token, the provider key)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-REDACTED: Final = "[REDACTED]"
+from om_core.redaction import REDACTED
+from om_workers.logs import MIN_SECRET_CHARS, JsonFormatter, configure_json_logging, redact_text
+
 REQUEST_ID_HEADER: Final = "X-Request-ID"
-MIN_SECRET_CHARS: Final = 6
-"""Shorter values are not treated as secrets: redacting ``"a"`` everywhere would garble logs."""
 
-# Attributes every LogRecord has; anything else was passed with ``extra=`` and is logged.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
-    "message",
-    "asctime",
-    "taskName",
-}
-
-
-def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of every secret (longest first) replaced."""
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "REQUEST_ID_HEADER",
+    "JsonFormatter",
+    "SecretRegistry",
+    "configure_logging",
+    "redact_text",
+]
 
 
 class SecretRegistry:
@@ -56,45 +45,12 @@ class SecretRegistry:
         return self._values
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, extras; secrets redacted."""
-
-    def __init__(self, registry: SecretRegistry) -> None:
-        super().__init__()
-        self._registry = registry
-
-    def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                payload[key] = value
-        if record.exc_info:
-            payload["exception"] = self.formatException(record.exc_info)
-        line = json.dumps(payload, default=str, ensure_ascii=False)
-        # Redact the rendered line, so a secret inside any field or traceback is caught.
-        return redact_text(line, self._registry.values())
-
-
 def configure_logging(registry: SecretRegistry, level: str = "INFO") -> logging.Handler:
-    """Send ``om_api`` and ``uvicorn`` records to stderr as redacted JSON; returns the handler.
-
-    Idempotent per registry: calling again replaces the earlier handler of this module.
-    """
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter(registry))
-    handler.set_name("om_api.json")
-    for name in ("om_api", "uvicorn", "uvicorn.error", "uvicorn.access"):
-        logger = logging.getLogger(name)
-        for old in [h for h in logger.handlers if h.get_name() == "om_api.json"]:
-            logger.removeHandler(old)
-        logger.addHandler(handler)
-        logger.setLevel(level.upper())
-        logger.propagate = False
+    """Send ``om_api`` and ``uvicorn`` records to stderr as redacted JSON (the shape every
+    ``om`` process writes, :mod:`om_workers.logs`); returns the handler. Idempotent."""
+    handler = configure_json_logging(
+        ("om_api", "uvicorn", "uvicorn.error", "uvicorn.access"), level, registry.values
+    )
     # Our request log replaces uvicorn's access log, which would log raw paths twice.
     logging.getLogger("uvicorn.access").disabled = True
     return handler

@@ -192,7 +192,9 @@ class Stack:
         deadline = time.monotonic() + config.ready_timeout_s
         self._wait("api", deadline, lambda: _http_ok(f"{api_url}/readyz"))
         self._say(f"api     ready at {api_url}")
-        self._wait("worker", deadline, lambda: _worker_answers(redis_url))
+        # The worker consumes from OM_BROKER_URL when set (RabbitMQ), else from the Redis.
+        broker_url = env.get("OM_BROKER_URL") or redis_url
+        self._wait("worker", deadline, lambda: _worker_answers(broker_url))
         self._say("worker  ready (answers a Celery ping)")
         if flower_url is not None:
             self._wait("flower", deadline, lambda: _http_ok(f"{flower_url}/healthcheck"))
@@ -219,11 +221,14 @@ class Stack:
         return pids
 
     def check_alive(self) -> None:
-        """Raise :class:`StackError` (quoting its log) if any child has exited."""
+        """Raise :class:`StackError` (quoting its log) if any child, or the private Redis,
+        has exited."""
         for child in self._children:
             code = child.process.poll()
             if code is not None:
                 raise StackError(f"{child.name} exited with {code}: {_tail(child.log)}")
+        if self._redis is not None and self._redis.pid is None:
+            raise StackError("the private redis-server exited: the worker cannot go on")
 
     def _spawn(self, name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
         log = log_dir / f"{name}.log"
@@ -315,11 +320,11 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _worker_answers(redis_url: str) -> bool:
+def _worker_answers(broker_url: str) -> bool:
     # A ping through the broker proves the worker consumes from it, not merely that it runs.
     from celery import Celery  # type: ignore[import-untyped]
 
-    app: Any = Celery("om-stack-probe", broker=redis_url, set_as_current=False)
+    app: Any = Celery("om-stack-probe", broker=broker_url, set_as_current=False)
     try:
         replies = app.control.ping(timeout=1.0)
     except Exception:  # any broker hiccup while starting means "not yet"

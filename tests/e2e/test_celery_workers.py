@@ -8,6 +8,7 @@ Waits are bounded polls that fail with a message; no sleep stands in for an asse
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from typing import Any
 
@@ -46,8 +47,7 @@ def test_two_workers_never_run_one_session_twice_at_once(
     messages: dict[str, list[str]] = {s: [] for s in sessions}
     for session in sessions:
         store.create_session(tenant, session)
-    start_worker(OM_TEST_PROVIDER_DELAY_S="0.2")
-    start_worker(OM_TEST_PROVIDER_DELAY_S="0.2")
+    workers = [start_worker(OM_TEST_PROVIDER_DELAY_S="0.2") for _ in range(2)]
     publish = publisher(app)
     for rnd in range(3):
         for session in sessions:
@@ -80,6 +80,11 @@ def test_two_workers_never_run_one_session_twice_at_once(
             assert before.finished_at <= after.started_at, f"overlapping runs: {before} {after}"
         assert_observed_once(store, tenant, session, messages[session])
     assert store.get_session(tenant, "left").epoch >= 1
+    # Every log line after the banner is one JSON object, as in every om process.
+    lines = [line for w in workers for line in w.log.read_text().splitlines()]
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert records and all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert not [line for line in lines if line.startswith("[20")]  # no plain-text records
 
 
 def test_worker_killed_mid_run_is_completed_after_redelivery(
