@@ -11,8 +11,9 @@ role can prove about itself:
 - ``flower``: ``GET /healthcheck`` on its ``--port`` (needs no basic auth);
 - ``worker``: a Celery ``ping`` through the broker to this worker's node name, which proves it
   consumes from Redis, not merely that the process runs;
-- ``beat``: a Redis ``PING`` on ``OM_REDIS_URL`` (beat has no port; what it needs is the
-  broker it publishes ``om.reconcile`` to);
+- ``beat``: the broker answers (``OM_BROKER_URL`` when set, else a Redis ``PING`` on
+  ``OM_REDIS_URL``; beat has no port: what it needs is the broker it publishes
+  ``om.reconcile`` to);
 - anything else (``db upgrade``, ``keys create``): healthy, it exits by itself.
 
 Exit status 0: healthy, 1: unhealthy (the reason on stderr). Standard library only, except the
@@ -78,7 +79,7 @@ def check_worker(args: Sequence[str]) -> None:
     from celery import Celery  # type: ignore[import-untyped]
 
     node = (option(args, "--name", "-n") or DEFAULT_NODE).replace("%h", socket.gethostname())
-    app = Celery("om-healthcheck", broker=os.environ["OM_REDIS_URL"], set_as_current=False)
+    app = Celery("om-healthcheck", broker=broker_url(), set_as_current=False)
     try:
         replies = app.control.ping(destination=[node], timeout=TIMEOUT_S)
     finally:
@@ -87,11 +88,24 @@ def check_worker(args: Sequence[str]) -> None:
         raise RuntimeError(f"worker {node} did not answer a ping")
 
 
+def broker_url() -> str:
+    """The broker the services use: ``OM_BROKER_URL`` when set (RabbitMQ), else Redis."""
+    return os.environ.get("OM_BROKER_URL") or os.environ["OM_REDIS_URL"]
+
+
 def check_beat() -> None:
-    """Raise a ``redis`` error unless the broker answers ``PING``."""
+    """Raise unless the broker beat publishes to answers: a Redis ``PING``, or an AMQP
+    connection for RabbitMQ."""
+    url = broker_url()
+    if url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        from kombu import Connection
+
+        with Connection(url, connect_timeout=TIMEOUT_S) as connection:
+            connection.ensure_connection(max_retries=1)
+        return
     import redis
 
-    client = redis.Redis.from_url(os.environ["OM_REDIS_URL"], socket_timeout=TIMEOUT_S)
+    client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S)
     try:
         client.ping()
     finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from om_core.context import MIN_CONTEXT_TOKENS
@@ -44,7 +44,14 @@ class Settings(BaseSettings):
     # Distributed flush (docs/architecture.md). Durations are seconds.
     redis_url: str | None = Field(
         default=None,
-        description="Redis for the broker, locks and coalescing; unset: a private embedded Redis.",
+        description="Redis for locks and coalescing, and the broker unless OM_BROKER_URL is "
+        "set; unset: a private embedded Redis.",
+    )
+    broker_url: str | None = Field(
+        default=None,
+        description="Celery broker; unset or empty: OM_REDIS_URL. amqp://user:password@host:5672/"
+        "vhost: RabbitMQ (quorum queue om, publisher confirms); Redis (OM_REDIS_URL) then serves "
+        "locks and coalescing only.",
     )
     provider: str = Field(
         default="extractive",
@@ -109,6 +116,16 @@ class Settings(BaseSettings):
     flower_basic_auth: SecretStr | None = Field(
         default=None, description="user:password of Flower (om flower, om up)."
     )
+
+    @field_validator("broker_url")
+    @classmethod
+    def _empty_broker_is_unset(cls, value: str | None) -> str | None:
+        """An empty ``OM_BROKER_URL`` (compose's ``${OM_BROKER_URL:-}``) means unset. The
+        scheme is checked where the Celery app is built (``om_workers.jobs.celery_app``), so a
+        bad URL's password never lands in a validation error."""
+        if value is None:
+            return None
+        return value.strip() or None
 
 
 @lru_cache(maxsize=1)

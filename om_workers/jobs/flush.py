@@ -227,10 +227,12 @@ def _run(
     if not lock.acquire(claim_pending=True):
         # Drop the message and leave ``pending`` alone: the holder's release publishes it.
         # Never re-set a claimed marker here: later requests would coalesce onto a job that
-        # already read the session. A message redelivered after its worker crashed cannot
-        # meet that crashed worker's lock: the visibility timeout (counted from delivery)
-        # exceeds the lock TTL, so the lock expired first; if another job holds the lock,
-        # that job reads the whole session after this job's request and serves it.
+        # already read the session. On Redis a message redelivered after its worker crashed
+        # cannot meet that crashed worker's lock: the visibility timeout (counted from
+        # delivery) exceeds the lock TTL, so the lock expired first (RabbitMQ redelivers at
+        # once: the task retries a busy job still running until the lock expires); if another
+        # job holds the lock, that job reads the whole session after this job's request and
+        # serves it.
         return FlushOutcome("busy", job_id, job_id)
     try:
         return _run_locked(deps, lock, tenant_id, session_id, job_id, force)

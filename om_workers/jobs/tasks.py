@@ -4,7 +4,8 @@ Start a worker with ``celery -A om_workers.jobs.tasks worker -Q om`` (pool and c
 ``OM_*`` settings through :mod:`om_workers.jobs.celery_app`). The app is built on first use, from
 the settings of the process that uses it, so importing this module needs no configuration;
 ``OM_REDIS_URL`` must be set for anything that talks to the broker (several processes cannot
-share a private embedded Redis).
+share a private embedded Redis). The broker is ``OM_BROKER_URL`` when set (RabbitMQ:
+``amqp://...``), else that Redis; Redis always holds the locks and coalescing markers.
 
 Flush logic lives in :mod:`om_workers.jobs.flush` (testable without Celery); this module only
 adapts it: it takes one :class:`~om_workers.jobs.flush.FlushDeps` per worker process from the
@@ -15,6 +16,7 @@ unreachable before it started into a Celery retry.
 from __future__ import annotations
 
 import logging
+import math
 from functools import lru_cache
 from typing import Any, Final
 
@@ -23,12 +25,27 @@ import redis
 from om_core.settings import resolve_settings
 from om_workers import metrics
 from om_workers.config import Settings, get_settings
+from om_workers.coordination import keys
 from om_workers.coordination.coalesce import FlushTicket
 from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
 from om_workers.errors import ConfigError
-from om_workers.jobs.celery_app import QUEUE, create_celery_app
-from om_workers.jobs.flush import FlushDeps, PublishJob, request_flush, run_flush_job
+from om_workers.jobs.celery_app import (
+    QUEUE,
+    Broker,
+    broker_kind,
+    check_task_time_limits,
+    create_celery_app,
+)
+from om_workers.jobs.flush import (
+    FlushDeps,
+    FlushOutcome,
+    PublishJob,
+    request_flush,
+    run_flush_job,
+)
 from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
+from om_workers.logs import configure_json_logging, log_context
+from om_workers.providers.setup import provider_secrets
 from om_workers.services import build_services
 from om_workers.store import SqlStore
 
@@ -38,31 +55,40 @@ FLUSH_TASK: Final = "om.flush"
 RECONCILE_TASK: Final = "om.reconcile"
 RETRY_COUNTDOWN_S: Final = 5.0
 """Wait before retrying a flush whose Redis or database was unreachable; far below any
-visibility timeout, because ``self.retry(countdown=...)`` parks the message unacked in the
-worker, where the broker's visibility clock keeps running."""
+visibility timeout, because on Redis ``self.retry(countdown=...)`` parks the message unacked in
+the worker, where the broker's visibility clock keeps running. On RabbitMQ the retried message
+waits in the broker instead (native delayed delivery, whole seconds)."""
 MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
 def time_limits(settings: Settings) -> TimeLimits:
-    """The flush time limits: the three ``OM_*_TIME_LIMIT_S``/``OM_VISIBILITY_TIMEOUT_S``
-    overrides when all are set, else derived from the provider retry settings.
+    """The flush time limits (seconds): the three ``OM_*_TIME_LIMIT_S``/
+    ``OM_VISIBILITY_TIMEOUT_S`` overrides when all are set, else derived from the provider
+    retry settings.
 
-    Raises :class:`ConfigError` when only some overrides are set, they are out of order, or
-    the lock TTL is not below the visibility timeout.
+    With a RabbitMQ broker (``OM_BROKER_URL=amqp://...``) there is no visibility timeout: the
+    two time limits may be overridden without it (it is then ``hard + OM_QUEUE_WAIT_S``, used
+    only for the reconciler's stuck-job age), and neither the visibility ordering nor the lock
+    TTL bound below apply.
+
+    Raises :class:`ConfigError` when only some overrides are set, they are out of order, the
+    lock TTL is not below the visibility timeout (Redis broker), or ``OM_BROKER_URL`` has an
+    unsupported scheme.
     """
+    broker = _broker(settings)
     overrides = (
         settings.soft_time_limit_s,
         settings.hard_time_limit_s,
         settings.visibility_timeout_s,
     )
-    limits = _limits(settings, overrides)
-    if settings.lock_ttl_s >= limits.visibility_timeout_s:
+    limits = _limits(settings, overrides, broker)
+    if broker == "redis" and settings.lock_ttl_s >= limits.visibility_timeout_s:
         # A crashed job's redelivered message must find the dead worker's lock expired.
         raise ConfigError("OM_LOCK_TTL_S must be below the visibility timeout")
     return limits
 
 
-def _limits(settings: Settings, overrides: tuple[float | None, ...]) -> TimeLimits:
+def _limits(settings: Settings, overrides: tuple[float | None, ...], broker: Broker) -> TimeLimits:
     try:
         if all(value is None for value in overrides):
             return derive_time_limits(
@@ -72,6 +98,12 @@ def _limits(settings: Settings, overrides: tuple[float | None, ...]) -> TimeLimi
                 queue_wait_s=settings.queue_wait_s,
             )
         soft, hard, visibility = overrides
+        if broker == "amqp" and soft is not None and hard is not None:
+            if visibility is None:
+                visibility = hard + settings.queue_wait_s
+            limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
+            check_task_time_limits(limits)
+            return limits
         if soft is None or hard is None or visibility is None:
             raise ConfigError("set all of OM_SOFT/HARD_TIME_LIMIT_S and OM_VISIBILITY_TIMEOUT_S")
         limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
@@ -81,10 +113,32 @@ def _limits(settings: Settings, overrides: tuple[float | None, ...]) -> TimeLimi
         raise ConfigError(str(exc)) from exc
 
 
+def _broker(settings: Settings) -> Broker:
+    """Which broker the settings select: ``OM_BROKER_URL``'s scheme, else Redis.
+
+    Raises :class:`ConfigError` for an unsupported scheme (the message never quotes the URL).
+    """
+    if not settings.broker_url:
+        return "redis"
+    try:
+        return broker_kind(settings.broker_url)
+    except ValueError as exc:
+        raise ConfigError(f"OM_BROKER_URL: {exc}") from exc
+
+
 def _broker_url(settings: Settings) -> str:
+    """The Celery broker URL: ``OM_BROKER_URL`` when set, else ``OM_REDIS_URL``.
+
+    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset (the locks and coalescing
+    markers live there whatever the broker) or ``OM_BROKER_URL`` has an unsupported scheme.
+    """
     if not settings.redis_url:
-        raise ConfigError("OM_REDIS_URL must be set for Celery workers and publishers")
-    return settings.redis_url
+        raise ConfigError(
+            "OM_REDIS_URL must be set for Celery workers and publishers (locks and coalescing, "
+            "and the broker unless OM_BROKER_URL is set)"
+        )
+    _broker(settings)
+    return settings.broker_url or settings.redis_url
 
 
 def stale_pending_age_s(settings: Settings) -> float:
@@ -96,31 +150,37 @@ def stale_pending_age_s(settings: Settings) -> float:
 def stuck_job_age_s(settings: Settings) -> float:
     """Age in seconds after which a ``running`` job is swept as failed: past the visibility
     timeout plus a lock TTL, so Redis redelivered its message and the second attempt had its
-    chance."""
-    return time_limits(settings).visibility_timeout_s + settings.lock_ttl_s
+    chance (on RabbitMQ, which redelivers at once, never below the hard time limit plus a lock
+    TTL)."""
+    limits = time_limits(settings)
+    return max(limits.visibility_timeout_s, limits.hard_time_limit_s) + settings.lock_ttl_s
 
 
 @lru_cache(maxsize=1)
 def get_app() -> Any:
     """The process's Celery app with ``om.flush``, ``om.reconcile`` and the beat schedule.
 
-    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or the time limits are invalid.
-    Call ``get_app.cache_clear()`` (and ``get_settings.cache_clear()``) to rebuild.
+    The broker is ``OM_BROKER_URL`` when set, else ``OM_REDIS_URL`` (see
+    :mod:`om_workers.jobs.celery_app` for what each gets). Raises :class:`ConfigError` when
+    ``OM_REDIS_URL`` is unset, ``OM_BROKER_URL`` has an unsupported scheme or the time limits
+    are invalid. Call ``get_app.cache_clear()`` (and ``get_settings.cache_clear()``) to rebuild.
     """
     settings = get_settings()
+    limits = time_limits(settings)
     app = create_celery_app(
         broker_url=_broker_url(settings),
-        limits=time_limits(settings),
+        limits=limits,
         concurrency=settings.worker_concurrency,
     )
-    limits = time_limits(settings)
-    # kombu sweeps unacked messages (a killed worker's) back to the queue only every
-    # interval * throttle seconds (10 s * 10 by default), on top of the visibility timeout;
-    # scan on every sweep, and sweep often enough that recovery waits mostly on the timeout.
-    app.conf.broker_transport_options.update(
-        unacked_restore_throttle=1,
-        unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
-    )
+    if _broker(settings) == "redis":
+        # kombu sweeps unacked messages (a killed worker's) back to the queue only every
+        # interval * throttle seconds (10 s * 10 by default), on top of the visibility timeout;
+        # scan on every sweep, and sweep often enough that recovery waits mostly on the timeout.
+        # Redis transport only: RabbitMQ requeues a dead consumer's messages itself, at once.
+        app.conf.broker_transport_options.update(
+            unacked_restore_throttle=1,
+            unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
+        )
     app.conf.beat_schedule = {
         RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.reconcile_interval_s}
     }
@@ -173,14 +233,67 @@ def _flush_task(
     self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False
 ) -> str:
     """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`)."""
-    outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
+    with log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
+        outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
     if outcome.outcome == "unavailable":
         # Redis or the database was down before the job started: try again shortly instead
         # of acking a message that did nothing.
         raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
+    wait_s = _redelivered_into_a_held_lock(outcome, tenant_id, session_id, self.request.retries)
+    if wait_s is not None:
+        # RabbitMQ gave a dead worker's message back before that worker's lock expired.
+        raise self.retry(countdown=wait_s, max_retries=_busy_retry_limit(get_settings()))
     log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
     # The task's result is what Flower shows: the outcome, and why a flush did nothing.
     return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
+
+
+def _redelivered_into_a_held_lock(
+    outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+) -> int | None:
+    """Whole seconds to wait before retrying a message that met a busy session lock while its
+    job is still ``running``, on a RabbitMQ broker; ``None``: keep the ``busy`` outcome (ack).
+
+    RabbitMQ gives a killed worker's message back the moment its connection drops, while that
+    worker's session lock lives on for up to ``OM_LOCK_TTL_S``: dropped at the busy lock, the
+    message would leave its job ``running`` until the reconciler swept it. So it is retried once
+    the lock's remaining TTL has passed (at least 1 s, at most the lock TTL; the retried message
+    waits in the broker, native delayed delivery). On Redis the visibility timeout exceeds the
+    lock TTL, so a redelivered message never meets the dead worker's lock: unchanged there.
+
+    A duplicate of a job that a live worker is running is retried the same way until that run
+    ends (then it is ``skipped``), while ``retries`` (the message's retry count) is below
+    :func:`_busy_retry_limit`, then dropped as busy. An unreadable job row means ``None``, an
+    unreadable lock TTL the full lock TTL; raises only the :class:`ConfigError` of invalid
+    settings, which :func:`get_app` has already refused in a running worker.
+    """
+    settings = get_settings()
+    if outcome.outcome != "busy" or _broker(settings) != "amqp":
+        return None
+    if (retries or 0) >= _busy_retry_limit(settings):
+        return None
+    deps = worker_deps()
+    try:
+        if deps.store.get_job(tenant_id, outcome.job_id).state != "running":
+            return None  # queued: the lock holder reads the session after it and serves it
+    except Exception:  # the row cannot be read: drop as busy, the reconciler heals the job
+        log.warning("flush %s met a busy lock and its row could not be read", outcome.job_id)
+        return None
+    ceiling = max(1, math.ceil(deps.lock_ttl_s))
+    try:
+        remaining_ms = int(deps.redis.pttl(keys.lock_key(tenant_id, session_id)))
+    except Exception:  # Redis hiccup: the lock expires within its TTL at the latest
+        return ceiling
+    if remaining_ms < 0:  # -2: already gone (-1, no TTL, never happens for a session lock)
+        return 1
+    return min(ceiling, max(1, math.ceil(remaining_ms / 1000)))
+
+
+def _busy_retry_limit(settings: Settings) -> int:
+    """Retries of a message past a held lock: enough lock TTLs to outlast the longest run
+    (``ceil(hard time limit / lock TTL) + 1``). Passed to Celery as ``max_retries`` too (its
+    ``None`` means the task's default of 3, not unlimited). Raises like :func:`time_limits`."""
+    return math.ceil(time_limits(settings).hard_time_limit_s / settings.lock_ttl_s) + 1
 
 
 def _reconcile_task() -> dict[str, list[str]]:
@@ -221,11 +334,22 @@ def start_worker_metrics(**_: Any) -> None:
         log.exception("worker metrics port %d not served", settings.worker_metrics_port)
 
 
+def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
+    """Celery ``setup_logging`` handler (worker and beat): every record as a redacted JSON
+    line (:mod:`om_workers.logs`), the provider key among the secrets. Connecting it keeps
+    Celery from installing its own plain-text handlers."""
+    settings = get_settings()
+    level = loglevel if isinstance(loglevel, str) else settings.log_level
+    secrets = tuple(provider_secrets(settings))
+    configure_json_logging([None], level, lambda: secrets)
+
+
 def _connect_worker_init() -> None:
-    from celery.signals import worker_init  # type: ignore[import-untyped]
+    from celery.signals import setup_logging, worker_init  # type: ignore[import-untyped]
 
     # dispatch_uid: rebuilding the app (tests) must not start a second server.
     worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
+    setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
 
 
 def _register(app: Any) -> None:
