@@ -52,3 +52,10 @@ def test_published_flush_lands_on_the_om_queue(
     message = json.loads(raw)
     assert message["headers"]["task"] == "om.flush"
     app.close()
+
+
+def test_the_redis_broker_uses_the_transport_that_survives_a_closed_channel() -> None:
+    from om_workers.jobs.broker import TRANSPORT
+
+    config = celery_config(broker_url="redis://127.0.0.1:6379/0", limits=LIMITS, concurrency=2)
+    assert config["broker_transport"] == TRANSPORT
