@@ -48,9 +48,7 @@ from om_workers.store import (
 )
 from om_workers.store.base import utc_now
 
-LOST_JOB_ERROR = (
-    "worker lost: its session lock expired with the job running; swept by the reconciler"
-)
+LOST_JOB_ERROR = "worker lost: its session lock expired while the job ran; swept by the reconciler"
 DEFAULT_SCAN_LIMIT = 500
 """Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
 never floods the queue after an outage."""

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.logs import HANDLER_NAME
 from om_workers.store import SqlStore
 from tests.api.conftest import make_settings
 from tests.api.seed import seeded_session
@@ -51,7 +52,7 @@ def test_request_id_is_echoed_or_minted(api: LiveApi) -> None:
 
 def test_logs_are_json_and_never_hold_secrets(api: LiveApi) -> None:
     logger = logging.getLogger("om_api")
-    formatter = next(h for h in logger.handlers if h.get_name() == "om_api.json").formatter
+    formatter = next(h for h in logger.handlers if h.get_name() == HANDLER_NAME).formatter
     buffer = io.StringIO()
     capture = logging.StreamHandler(buffer)
     capture.setFormatter(formatter)

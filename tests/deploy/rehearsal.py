@@ -42,6 +42,7 @@ import httpx
 from om_core.ledger import fold_ledger
 from om_core.models import SessionEntry
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
+from om_workers.jobs.reconcile import LOST_JOB_ERROR
 from om_workers.store.jobs import STUCK_JOB_ERROR
 from tests.deploy.topology import DEPLOY, ROOT, ComposeService, compose_services, example_env
 
@@ -326,13 +327,14 @@ class Rehearsal:
             last = max(datetime.fromisoformat(job["finished_at"]) for job in ran)
             span = (last - first).total_seconds()
             report.runs_per_s = len(ran) / span if span > 0 else 0.0
-        # A run of the killed worker may be swept by the reconciler before its redelivery runs
-        # on a loaded machine; the sweep re-requests its session, and the memory check above
-        # proves that work was done. Any other failure is a failure.
+        # A job of the killed worker is swept by the reconciler once its lock expired (or,
+        # on a loaded machine, before its redelivery runs); the sweep re-requests its
+        # session, and the memory check above proves that work was done. Any other failure is
+        # a failure.
         failed = {
             job["id"]: job["error"]
             for job in jobs
-            if job["state"] == "failed" and job["error"] != STUCK_JOB_ERROR
+            if job["state"] == "failed" and job["error"] not in (STUCK_JOB_ERROR, LOST_JOB_ERROR)
         }
         assert not failed, f"failed jobs: {failed}"
         return report

@@ -34,7 +34,10 @@ def test_compose_topology_survives_a_killed_worker_under_load() -> None:
     finally:
         rehearsal.stop()
     states = report.states()
-    assert set(states) <= {"succeeded", "skipped"} and states["succeeded"] >= 8, states
+    # "failed" only for the killed worker's jobs, swept by the reconciler once their lock
+    # expired (run_load fails on any other failure, and checks their sessions' memory).
+    assert set(states) <= {"succeeded", "skipped", "failed"} and states["succeeded"] >= 8, states
+    assert states.get("failed", 0) <= 3, states
     assert report.killed_pid is not None and report.messages == 8 * 4 * 4
     assert report.observations == report.messages  # one observation a message (LOW settings)
     assert not [pid for pid in pids if _alive(pid)], "processes left behind"
