@@ -97,17 +97,67 @@ def api(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     log_level: LogLevel = None,
 ) -> None:
-    """Serve the HTTP API (uvicorn, ``om_api.app:create_app``). Needs OM_REDIS_URL."""
+    """Serve the HTTP API (uvicorn, ``om_api.app:create_app``). Needs OM_REDIS_URL.
+
+    The app is built before the server starts, so a setting it cannot use (OM_REDIS_URL
+    unset, an unusable URL, invalid OM_SETTINGS_JSON ...) is one line and exit code 2, as for
+    ``om worker``, instead of uvicorn's traceback.
+    """
+    import pydantic
     import uvicorn
 
-    uvicorn.run(
-        "om_api.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        log_level=_log_level(log_level).lower(),
-        access_log=False,
+    try:
+        level = _log_level(log_level).lower()
+    except pydantic.ValidationError as exc:
+        _fail(f"invalid OM_* settings: {_first_error(exc)}", 2)
+    config = uvicorn.Config(
+        _api_factory, factory=True, host=host, port=port, log_level=level, access_log=False
     )
+    try:
+        # Loads the app through the factory (after uvicorn configured its logging, as
+        # ``uvicorn.run`` would); the server then uses the loaded app.
+        config.load()
+    except _ApiStartupError as exc:
+        _fail(str(exc), 2)
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        raise typer.Exit(3)  # uvicorn logged why (the port is taken ...); its startup-failure code
+
+
+class _ApiStartupError(Exception):
+    """The API app could not be built from the ``OM_*`` settings (one line, no traceback)."""
+
+    def __init__(self, message: str) -> None:
+        if "OM_REDIS_URL" in message and "om up" not in message:
+            message += " (om up starts a private Redis and sets it for its children)"
+        super().__init__(message)
+
+
+def _first_error(exc: Any) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "settings"
+    return f"{where}: {first.get('msg', '')}"
+
+
+def _api_factory() -> Any:
+    import pydantic
+
+    from om_api.app import create_app
+    from om_core.errors import ObservationalMemoryError
+
+    try:
+        return create_app()
+    except (OMWorkersError, ObservationalMemoryError) as exc:
+        raise _ApiStartupError(str(exc)) from None
+    except pydantic.ValidationError as exc:
+        raise _ApiStartupError(f"invalid settings: {_first_error(exc)}") from None
+    except (TypeError, ValueError) as exc:
+        raise _ApiStartupError(f"invalid settings: {exc}") from None
 
 
 @app.command()
@@ -162,6 +212,10 @@ def flower(
     elif ":" not in basic_auth:
         _fail("OM_FLOWER_BASIC_AUTH must be user:password", 2)
     argv = ["flower", f"--address={host}", f"--port={port}", f"--basic-auth={basic_auth}"]
+    from om_workers.logs import configure_json_logging
+
+    secret = basic_auth.partition(":")[2]
+    configure_json_logging([None], get_settings().log_level, lambda: (secret,))
     raise typer.Exit(celery_app.start(argv=argv) or 0)
 
 

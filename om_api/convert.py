@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from om_api.schemas import (
@@ -17,6 +18,8 @@ from om_api.schemas import (
 )
 from om_core.context import Context
 from om_core.models import SessionEntry
+from om_core.recall import redact_entry
+from om_core.redaction import normalize_secrets, redact_value
 from om_workers.store import FlushJob, SessionInfo
 
 
@@ -32,9 +35,12 @@ def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
     return SessionEntry.model_validate(payload)
 
 
-def entry_out(entry: SessionEntry) -> EntryOut:
-    """The wire form of a stored entry (snake_case, as the core's field names)."""
-    return EntryOut.model_validate(entry.model_dump(mode="json"))
+def entry_out(entry: SessionEntry, secrets: Iterable[str] = ()) -> EntryOut:
+    """The wire form of a stored entry (snake_case, as the core's field names), with every
+    exact secret redacted from its payload: message text, parts, tool calls (id, name,
+    arguments), tool name and call id, ``data`` (keys and values) and ``summary``."""
+    redacted = redact_entry(entry, normalize_secrets(secrets))
+    return EntryOut.model_validate(redacted.model_dump(mode="json"))
 
 
 def context_out(context: Context) -> ContextOut:
@@ -55,14 +61,16 @@ def context_out(context: Context) -> ContextOut:
     )
 
 
-def session_out(info: SessionInfo) -> SessionOut:
-    """The wire form of a session's bookkeeping."""
+def session_out(info: SessionInfo, secrets: Iterable[str] = ()) -> SessionOut:
+    """The wire form of a session's bookkeeping; every exact secret is redacted from the
+    metadata (keys and values)."""
+    metadata: dict[str, Any] = redact_value(dict(info.metadata), secrets)
     return SessionOut(
         id=info.id,
         leaf_id=info.leaf_id,
         entry_count=info.entry_count,
         unobserved_tokens=info.unobserved_tokens,
-        metadata=info.metadata,
+        metadata=metadata,
         created_at=info.created_at,
         updated_at=info.updated_at,
     )

@@ -8,11 +8,14 @@ body says nothing about internals.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import pydantic
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -55,6 +58,33 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
 }
 
 
+REFUSED_BY_DATABASE: Final = (
+    "the database refused a value of this request (text or a number it cannot store); "
+    "nothing was written"
+)
+"""The detail of a 422 for a :class:`~om_workers.errors.StoreError` caused by a data error.
+
+The request edge refuses such values first (:func:`om_api.schemas.find_unstorable`); this is
+the second line of defence, and it never quotes the driver's message (which may echo the
+value)."""
+
+
+def refused_by_database(exc: BaseException) -> bool:
+    """True for a store error whose cause is the database (or its driver) refusing a value:
+    SQLAlchemy's ``DataError`` (psycopg's ``UntranslatableCharacter``,
+    ``InvalidTextRepresentation``, a NUL in a text column ...) or a text encoding error."""
+    if not isinstance(exc, workers.StoreError):
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlalchemy.exc.DataError | UnicodeError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class ApiError(Exception):
     """An error a route raises directly with its status, code and reason."""
 
@@ -71,7 +101,14 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
         found = STATUS_BY_ERROR.get(cls)
         if found is not None:
             return found
+    if refused_by_database(exc):
+        return 422, "invalid_input"
     return None
+
+
+def _encodable(text: str) -> str:
+    # A lone surrogate cannot be encoded as UTF-8: the JSON answer itself would fail (a 500).
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _request_id(request: Request) -> str | None:
@@ -91,7 +128,7 @@ def error_response(
     """An :class:`ErrorBody` response; ``detail`` is redacted of every exact secret."""
     body = ErrorBody(
         error=error,
-        detail=redact_text(detail, secrets),
+        detail=_encodable(redact_text(detail, secrets)),
         request_id=_request_id(request),
         errors=errors,
     )
@@ -109,20 +146,57 @@ def _secrets(request: Request) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _validation_items(raw: Iterable[Any]) -> list[dict[str, Any]]:
-    # Only location, message and type: the offending input could be large or a secret.
+_QUOTED_KEY = re.compile(r'[.\s"\[\]]')
+
+
+def render_loc(loc: Sequence[Any]) -> str:
+    """A validation location as a path: ``body.entries[0].message.content``; a key that
+    would read ambiguously (dots, spaces, brackets, empty) is quoted: ``data["a.b"]``."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif str(part) and not _QUOTED_KEY.search(str(part)):
+            path += f".{part}" if path else str(part)
+        else:
+            path += f"[{json.dumps(str(part))}]"
+    return path or "body"
+
+
+def _validation_items(raw: Iterable[Any], secrets: Iterable[str] = ()) -> list[dict[str, Any]]:
+    # Only location, path, message and type, never the input (it could be large, a secret or
+    # not encodable); a secret used as a key of free-form JSON is redacted from the location.
+    secrets = tuple(secrets)
+
+    def clean(text: str) -> str:
+        return _encodable(redact_text(text, secrets))
+
     items: list[dict[str, Any]] = []
     for item in raw:
         if isinstance(item, dict):
-            location = [str(part) for part in item.get("loc", ())]
+            loc = tuple(item.get("loc", ()))
+            if item.get("type") == "json_invalid":
+                # FastAPI's location of a JSON syntax error is (body, character offset).
+                offset = next((p for p in loc if isinstance(p, int)), None)
+                where = f" at character {offset}" if offset is not None else ""
+                error = str((item.get("ctx") or {}).get("error", "")) or "not JSON"
+                msg, path = f"invalid JSON{where}: {error}", "body"
+                loc = loc[:1]
+            else:
+                msg, path = str(item.get("msg", "")), render_loc(loc)
             items.append(
-                {"loc": location, "msg": str(item.get("msg", "")), "type": item.get("type")}
+                {
+                    "loc": [clean(str(part)) for part in loc],
+                    "msg": clean(msg),
+                    "type": item.get("type"),
+                    "path": clean(path),
+                }
             )
     return items
 
 
 def _reason(items: list[dict[str, Any]]) -> str:
-    parts = [f"{'.'.join(i['loc']) or 'body'}: {i['msg']}" for i in items[:5]]
+    parts = [f"{i['path']}: {i['msg']}" for i in items[:5]]
     more = f" (+{len(items) - 5} more)" if len(items) > 5 else ""
     return "; ".join(parts) + more if parts else "invalid request"
 
@@ -136,9 +210,10 @@ def install_error_handlers(app: FastAPI) -> None:
             if isinstance(exc, RequestValidationError | pydantic.ValidationError)
             else ()
         )
-        items = _validation_items(raw)
+        secrets = _secrets(request)
+        items = _validation_items(raw, secrets)
         return error_response(
-            request, 422, "invalid_input", _reason(items), errors=items, secrets=_secrets(request)
+            request, 422, "invalid_input", _reason(items), errors=items, secrets=secrets
         )
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
@@ -165,6 +240,10 @@ def install_error_handlers(app: FastAPI) -> None:
         status, error = found
         if isinstance(exc, pydantic.ValidationError):
             return await on_validation(request, exc)
+        if refused_by_database(exc):
+            # The edge should have refused the value: say so in the log, never the value.
+            log.warning("database refused a value", extra={"error_type": type(exc).__name__})
+            return error_response(request, status, error, REFUSED_BY_DATABASE)
         return error_response(request, status, error, str(exc), secrets=_secrets(request))
 
     app.add_exception_handler(RequestValidationError, on_validation)

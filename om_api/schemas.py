@@ -4,7 +4,16 @@ These are the stable contract the Python client builds on. Conventions:
 
 * JSON keys are snake_case everywhere (``leaf_id``, ``job_id``, ``tool_call_id``); the core's
   camelCase ledger payloads appear only inside an entry's free-form ``data``.
-* Request models forbid unknown keys, so a typo is a 422 naming the key, not a silent no-op.
+* Request models forbid unknown keys at every level (an entry's ``message``, its tool calls
+  and content parts too), so a typo is a 422 naming the key, not a silent no-op. Response
+  models ignore unknown keys (a client reading a newer server keeps working).
+* Every string of a request body, object keys inside free-form JSON (``data``, ``metadata``,
+  tool-call ``arguments``) included, must be storable text: U+0000 (NUL) and lone surrogates
+  (U+D800-U+DFFF not part of a pair) are a 422 naming the field (``body.entries[0].message.
+  content: text holds U+0000 (NUL) ...``), on every store: PostgreSQL cannot store them, and
+  on SQLite a stored lone surrogate made every later read of the session fail. So are
+  non-finite numbers (``NaN``, ``Infinity``: not JSON; PostgreSQL kept them as ``null``) and
+  JSON nested deeper than :data:`MAX_JSON_DEPTH`. See :func:`find_unstorable`.
 * Ids are checked against the patterns below before anything is read or written:
   :data:`ENTRY_ID_PATTERN` for session, entry and tenant ids, :data:`MEMORY_ID_PATTERN` for
   observation/reflection ids, :data:`SCOPE_ID_PATTERN` for work-scope ids.
@@ -13,10 +22,22 @@ These are the stable contract the Python client builds on. Conventions:
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 ENTRY_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """Session, entry and tenant ids: 1-128 of ASCII letters, digits and ``. _ : -``.
@@ -62,10 +83,84 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting of objects and arrays a request body may have, counted from the body
+itself (``{"entries": [{"data": {}}]}`` is 4 deep). Far above any real tool-call argument, and
+far below the depth at which serializing an entry fails (about 255)."""
+
+_UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
+"""NUL and UTF-16 surrogates. A decoded JSON string holds a surrogate only when it was a lone
+one: a valid ``\\ud83d\\ude00`` pair decodes to one astral character."""
+
+JsonPath = tuple[str | int, ...]
+
+
+def _char_problem(text: str) -> str | None:
+    found = _UNSTORABLE_CHAR.search(text)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "U+0000 (NUL)"
+    return f"a lone surrogate (U+{ord(found.group()):04X})"
+
+
+def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPath, str] | None:
+    """The first (in document order) place of a JSON-like ``value`` that no store can keep
+    and give back as JSON, with the reason; ``None`` when every part is storable.
+
+    Refused: a string or object key holding U+0000 or a lone surrogate, a non-finite float
+    (``NaN``/``Infinity``, which Python's JSON parser accepts), and objects/arrays nested
+    deeper than ``max_depth``. The reason never quotes the offending value (it may be large,
+    a secret, or not encodable as UTF-8). Iterative, so a deep value cannot exhaust the stack.
+    """
+    stack: list[tuple[JsonPath, Any, int]] = [((), value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        if isinstance(item, str):
+            problem = _char_problem(item)
+            if problem is not None:
+                return path, f"text holds {problem}, which cannot be stored"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return path, "a non-finite number (NaN or Infinity) is not JSON"
+        elif isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                return path, f"JSON nested deeper than {max_depth} levels"
+            children: list[tuple[JsonPath, Any, int]] = []
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if isinstance(key, str):
+                        problem = _char_problem(key)
+                        if problem is not None:
+                            return path, f"an object key holds {problem}, which cannot be stored"
+                    children.append(((*path, key), child, depth + 1))
+            else:
+                children = [((*path, i), child, depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))
+    return None
+
+
 class RequestModel(BaseModel):
-    """Base of every request body: unknown keys are a 422 naming them."""
+    """Base of every request body and of every model nested in one: unknown keys are a 422
+    naming them, and so is any text no store can keep (see :func:`find_unstorable`), before
+    any field is validated, so nothing is written."""
 
     model_config = ConfigDict(extra="forbid")
+    _checks_storable: ClassVar[bool] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unstorable(cls, data: Any) -> Any:
+        if not cls._checks_storable or isinstance(data, BaseModel):
+            return data
+        found = find_unstorable(data)
+        if found is None:
+            return data
+        path, reason = found
+        error = PydanticCustomError("unstorable_value", "{reason}", {"reason": reason})
+        # ``input`` is a placeholder: the value itself may not even be encodable as UTF-8.
+        detail = InitErrorDetails(type=error, loc=path, input="<refused>")
+        raise ValidationError.from_exception_data(cls.__name__, [detail])
 
 
 # Errors ------------------------------------------------------------------------------------
@@ -80,38 +175,87 @@ class ErrorBody(WireModel):
     detail: str
     request_id: str | None = None
     errors: list[dict[str, Any]] | None = Field(
-        default=None, description="Field-level validation problems, for 422s from the schema."
+        default=None,
+        description="Field-level validation problems, for 422s from the schema: each has "
+        "``loc`` (list), ``path`` (``body.entries[0].message.content``), ``msg`` and ``type``.",
     )
 
 
 # Messages and entries ----------------------------------------------------------------------
 
 
-class ToolCallWire(WireModel):
-    """A tool call an assistant message asks for."""
+class ToolCallWire(RequestModel):
+    """A tool call an assistant message asks for (unknown keys refused)."""
 
     id: str = Field(min_length=1, max_length=256)
     name: str = Field(min_length=1, max_length=256)
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class ContentPartWire(WireModel):
-    """One part of a multi-part message: ``text`` parts carry ``text``, others ``data``."""
+class ContentPartWire(RequestModel):
+    """One part of a multi-part message: ``text`` parts carry ``text``, others ``data``
+    (unknown keys refused)."""
 
     type: str = Field(min_length=1, max_length=64)
     text: str | None = None
     data: dict[str, Any] | None = None
 
 
-class MessageWire(WireModel):
-    """A chat message (same shape in requests and responses)."""
+def _content_form(value: Any) -> str:
+    # One branch per input, so a bad part is one error (``content.parts[0].txt``), not a
+    # second "should be a valid string" for the other branch.
+    return "text" if isinstance(value, str) else "parts"
+
+
+ContentIn = Annotated[
+    Annotated[str, Tag("text")] | Annotated[Sequence[ContentPartWire], Tag("parts")],
+    Discriminator(_content_form),
+]
+
+
+class MessageWire(RequestModel):
+    """A chat message to append; unknown keys (``contnet`` ...) are refused here too.
+
+    Responses carry the same shape as :class:`MessageOut`, a subclass that ignores unknown
+    keys, so a message read back can be appended again as it is.
+    """
 
     role: Role
-    content: str | list[ContentPartWire] = ""
-    tool_calls: list[ToolCallWire] = Field(default_factory=list)
+    content: ContentIn = ""
+    tool_calls: Sequence[ToolCallWire] = Field(default_factory=list)
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+
+
+class ToolCallOut(ToolCallWire):
+    """A tool call as stored (response: unknown keys ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    _checks_storable: ClassVar[bool] = False
+
+
+class ContentPartOut(ContentPartWire):
+    """A content part as stored (response: unknown keys ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    _checks_storable: ClassVar[bool] = False
+
+
+ContentOut = Annotated[
+    Annotated[str, Tag("text")] | Annotated[Sequence[ContentPartOut], Tag("parts")],
+    Discriminator(_content_form),
+]
+
+
+class MessageOut(MessageWire):
+    """A chat message as stored (response: unknown keys ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    _checks_storable: ClassVar[bool] = False
+
+    content: ContentOut = ""
+    tool_calls: Sequence[ToolCallOut] = Field(default_factory=list)
 
 
 class EntryIn(RequestModel):
@@ -139,7 +283,7 @@ class EntryOut(WireModel):
     parent_id: str | None = None
     kind: str
     created_at: str | None = None
-    message: MessageWire | None = None
+    message: MessageOut | None = None
     data: dict[str, Any] | None = None
     summary: str | None = None
 
@@ -323,7 +467,7 @@ class PageItemOut(WireModel):
     entry_id: str
     role: str
     summary: str
-    message: MessageWire | None = None
+    message: MessageOut | None = None
 
 
 class MessagesPage(WireModel):

@@ -50,8 +50,11 @@ def _controller(state: ApiState, tenant_id: str, session_id: str) -> WorkScopeCo
     )
 
 
-def _record(entry: SessionEntry | None) -> ScopeRecordOut:
-    return ScopeRecordOut(appended=entry is not None, entry=entry_out(entry) if entry else None)
+def _record(state: ApiState, entry: SessionEntry | None) -> ScopeRecordOut:
+    # The controller redacts what it writes; redacting the answer too costs nothing.
+    return ScopeRecordOut(
+        appended=entry is not None, entry=entry_out(entry, state.secrets) if entry else None
+    )
 
 
 @router.post("/scopes", status_code=201, response_model=ScopeRecordOut, responses=ERRORS)
@@ -61,7 +64,7 @@ def open_scope(
     """Open a scope (``om.scope.opened``). 409 when the id was opened before or the parent is
     closed, 404 for an unknown parent, 422 for a malformed id or a cap."""
     controller = _controller(state, tenant_id, session_id)
-    return _record(controller.open(body.model_dump(exclude_none=True)))
+    return _record(state, controller.open(body.model_dump(exclude_none=True)))
 
 
 @router.post("/scopes/{scope_id}/close", response_model=ScopeRecordOut, responses=ERRORS)
@@ -69,7 +72,7 @@ def close_scope(
     state: State, tenant_id: TenantId, session_id: SessionPath, scope_id: ScopePath
 ) -> ScopeRecordOut:
     """Close a scope (never reopened). 409 when it is closed already or still entered."""
-    return _record(_controller(state, tenant_id, session_id).close(scope_id))
+    return _record(state, _controller(state, tenant_id, session_id).close(scope_id))
 
 
 @router.post("/scopes/{scope_id}/enter", response_model=ScopeRecordOut, responses=ERRORS)
@@ -78,7 +81,7 @@ def enter_scope(
 ) -> ScopeRecordOut:
     """Enter a scope: it becomes the leaf scope context renders from. 409 under a closed
     lineage."""
-    return _record(_controller(state, tenant_id, session_id).enter(scope_id))
+    return _record(state, _controller(state, tenant_id, session_id).enter(scope_id))
 
 
 @router.post("/scopes/{scope_id}/leave", response_model=ScopeRecordOut, responses=ERRORS)
@@ -91,7 +94,7 @@ def leave_scope(
     leaf = controller.leaf()
     if leaf != scope_id:
         raise ApiError(409, "conflict", f"scope {scope_id!r} is not the current leaf ({leaf!r})")
-    return _record(controller.leave())
+    return _record(state, controller.leave())
 
 
 @router.post("/scopes/{scope_id}/bind", response_model=ScopeRecordOut, responses=ERRORS)
@@ -105,7 +108,7 @@ def bind_scope(
     """Bind ``om:``/``reflection:`` refs to the scope; 422 for refs the ledger never
     recorded. ``appended: false`` when all were bound already."""
     controller = _controller(state, tenant_id, session_id)
-    return _record(controller.bind(scope_id, body.refs))
+    return _record(state, controller.bind(scope_id, body.refs))
 
 
 @router.post("/scopes/{scope_id}/unbind", response_model=ScopeRecordOut, responses=ERRORS)
@@ -118,7 +121,7 @@ def unbind_scope(
 ) -> ScopeRecordOut:
     """Unbind refs from the scope; ``appended: false`` when none was bound."""
     controller = _controller(state, tenant_id, session_id)
-    return _record(controller.unbind(scope_id, body.refs))
+    return _record(state, controller.unbind(scope_id, body.refs))
 
 
 @router.post("/scopes/{scope_id}/grant", response_model=ScopeRecordOut, responses=ERRORS)
@@ -131,7 +134,7 @@ def grant_scope(
 ) -> ScopeRecordOut:
     """Grant principals (session ids) read+write on a shared scope this session owns."""
     controller = _controller(state, tenant_id, session_id)
-    return _record(controller.grant(scope_id, body.principal_ids))
+    return _record(state, controller.grant(scope_id, body.principal_ids))
 
 
 @router.post("/scopes/{scope_id}/revoke", response_model=ScopeRecordOut, responses=ERRORS)
@@ -144,7 +147,7 @@ def revoke_scope(
 ) -> ScopeRecordOut:
     """Revoke principals' grants on the scope; ``appended: false`` when none was granted."""
     controller = _controller(state, tenant_id, session_id)
-    return _record(controller.revoke(scope_id, body.principal_ids))
+    return _record(state, controller.revoke(scope_id, body.principal_ids))
 
 
 @router.post("/revocations", response_model=RevocationOut, responses=ERRORS)

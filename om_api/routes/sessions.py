@@ -42,14 +42,14 @@ def create_session(
     """Create an empty session. 409 when this tenant already has the id."""
     request = body or CreateSessionRequest()
     info = state.store.create_session(tenant_id, request.id, metadata=request.metadata)
-    return session_out(info)
+    return session_out(info, state.secrets)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
 def get_session(state: State, tenant_id: TenantId, session_id: SessionPath) -> SessionOut:
     """The session's leaf, entry count and unobserved tokens. 404 for a missing session or
     another tenant's."""
-    return session_out(state.store.get_session(tenant_id, session_id))
+    return session_out(state.store.get_session(tenant_id, session_id), state.secrets)
 
 
 @router.post(
@@ -87,6 +87,7 @@ def list_entries(
 ) -> EntriesPage:
     """Current-branch entries after entry ``after`` (from the root without it), in order.
 
+    Known secrets are redacted from every payload (as in ``/messages`` and ``/context``).
     422 when ``after`` is not an entry on the current branch.
     """
     try:
@@ -94,6 +95,8 @@ def list_entries(
     except EntryNotFoundError as exc:
         # The cursor is input: an unknown one is a bad request, not a missing session.
         raise ApiError(422, "invalid_input", str(exc)) from None
+    secrets = state.secrets
     return EntriesPage(
-        entries=[entry_out(entry) for entry in page.entries], next_cursor=page.next_cursor
+        entries=[entry_out(entry, secrets) for entry in page.entries],
+        next_cursor=page.next_cursor,
     )

@@ -1,4 +1,6 @@
-"""Fixtures: one private Redis per session, one live API (uvicorn thread) per test module."""
+"""Fixtures: one private Redis per session, one live API (uvicorn thread) per test module:
+``api`` on SQLite, ``backend_api`` on each backend (SQLite, and PostgreSQL when
+``OM_TEST_DATABASE_URL`` is set; see ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, upgrade
 from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
+from tests.conftest import BACKENDS, fresh_database
 
 MAX_BODY_BYTES = 256 * 1024
 
@@ -47,6 +50,34 @@ def api(
         yield live
     client.close()
     store.close()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_api(
+    request: pytest.FixtureRequest,
+    api_redis_server: EmbeddedRedis,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LiveApi]:
+    """A live API on a fresh database of each backend (a SQLite file, a PostgreSQL schema).
+
+    Redis is not flushed: another module's live API may still be running on it, and every
+    key is per tenant, which each test creates afresh."""
+    with fresh_database(request.param, tmp_path_factory.mktemp("api")) as database_url:
+        upgrade(database_url)
+        store = SqlStore.from_url(database_url)
+        client: redis.Redis = connect(api_redis_server.url)
+        try:
+            with serve(
+                make_settings(database_url, api_redis_server.url),
+                store,
+                client,
+                Published(),
+                backend=request.param,
+            ) as live:
+                yield live
+        finally:
+            client.close()
+            store.close()
 
 
 @pytest.fixture

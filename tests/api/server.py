@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
 import redis
 import uvicorn
+from fastapi import APIRouter
 
 from om_api.app import create_app
 from om_workers.config import Settings
@@ -33,12 +34,13 @@ class Published:
 
 @dataclass
 class LiveApi:
-    """A running API: its base URL, store, Redis client and recorded publishes."""
+    """A running API: its base URL, store, Redis client, recorded publishes and backend."""
 
     url: str
     store: SqlStore
     redis: redis.Redis
     published: Published
+    backend: str = "sqlite"
 
     def admin(self) -> httpx.Client:
         """A client carrying the admin token."""
@@ -72,10 +74,15 @@ def serve(
     published: Published,
     *,
     publish: Callable[[str, str, str], None] | None = None,
+    backend: str = "sqlite",
+    routers: Sequence[APIRouter] = (),
 ) -> Iterator[LiveApi]:
     """Run the app under uvicorn in a thread until the block ends; ``publish`` replaces the
-    recording publisher (``published`` then stays empty)."""
+    recording publisher (``published`` then stays empty); ``routers`` are mounted too (test
+    routes that reach the real store in ways no public route does)."""
     app = create_app(settings, store=store, redis=client, publish=publish or published)
+    for router in routers:
+        app.include_router(router)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="om-api-test", daemon=True)
@@ -87,7 +94,7 @@ def serve(
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield LiveApi(f"http://127.0.0.1:{port}", store, client, published)
+        yield LiveApi(f"http://127.0.0.1:{port}", store, client, published, backend)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
