@@ -129,6 +129,13 @@ def test_everything_waits_for_the_migration_and_healthy_stores() -> None:
         }, name
 
 
+def test_every_long_running_service_restarts_whatever_its_exit_code() -> None:
+    # "on-failure" would leave a worker dead that Celery stopped with exit code 0.
+    for name, service in compose_services().items():
+        if name != "migrate":
+            assert service.spec.get("restart") == "unless-stopped", name
+
+
 def test_redis_refuses_eviction_and_persists() -> None:
     redis = compose_services()["redis"]
     command = redis.command

@@ -176,3 +176,8 @@ def test_pods_run_as_the_image_user_and_not_root() -> None:
         assert security["runAsNonRoot"] is True and security["runAsUser"] == 10001, name
         for container in _containers(doc):
             assert container["securityContext"]["allowPrivilegeEscalation"] is False, name
+
+
+def test_every_long_running_pod_restarts_whatever_its_exit_code() -> None:
+    for name, doc in _by_kind("Deployment").items():
+        assert pod_spec(doc)["restartPolicy"] == "Always", name
