@@ -12,7 +12,8 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
    heartbeat keeps the lock, so this is known one lock TTL after the death, whatever the
    broker's visibility timeout), or still ``running`` long after they started (every
    redelivery is over): failed with the reason, and their sessions requested again at once,
-   so the work they did not finish is done;
+   so the work they did not finish is done (a job pending meanwhile is published again: its
+   message most likely met the dead worker's lock and was dropped);
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
    ``pending`` marker nor a lock: requested again, unless their last jobs keep failing (a
    provider that is down, a session that breaks a guard): then the pass waits longer after
@@ -58,7 +59,8 @@ never floods the queue after an outage."""
 class ReconcileReport:
     """What one reconciler pass did.
 
-    ``republished``: job ids of stale markers published again; ``failed_jobs``: job ids swept as
+    ``republished``: job ids of stale markers, orphaned queued jobs and jobs pending behind
+    a swept one, published again; ``failed_jobs``: job ids swept as
     failed; ``requested``: job ids of new jobs published for swept or backlogged sessions
     (coalesced requests add none); ``backed_off``: backlogged session ids left for a later
     pass because their jobs keep failing.
@@ -115,7 +117,7 @@ def reconcile_once(
     requested = [
         job
         for ref in sessions_of_jobs(store, failed)
-        if (job := _request(store, client, publish, ref))
+        if (job := _request_after_sweep(store, client, publish, ref, republished))
     ]
     backed_off: list[str] = []
     if unobserved_threshold is not None:
@@ -189,6 +191,29 @@ def _request(store: SqlStore, client: redis.Redis, publish: PublishJob, ref: Ses
     """Request a flush of the session; the new job id, or "" when it coalesced."""
     request = request_flush(store, client, ref.tenant_id, ref.session_id, publish=publish)
     return "" if request.coalesced else request.job_id
+
+
+def _request_after_sweep(
+    store: SqlStore,
+    client: redis.Redis,
+    publish: PublishJob,
+    ref: SessionRef,
+    republished: list[str],
+) -> str:
+    """Request a flush of a session whose job was swept; the new job id, or "" when it coalesced.
+
+    A job pending meanwhile was most likely requested while the dead worker held the lock, so
+    its message met that lock and was dropped, and the release that would have re-published it
+    never came: it is published again now (a duplicate message is skipped by the job's state),
+    instead of after ``stale_pending_s``.
+    """
+    request = request_flush(store, client, ref.tenant_id, ref.session_id, publish=publish)
+    if not request.coalesced:
+        return request.job_id
+    if request.job_id not in republished:
+        publish(ref.tenant_id, ref.session_id, request.job_id)
+        republished.append(request.job_id)
+    return ""
 
 
 __all__ = ["DEFAULT_SCAN_LIMIT", "ReconcileReport", "reconcile_once"]

@@ -207,3 +207,24 @@ def test_a_running_job_whose_lock_is_gone_is_failed_and_its_session_requested_at
     assert store.get_job(tenant, young).state == "running"
     assert [(t, s) for t, s, _ in published] == [(tenant, "dead")]  # requested at once
     holder.release()
+
+
+def test_a_job_pending_behind_a_swept_job_is_published_again_at_once(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    # Requested while the dead worker held the lock: its message met the lock and was dropped,
+    # and the dead holder's release never re-published it. A fresh marker, so only the sweep
+    # can notice it.
+    store.create_session(tenant, "s")
+    dead = store.create_job(tenant, "s").id
+    store.start_job(tenant, dead)
+    pending = store.create_job(tenant, "s").id
+    client.set(keys.pending_key(tenant, "s"), pending)
+    time.sleep(0.3)
+    published, report = reconcile(
+        store, client, stale_pending_s=3600, stuck_job_s=3600, lock_ttl_s=0.2
+    )
+    assert report.failed_jobs == (dead,)
+    assert published == [(tenant, "s", pending)] and report.republished == (pending,)
+    assert report.requested == ()  # no new job: the pending one serves the session
+    assert store.get_job(tenant, pending).state == "queued"
