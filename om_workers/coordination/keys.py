@@ -5,8 +5,12 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
 
 - ``om:pending:{tenant}:{session}``: job id of the flush that is queued but not yet started
   (``SET NX EX`` in :func:`om_workers.coordination.coalesce.enqueue`);
-- ``om:lock:{tenant}:{session}``: random token of the worker running the session's flush
-  (``SET NX PX`` in :class:`om_workers.coordination.locks.SessionLock`);
+- ``om:lock:{tenant}:{session}``: token of the worker running the session's flush, its
+  worker id and a random part (``<worker id>/<hex>``; ``SET NX PX`` in
+  :class:`om_workers.coordination.locks.SessionLock`);
+- ``om:worker:{worker id}``: present while that worker process lives (refreshed by its
+  heartbeat thread, :mod:`om_workers.coordination.liveness`): a lock whose holder's key is gone
+  was left by a dead process and may be taken at once;
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -30,6 +34,13 @@ PREFIX: Final = "om:"
 DEFAULT_LOCK_TTL_S: Final = 60.0
 """Session lock TTL, seconds. A heartbeat extends it every third of this while a job is alive,
 so it bounds how long a crashed worker blocks its session, not how long a job may take."""
+
+LIVENESS_TTL_S: Final = 5.0
+"""Lifetime of a worker's ``om:worker:`` key, seconds, refreshed every third of it; capped by the
+lock TTL. It bounds how long a killed worker's lock blocks its session once its message is
+redelivered (RabbitMQ: at once) or the reconciler looks. A live worker that cannot refresh it
+for this long (a Redis outage) may see its lock taken: the fenced write keeps that safe, at the
+cost of repeated LLM calls."""
 
 PENDING_TTL_S: Final = 3600
 """Lifetime of a ``pending`` marker, whole seconds. Long enough to outlive any queue wait; if a
@@ -63,6 +74,30 @@ def lock_key(tenant_id: str, session_id: str) -> str:
     Raises ``ValueError`` for an empty id.
     """
     return f"{PREFIX}lock:{_part(tenant_id)}:{_part(session_id)}"
+
+
+WORKER_PREFIX: Final = f"{PREFIX}worker:"
+"""Prefix of the liveness keys; the lock script builds the holder's key from it."""
+
+
+_WORKER_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def worker_key(worker_id: str) -> str:
+    """Key that says the worker process ``worker_id`` is alive.
+
+    Worker ids use only ``[A-Za-z0-9._-]`` (the lock script appends them to the prefix as they
+    are, so there is nothing to escape); raises ``ValueError`` for any other id.
+    """
+    if not _WORKER_ID.fullmatch(worker_id):
+        raise ValueError(f"not a worker id: {worker_id!r}")
+    return f"{WORKER_PREFIX}{worker_id}"
+
+
+def lock_holder(token: str) -> str | None:
+    """The worker id in a lock token (``<worker id>/<hex>``), ``None`` for a token without one."""
+    worker_id, slash, _ = token.partition("/")
+    return worker_id if slash and worker_id else None
 
 
 PENDING_PATTERN: Final = f"{PREFIX}pending:*"

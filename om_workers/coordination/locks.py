@@ -1,8 +1,9 @@
 """The per-session lock: one flush per session at a time, across any number of workers.
 
-Taken under a random token by a Lua script that sets the key only when it is free (``SET PX``
-after a ``GET``, in one step) and can claim the session's ``pending`` marker in the same round
-trip; a heartbeat (run by the process's one heartbeat thread,
+Taken under a token (the process's worker id and a random part) by a Lua script that sets the
+key only when it is free or its holder's process is dead (its liveness key,
+:mod:`om_workers.coordination.liveness`, is gone), in one step, and can claim the session's
+``pending`` marker in the same round trip; a heartbeat (run by the process's one heartbeat thread,
 :mod:`om_workers.coordination.heartbeats`) extends it every
 ``ttl / 3`` with a token-checked Lua script; released with a token-checked Lua script that also
 reports the session's ``pending`` marker, so the releaser can publish the flush that arrived
@@ -26,9 +27,10 @@ from typing import Final
 
 import redis
 
-from om_workers.coordination import keys, timing
+from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats
+from om_workers.coordination.liveness import LIVENESS, Liveness
 from om_workers.errors import CoordinationError, LockLostError
 
 _NEVER: Final = float("-inf")
@@ -51,7 +53,9 @@ class SessionLock:
     """The lock of one session. Not reentrant; one instance per job.
 
     ``ttl_s`` is the lock TTL in seconds (``OM_LOCK_TTL_S``). ``clock`` returns monotonic seconds
-    (injectable for tests); ``on_lost`` is called once, from whichever thread notices the loss.
+    (injectable for tests); ``on_lost`` is called once, from whichever thread notices the loss;
+    ``worker`` is the process's identity (whose liveness key the lock script sets).
+    :attr:`took_over` tells whether :meth:`acquire` took the lock from a dead process.
     Every method that talks to Redis raises :class:`om_workers.errors.RedisUnavailableError`
     (or another :class:`om_workers.errors.CoordinationError`) when Redis fails.
     """
@@ -65,10 +69,13 @@ class SessionLock:
         ttl_s: float = keys.DEFAULT_LOCK_TTL_S,
         clock: Callable[[], float] = time.monotonic,
         on_lost: Callable[[], None] | None = None,
+        worker: Liveness = LIVENESS,
     ) -> None:
         self.key = keys.lock_key(tenant_id, session_id)
         self.pending_key = keys.pending_key(tenant_id, session_id)
-        self.token = secrets.token_hex(16)
+        self._worker = worker
+        self._worker_key = keys.worker_key(worker.worker_id)
+        self.token = f"{worker.worker_id}/{secrets.token_hex(16)}"
         self.ttl_s = ttl_s
         self._ttl_ms = timing.ttl_ms(ttl_s)
         self._interval_s = timing.heartbeat_interval_s(ttl_s)
@@ -87,11 +94,13 @@ class SessionLock:
         self._beating = threading.RLock()  # held while a beat runs; release waits for it
         self._heartbeat_started = False
         self.claimed_job_id: str | None = None
+        self.took_over = False
 
     # -- taking and keeping ------------------------------------------------------------------
 
     def acquire(self, *, claim_pending: bool = False) -> bool:
-        """Take the lock if it is free; True when this instance now holds it, False when busy.
+        """Take the lock if it is free or its holder's process is dead; True when this instance
+        now holds it, False when busy.
 
         With ``claim_pending`` the session's ``pending`` marker is deleted in the same atomic
         step and its job id kept in :attr:`claimed_job_id` (``None``: no marker). Claim before
@@ -109,11 +118,19 @@ class SessionLock:
         started = self._clock()
         with translate_errors("taking the session lock"):
             taken, pending = self._acquire(
-                keys=[self.key, self.pending_key],
-                args=[self.token, self._ttl_ms, "1" if claim_pending else "0"],
+                keys=[self.key, self.pending_key, self._worker_key],
+                args=[
+                    self.token,
+                    self._ttl_ms,
+                    "1" if claim_pending else "0",
+                    keys.WORKER_PREFIX,
+                    timing.ttl_ms(liveness.ttl_s(self.ttl_s)),
+                ],
             )
-        if taken != 1:
+        if taken not in (1, 2):
             return False
+        self.took_over = taken == 2
+        self._worker.keep_alive(self._client, self.ttl_s)
         self.claimed_job_id = None if pending is None else str(pending)
         with self._state:
             self._held = True

@@ -8,12 +8,13 @@ Lost Redis state must cost latency, never work. A pass heals, in order:
    restart emptied the queue and the markers): published again under a fresh marker, so the
    job id a client holds does finish; when another job is pending meanwhile, that job will
    read the session after this request and serves it (the row is finished ``skipped``);
-3. jobs still ``running`` whose session lock is gone (their worker died: an alive job's
-   heartbeat keeps the lock, so this is known one lock TTL after the death, whatever the
-   broker's visibility timeout), or still ``running`` long after they started (every
-   redelivery is over): failed with the reason, and their sessions requested again at once,
-   so the work they did not finish is done (a job pending meanwhile is published again: its
-   message most likely met the dead worker's lock and was dropped);
+3. jobs still ``running`` whose session lock is gone or held by a dead process (their worker
+   died: a live worker keeps its lock and its liveness key, so this is known one liveness TTL
+   after the death, whatever the lock TTL and the broker's visibility timeout), or still
+   ``running`` long after they started (every redelivery is over): failed with the reason,
+   and their sessions requested again at once, so the work they did not finish is done (a job
+   pending meanwhile is published again: its message most likely met the dead worker's lock
+   and was dropped);
 4. sessions whose unobserved tokens passed ``observation.messageTokens`` with neither a
    ``pending`` marker nor a lock: requested again, unless their last jobs keep failing (a
    provider that is down, a session that breaks a guard): then the pass waits longer after
@@ -32,7 +33,7 @@ from datetime import timedelta
 
 import redis
 
-from om_workers.coordination import coalesce, keys, timing
+from om_workers.coordination import coalesce, keys, liveness, timing
 from om_workers.coordination.connection import translate_errors
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
 from om_workers.jobs.flush import PublishJob, request_flush
@@ -49,7 +50,7 @@ from om_workers.store import (
 )
 from om_workers.store.base import utc_now
 
-LOST_JOB_ERROR = "worker lost: its session lock expired while the job ran; swept by the reconciler"
+LOST_JOB_ERROR = "worker lost: its session lock expired or its holder died; swept by the reconciler"
 DEFAULT_SCAN_LIMIT = 500
 """Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
 never floods the queue after an outage."""
@@ -79,7 +80,7 @@ def reconcile_once(
     *,
     stale_pending_s: float,
     stuck_job_s: float,
-    lock_ttl_s: float | None = None,
+    lost_after_s: float | None = None,
     unobserved_threshold: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     failure_backoff_base_s: float = timing.FAILURE_BACKOFF_POLICY.base_s,
@@ -90,9 +91,10 @@ def reconcile_once(
     ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued job that no
     marker names, is published again;
     ``stuck_job_s``: seconds after its start when a ``running`` job counts as dead;
-    ``lock_ttl_s``: the session lock TTL: a job running longer than that whose session lock is
-    gone lost its worker (an alive job's heartbeat keeps the lock), so it is failed and its
-    session requested at once, without waiting for ``stuck_job_s`` (``None`` skips this);
+    ``lost_after_s``: a job ``running`` for longer than this whose session lock is gone, or
+    held by a process whose liveness key is gone, lost its worker (a live holder keeps both), so
+    it is failed and its session requested at once, without waiting for ``stuck_job_s``
+    (``None`` skips this; workers pass the liveness TTL);
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
@@ -112,7 +114,7 @@ def reconcile_once(
     for orphan in queued_jobs_before(store, stale_before, scan_limit):
         if _republish_orphan(store, client, publish, orphan):
             republished.append(orphan.job_id)
-    failed = _fail_lost(store, client, lock_ttl_s, scan_limit) if lock_ttl_s else ()
+    failed = _fail_lost(store, client, lost_after_s, scan_limit) if lost_after_s else ()
     failed += store.fail_stuck_jobs(utc_now() - timedelta(seconds=stuck_job_s))
     requested = [
         job
@@ -132,18 +134,16 @@ def reconcile_once(
 
 
 def _fail_lost(
-    store: SqlStore, client: redis.Redis, lock_ttl_s: float, limit: int
+    store: SqlStore, client: redis.Redis, lost_after_s: float, limit: int
 ) -> tuple[str, ...]:
-    """Fail the running jobs whose session lock is gone: their worker died (or lost Redis)."""
-    running = running_jobs_before(store, utc_now() - timedelta(seconds=lock_ttl_s), limit)
+    """Fail the running jobs whose session lock is gone or held by a dead process: their worker
+    died (or lost Redis)."""
+    running = running_jobs_before(store, utc_now() - timedelta(seconds=lost_after_s), limit)
     if not running:
         return ()
-    with translate_errors("checking the locks of running jobs"):
-        pipe = client.pipeline(transaction=False)
-        for job in running:
-            pipe.exists(keys.lock_key(job.session.tenant_id, job.session.session_id))
-        held = pipe.execute()
-    lost = [job.job_id for job, exists in zip(running, held, strict=True) if not exists]
+    locks = [keys.lock_key(job.session.tenant_id, job.session.session_id) for job in running]
+    held = liveness.held_by_live_workers(client, locks)
+    lost = [job.job_id for job, alive in zip(running, held, strict=True) if not alive]
     return store.fail_running_jobs(lost, LOST_JOB_ERROR)
 
 

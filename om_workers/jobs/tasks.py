@@ -25,7 +25,7 @@ import redis
 from om_core.settings import resolve_settings
 from om_workers import metrics
 from om_workers.config import Settings, get_settings
-from om_workers.coordination import keys
+from om_workers.coordination import keys, liveness
 from om_workers.coordination.coalesce import FlushTicket
 from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
 from om_workers.errors import ConfigError
@@ -255,11 +255,12 @@ def _redelivered_into_a_held_lock(
     job is still ``running``, on a RabbitMQ broker; ``None``: keep the ``busy`` outcome (ack).
 
     RabbitMQ gives a killed worker's message back the moment its connection drops, while that
-    worker's session lock lives on for up to ``OM_LOCK_TTL_S``: dropped at the busy lock, the
-    message would leave its job ``running`` until the reconciler swept it. So it is retried once
-    the lock's remaining TTL has passed (at least 1 s, at most the lock TTL; the retried message
-    waits in the broker, native delayed delivery). On Redis the visibility timeout exceeds the
-    lock TTL, so a redelivered message never meets the dead worker's lock: unchanged there.
+    worker's session lock lives on until its holder's liveness key expires (a few seconds) or
+    its own TTL passes: dropped at the busy lock, the message would leave its job ``running``
+    until the reconciler swept it. So it is retried once the sooner of the two has passed (at
+    least 1 s, at most the lock TTL; the retried message waits in the broker, native delayed
+    delivery), and then takes the dead holder's lock over. On Redis the visibility timeout
+    exceeds the lock TTL, so a redelivered message never meets the dead worker's lock.
 
     A duplicate of a job that a live worker is running is retried the same way until that run
     ends (then it is ``skipped``), while ``retries`` (the message's retry count) is below
@@ -281,12 +282,10 @@ def _redelivered_into_a_held_lock(
         return None
     ceiling = max(1, math.ceil(deps.lock_ttl_s))
     try:
-        remaining_ms = int(deps.redis.pttl(keys.lock_key(tenant_id, session_id)))
+        wait_ms = liveness.takeover_wait_ms(deps.redis, keys.lock_key(tenant_id, session_id))
     except Exception:  # Redis hiccup: the lock expires within its TTL at the latest
         return ceiling
-    if remaining_ms < 0:  # -2: already gone (-1, no TTL, never happens for a session lock)
-        return 1
-    return min(ceiling, max(1, math.ceil(remaining_ms / 1000)))
+    return min(ceiling, max(1, math.ceil(wait_ms / 1000)))
 
 
 def _busy_retry_limit(settings: Settings) -> int:
@@ -306,7 +305,7 @@ def _reconcile_task() -> dict[str, list[str]]:
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
         stuck_job_s=stuck_job_age_s(settings),
-        lock_ttl_s=settings.lock_ttl_s,
+        lost_after_s=liveness.ttl_s(settings.lock_ttl_s),
         unobserved_threshold=unobserved_threshold(settings),
     )
     return {

@@ -130,7 +130,7 @@ def test_a_redelivery_into_a_dead_workers_lock_waits_for_it_on_rabbitmq_only(
     )
     deps = SimpleNamespace(
         store=SimpleNamespace(get_job=lambda tenant, job: SimpleNamespace(state="running")),
-        redis=SimpleNamespace(pttl=lambda key: 1_200),
+        redis=SimpleNamespace(get=lambda key: "a-token-naming-no-worker", pttl=lambda key: 1_200),
         lock_ttl_s=2.0,
     )
     monkeypatch.setattr(tasks, "get_settings", lambda: settings)
@@ -236,13 +236,15 @@ def test_worker_killed_mid_flush_is_served_again_at_once(
 ) -> None:  # fmt: skip
     store.create_session(tenant, "crash")
     messages = add_chat(store, tenant, "crash", 200)  # 400 messages: four observer chunks
-    # A visibility timeout far beyond the bound: RabbitMQ must not wait for any timeout. The
+    # A visibility timeout far beyond the bound: RabbitMQ must not wait for any timeout; the
+    # default lock TTL (60 s), so neither may it wait for the dead worker's lock to expire. The
     # victim's provider is slow enough (1 s a provider call) for the rescuer to start meanwhile.
-    victim = start_amqp_worker(OM_TEST_PROVIDER_DELAY_S="1.0", OM_VISIBILITY_TIMEOUT_S="600")
+    slow = {"OM_VISIBILITY_TIMEOUT_S": "600", "OM_LOCK_TTL_S": str(Settings().lock_ttl_s)}
+    victim = start_amqp_worker(OM_TEST_PROVIDER_DELAY_S="1.0", **slow)
     job = enqueue_flush(store, client, tenant, "crash", app=amqp_app).job_id
     wait_for(lambda: store.get_job(tenant, job).state == "running", 30, "the first attempt")
     # Idle and consuming before the crash, as the other workers of a deployment are.
-    rescuer = start_amqp_worker(OM_TEST_PROVIDER_DELAY_S="0.1", OM_VISIBILITY_TIMEOUT_S="600")
+    rescuer = start_amqp_worker(OM_TEST_PROVIDER_DELAY_S="0.1", **slow)
     wait_for(lambda: bool(covered_sources(store, tenant, "crash")), 30, "the first chunk")
     victim.kill()
     killed_at = time.monotonic()
@@ -271,6 +273,6 @@ def test_worker_killed_mid_flush_is_served_again_at_once(
         print(
             f"\nRabbitMQ: SIGKILL -> session served again by another worker in "
             f"{served_again_s:.2f} s (goal <= 10 s), job finished {finished_s:.2f} s after the "
-            f"kill; the redelivery waited for the dead worker's lock: {waited_for_lock}"
+            f"kill; the redelivery waited for the dead worker's liveness key: {waited_for_lock}"
         )
     assert served_again_s < SERVED_AGAIN_BOUND_S

@@ -198,7 +198,7 @@ def test_a_running_job_whose_lock_is_gone_is_failed_and_its_session_requested_at
     young = store.create_job(tenant, "young").id
     store.start_job(tenant, young)  # started less than a lock TTL ago: not judged yet
     published, report = reconcile(
-        store, client, stale_pending_s=3600, stuck_job_s=3600, lock_ttl_s=0.2
+        store, client, stale_pending_s=3600, stuck_job_s=3600, lost_after_s=0.2
     )
     assert report.failed_jobs == (dead,)
     row = store.get_job(tenant, dead)
@@ -222,7 +222,7 @@ def test_a_job_pending_behind_a_swept_job_is_published_again_at_once(
     client.set(keys.pending_key(tenant, "s"), pending)
     time.sleep(0.3)
     published, report = reconcile(
-        store, client, stale_pending_s=3600, stuck_job_s=3600, lock_ttl_s=0.2
+        store, client, stale_pending_s=3600, stuck_job_s=3600, lost_after_s=0.2
     )
     assert report.failed_jobs == (dead,)
     assert published == [(tenant, "s", pending)] and report.republished == (pending,)

@@ -8,8 +8,9 @@ import time
 import pytest
 import redis
 
-from om_workers.coordination import keys
+from om_workers.coordination import keys, liveness
 from om_workers.coordination.heartbeats import Heartbeats
+from om_workers.coordination.liveness import Liveness
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import CoordinationError, LockLostError
 from tests.redis.helpers import wait_until
@@ -180,12 +181,21 @@ def test_a_retried_acquire_finds_its_own_token_and_takes_the_lock(client: redis.
     # redis-py re-sends a script whose reply was lost: the second run must not report "busy".
     script = client.register_script(keys.ACQUIRE_LOCK)
     lock_key, pending_key = keys.lock_key("t1", "s1"), keys.pending_key("t1", "s1")
+    mine, theirs = keys.worker_key("w-a"), keys.worker_key("w-b")
     client.set(pending_key, "job-1")
-    assert script(keys=[lock_key, pending_key], args=["token-a", 5000, "1"]) == [1, "job-1"]
-    assert script(keys=[lock_key, pending_key], args=["token-a", 5000, "1"]) == [1, None]
-    assert script(keys=[lock_key, pending_key], args=["token-b", 5000, "1"]) == [0, None]
-    assert client.get(lock_key) == "token-a"
+    client.set(theirs, "1")
+
+    def acquire(token: str, worker: str) -> object:
+        return script(
+            keys=[lock_key, pending_key, worker], args=[token, 5000, "1", keys.WORKER_PREFIX, 900]
+        )
+
+    assert acquire("w-a/1", mine) == [1, "job-1"]
+    assert acquire("w-a/1", mine) == [1, None]
+    assert acquire("w-b/2", theirs) == [0, None]  # w-a's key lives: busy
+    assert client.get(lock_key) == "w-a/1"
     assert 0 < client.pttl(lock_key) <= 5000
+    assert 0 < client.pttl(mine) <= 900  # taking a lock marks the taker alive
 
 
 def test_one_heartbeat_thread_keeps_many_locks_alive(client: redis.Redis) -> None:
@@ -218,3 +228,68 @@ def test_a_failing_beat_does_not_stop_the_others() -> None:
     heartbeats.schedule(0.01, counting)
     assert wait_until(lambda: ran.count("ok") == 3)
     assert ran.count("broken") == 1
+
+
+def _process() -> Liveness:
+    """The identity of another worker process (its own id; beats on a private thread)."""
+    return Liveness(Heartbeats())
+
+
+def test_a_lock_whose_holder_died_is_taken_over_at_once(client: redis.Redis) -> None:
+    dead, alive = _process(), _process()
+    holder = SessionLock(client, "t1", "s1", worker=dead)
+    assert holder.acquire() and not holder.took_over
+    busy = SessionLock(client, "t1", "s1", worker=alive)
+    assert not busy.acquire()  # the holder's process is alive
+    assert liveness.held_by_live_workers(client, [holder.key]) == [True]
+    client.delete(keys.worker_key(dead.worker_id))  # its process died: the key expired
+    assert liveness.held_by_live_workers(client, [holder.key]) == [False]
+    assert liveness.takeover_wait_ms(client, holder.key) == 0
+    taker = SessionLock(client, "t1", "s1", worker=alive)
+    assert taker.acquire() and taker.took_over
+    assert client.get(taker.key) == taker.token and taker.token.startswith(alive.worker_id + "/")
+    with pytest.raises(LockLostError):
+        holder.check(confirm=True)  # a holder that was only slow finds out before writing
+    taker.release()
+
+
+def test_a_token_naming_no_worker_is_waited_out(client: redis.Redis) -> None:
+    lock_key = keys.lock_key("t1", "s1")
+    client.set(lock_key, "0123abcd", px=3000)  # a token without a worker id
+    assert not SessionLock(client, "t1", "s1", worker=_process()).acquire()
+    assert liveness.held_by_live_workers(client, [lock_key, keys.lock_key("t1", "free")]) == [
+        True,
+        False,
+    ]
+    assert 0 < liveness.takeover_wait_ms(client, lock_key) <= 3000
+
+
+def test_takeover_wait_is_the_sooner_of_lock_and_liveness_expiry(client: redis.Redis) -> None:
+    worker = _process()
+    lock = SessionLock(client, "t1", "s1", ttl_s=30, worker=worker)
+    assert lock.acquire()
+    client.pexpire(keys.worker_key(worker.worker_id), 1500)
+    assert 0 < liveness.takeover_wait_ms(client, lock.key) <= 1500
+    client.pexpire(lock.key, 700)
+    assert 0 < liveness.takeover_wait_ms(client, lock.key) <= 700
+    lock.release()
+    assert liveness.takeover_wait_ms(client, lock.key) == 0
+
+
+def test_the_liveness_key_outlives_its_ttl_while_the_process_lives(client: redis.Redis) -> None:
+    worker = _process()
+    lock = SessionLock(client, "t1", "s1", ttl_s=0.6, worker=worker)
+    assert lock.acquire()
+    assert liveness.ttl_s(0.6) == 0.6 and liveness.ttl_s(600) == keys.LIVENESS_TTL_S
+    time.sleep(1.5)  # past two liveness TTLs: only the beat keeps the key
+    assert client.exists(keys.worker_key(worker.worker_id))
+    lock.release()
+
+
+def test_worker_ids_are_safe_key_parts() -> None:
+    assert keys.worker_key("host-1.local-42-ab12") == "om:worker:host-1.local-42-ab12"
+    for bad in ("", "a/b", "a:b", "a b"):
+        with pytest.raises(ValueError):
+            keys.worker_key(bad)
+    assert keys.lock_holder("w-1/abc") == "w-1" and keys.lock_holder("abc") is None
+    assert "/" not in _process().worker_id
