@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean bench rehearsal demo up
+.PHONY: test lint install clean bench rehearsal demo up chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: $(STAMP)
 WORKERS ?= 3
 rehearsal: $(STAMP)
 	$(BIN)/python -m tests.deploy.rehearsal --workers $(WORKERS)
+
+# The fault matrix (tests/chaos): the topology behind fault proxies, a mixed load, each fault in
+# turn on the Redis broker and on RabbitMQ; writes tests/chaos/results.md. PostgreSQL needed.
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
