@@ -1,4 +1,4 @@
-"""The API's routers, one module per concern; :func:`om_api.app.create_app` mounts them."""
+"""The API's routers, one module per concern; :func:`om_api.server.app.create_app` mounts them."""
 
 from __future__ import annotations
 

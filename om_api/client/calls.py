@@ -1,4 +1,4 @@
-"""One function per API endpoint, describing its request (:class:`~om_api.client_core.Call`).
+"""One function per API endpoint, describing its request (:class:`~om_api.client.core.Call`).
 
 The sync and async clients send exactly these, so an endpoint's path, query, body and result
 model are written once. Paths quote every id, so an id can never change the route.
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
-from om_api.client_core import Call
+from om_api.client.core import Call
 from om_api.schemas import (
     AppendEntriesResponse,
     CompactRequest,

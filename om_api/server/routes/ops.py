@@ -9,9 +9,6 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from om_api.auth import Admin
-from om_api.metrics import CONTENT_TYPE
-from om_api.routes import TenantPath
 from om_api.schemas import (
     CreateKeyRequest,
     CreateTenantRequest,
@@ -20,7 +17,10 @@ from om_api.schemas import (
     KeyOut,
     TenantOut,
 )
-from om_api.state import ApiState, State
+from om_api.server.auth import Admin
+from om_api.server.metrics import CONTENT_TYPE
+from om_api.server.routes import TenantPath
+from om_api.server.state import ApiState, State
 from om_workers.coordination.connection import is_available
 
 router = APIRouter(tags=["ops"])

@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from om_api.errors import ApiError
-from om_api.state import State
+from om_api.server.errors import ApiError
+from om_api.server.state import State
 from om_workers.errors import InvalidApiKeyError
 
 MAX_KEY_CHARS = 512

@@ -2,7 +2,7 @@
 settings: :mod:`om_workers.services`), the publisher, metrics, logging, the body-size limit and
 every router.
 
-Run it under uvicorn (``uvicorn --factory om_api.app:create_app``); tests inject a store, a
+Run it under uvicorn (``uvicorn --factory om_api.server.app:create_app``); tests inject a store, a
 Redis client and a recording ``publish`` callable.
 """
 
@@ -19,12 +19,12 @@ import redis
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from om_api.errors import install_error_handlers
-from om_api.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
-from om_api.metrics import UNMATCHED_ROUTE, ApiMetrics
-from om_api.routes import jobs, memory, ops, scopes, sessions
 from om_api.schemas import ErrorBody
-from om_api.state import ApiState
+from om_api.server.errors import install_error_handlers
+from om_api.server.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
+from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
+from om_api.server.routes import jobs, memory, ops, scopes, sessions
+from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.jobs.flush import PublishJob
 from om_workers.services import Services, build_services

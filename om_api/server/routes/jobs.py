@@ -12,12 +12,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
-from om_api.auth import TenantId
-from om_api.convert import job_out
-from om_api.logging import redact_text
-from om_api.routes import JobPath, SessionPath
 from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
-from om_api.state import State
+from om_api.server.auth import TenantId
+from om_api.server.convert import job_out
+from om_api.server.logging import redact_text
+from om_api.server.routes import JobPath, SessionPath
+from om_api.server.state import State
 from om_workers.errors import CoordinationError
 from om_workers.jobs.flush import request_flush
 

@@ -21,8 +21,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from om_api.logging import redact_text
 from om_api.schemas import ErrorBody
+from om_api.server.logging import redact_text
 from om_core import errors as core
 from om_workers import errors as workers
 

@@ -9,7 +9,7 @@ end it prints the two context blocks with their token counts against the raw his
 recalls one memory id the memory block shows. No LLM key is used: the worker runs the offline
 ``extractive`` provider.
 
-Raises :class:`~om_api.stack.StackError` or an :class:`~om_api.client.OMClientError` when
+Raises :class:`~om_api.cli.stack.StackError` or an :class:`~om_api.client.OMClientError` when
 the stack or a request fails (``om demo`` then exits non-zero); the stack is always stopped.
 """
 
@@ -29,9 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from om_api.cli.stack import Stack, StackConfig
 from om_api.client import OMClient
 from om_api.schemas import ContextOut, EntryIn, MessageWire, RecallOut
-from om_api.stack import Stack, StackConfig
 from om_core.models import Message, ToolCall
 from om_core.tokens import estimate_message_tokens, estimate_text_tokens
 from om_workers.config import get_settings

@@ -6,10 +6,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from om_api.auth import TenantId
-from om_api.convert import entry_out, session_out, to_entry
-from om_api.errors import ApiError
-from om_api.routes import SessionPath
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
     MAX_ENTRIES_PAGE,
@@ -20,7 +16,11 @@ from om_api.schemas import (
     ErrorBody,
     SessionOut,
 )
-from om_api.state import State
+from om_api.server.auth import TenantId
+from om_api.server.convert import entry_out, session_out, to_entry
+from om_api.server.errors import ApiError
+from om_api.server.routes import SessionPath
+from om_api.server.state import State
 from om_workers.errors import EntryNotFoundError
 
 router = APIRouter(prefix="/v1", tags=["sessions"])

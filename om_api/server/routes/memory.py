@@ -8,10 +8,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
 
-from om_api.auth import TenantId
-from om_api.convert import context_out, entry_out
-from om_api.errors import ApiError
-from om_api.routes import MemoryPath, SessionPath
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
     MAX_CONTEXT_TOKENS,
@@ -26,7 +22,11 @@ from om_api.schemas import (
     StatusOut,
     ViewOut,
 )
-from om_api.state import ApiState, State
+from om_api.server.auth import TenantId
+from om_api.server.convert import context_out, entry_out
+from om_api.server.errors import ApiError
+from om_api.server.routes import MemoryPath, SessionPath
+from om_api.server.state import ApiState, State
 from om_core import (
     RecallResult,
 )

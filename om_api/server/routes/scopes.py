@@ -11,10 +11,6 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from om_api.auth import TenantId
-from om_api.convert import entry_out
-from om_api.errors import ApiError
-from om_api.routes import ScopePath, SessionPath
 from om_api.schemas import (
     ErrorBody,
     OpenScopeRequest,
@@ -24,7 +20,11 @@ from om_api.schemas import (
     ScopeRecordOut,
     ScopeRefsRequest,
 )
-from om_api.state import ApiState, State
+from om_api.server.auth import TenantId
+from om_api.server.convert import entry_out
+from om_api.server.errors import ApiError
+from om_api.server.routes import ScopePath, SessionPath
+from om_api.server.state import ApiState, State
 from om_core import SessionEntry, WorkScopeController
 from om_core.revocation import drop_resting_on
 from om_workers.store import tombstone_scope

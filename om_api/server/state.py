@@ -15,8 +15,8 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
-from om_api.logging import SecretRegistry
-from om_api.metrics import ApiMetrics
+from om_api.server.logging import SecretRegistry
+from om_api.server.metrics import ApiMetrics
 from om_core.settings import ObservationalMemorySettings
 from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
@@ -87,7 +87,7 @@ class ApiState:
 
 
 def get_state(request: Request) -> ApiState:
-    """The app's :class:`ApiState` (set by :func:`om_api.app.create_app`)."""
+    """The app's :class:`ApiState` (set by :func:`om_api.server.app.create_app`)."""
     state: ApiState = request.app.state.om
     return state
 

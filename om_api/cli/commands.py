@@ -1,7 +1,7 @@
 """The ``om`` command line: run the services, the embedded stack, the demo, and admin chores.
 
 Service commands (``om api``, ``om worker``, ``om beat``, ``om flower``) are what a deployment
-runs, one per process; ``om up`` starts all four as child processes (see :mod:`om_api.stack`).
+runs, one per process; ``om up`` starts all four as child processes (see :mod:`om_api.cli.stack`).
 ``om status``/``om view``/``om recall`` talk to a running API through :class:`OMClient`.
 Errors print one line to stderr and exit non-zero (1 for a failure, 2 for bad usage).
 """
@@ -97,7 +97,7 @@ def api(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     log_level: LogLevel = None,
 ) -> None:
-    """Serve the HTTP API (uvicorn, ``om_api.app:create_app``). Needs OM_REDIS_URL.
+    """Serve the HTTP API (uvicorn, ``om_api.server.app:create_app``). Needs OM_REDIS_URL.
 
     The app is built before the server starts, so a setting it cannot use (OM_REDIS_URL
     unset, an unusable URL, invalid OM_SETTINGS_JSON ...) is one line and exit code 2, as for
@@ -147,7 +147,7 @@ def _first_error(exc: Any) -> str:
 def _api_factory() -> Any:
     import pydantic
 
-    from om_api.app import create_app
+    from om_api.server.app import create_app
     from om_core.errors import ObservationalMemoryError
 
     try:
@@ -202,7 +202,7 @@ def flower(
     basic_auth: FlowerAuth = None,
 ) -> None:
     """Run Flower, the Celery monitor, behind basic auth. Needs OM_REDIS_URL."""
-    from om_api.stack import generate_basic_auth
+    from om_api.cli.stack import generate_basic_auth
 
     celery_app = _celery_app()
     basic_auth = basic_auth or _secret(get_settings().flower_basic_auth)
@@ -245,7 +245,7 @@ def up(
 ) -> None:
     """Run the embedded stack in the foreground: Redis (private unless OM_REDIS_URL), migrated
     database, API, worker, beat and Flower. Prints URLs and a dev API key; Ctrl-C stops all."""
-    from om_api.stack import Stack, StackConfig, StackError
+    from om_api.cli.stack import Stack, StackConfig, StackError
 
     settings = get_settings()
     config = StackConfig(
@@ -291,7 +291,7 @@ def demo(
     """Start the embedded stack, drive a scripted tool-heavy agent session through the client
     (a flush after each run), print the context blocks against the raw history, and one recall.
     Needs no LLM key: the offline extractive provider does the memory work."""
-    from om_api.demo import run_demo
+    from om_api.cli.demo import run_demo
 
     _install_stop_handlers()
     try:
@@ -461,7 +461,3 @@ def recall(
     except OMClientError as exc:
         _fail(str(exc))
     typer.echo(result.model_dump_json(indent=2))
-
-
-if __name__ == "__main__":
-    app()

@@ -8,7 +8,7 @@ An agent server's whole integration::
         blocks = om.context(session_id).blocks   # before the next turn
 
 Every method returns the API's pydantic wire model (:mod:`om_api.schemas`) and raises one of
-the :class:`OMClientError` subclasses (see :mod:`om_api.client_core`). 503s and dropped
+the :class:`OMClientError` subclasses (see :mod:`om_api.client.core`). 503s and dropped
 connections are retried with exponential backoff and full jitter, honouring ``Retry-After``
 (see :class:`RetryPolicy`); other failures raise at once.
 """
@@ -23,9 +23,9 @@ from typing import Any, Literal, Self, TypeVar
 
 import httpx
 
-from om_api import client_calls as calls
-from om_api.client_calls import Include
-from om_api.client_core import (
+from om_api.client import calls
+from om_api.client.calls import Include
+from om_api.client.core import (
     FINAL_JOB_STATES,
     Call,
     Conflict,
