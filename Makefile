@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +27,7 @@ up: $(STAMP)
 
 # Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev,bench]'
 	$(BIN)/python -m tests.bench
 
 # The compose topology as local processes (PostgreSQL on 127.0.0.1:5432 needed), one worker

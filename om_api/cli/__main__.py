@@ -1,5 +1,5 @@
 """``python -m om_api.cli``: the ``om`` command line."""
 
-from om_api.cli.commands import app
+from om_api.cli import main
 
-app()
+main()
