@@ -16,7 +16,7 @@ def test_multi_stage_on_python_311_slim() -> None:
     stages = [arg for key, arg in instructions if key == "FROM"]
     assert stages == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE} AS runtime"]
     runs = " ".join(arg for key, arg in instructions if key == "RUN")
-    assert "pip wheel --wheel-dir /wheels ." in runs
+    assert 'pip wheel --wheel-dir /wheels ".[server]"' in runs
     assert "--no-index --find-links=/wheels" in runs
 
 
