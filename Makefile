@@ -22,8 +22,11 @@ demo: $(STAMP)
 	$(BIN)/om demo
 
 # The embedded stack in the foreground (API, worker, beat, Flower); Ctrl-C stops it.
+# Ports: `make up API_PORT=8080 FLOWER_PORT=5556`, or OM_API_PORT / OM_FLOWER_PORT in the
+# environment (defaults 8000 and 5555; 0 picks a free one). A port already in use is named in
+# one line before anything starts (exit code 2).
 up: $(STAMP)
-	$(BIN)/om up
+	$(BIN)/om up $(if $(API_PORT),--api-port $(API_PORT)) $(if $(FLOWER_PORT),--flower-port $(FLOWER_PORT))
 
 # Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
 bench: $(STAMP)

@@ -1,6 +1,6 @@
 """The dependency rule, enforced: om_core imports only pydantic and the standard library;
 om_workers never imports om_api; the client (and the wire schemas it uses) imports only httpx,
-pydantic, om_core and itself, so it installs alone."""
+pydantic, om_core and itself, so it installs alone; om_api never builds a Redis key itself."""
 
 from __future__ import annotations
 
@@ -58,3 +58,25 @@ def test_the_client_imports_only_what_a_client_only_install_has() -> None:
             m for m in found if m.split(".")[0] not in stdlib | allowed and m not in allowed
         }
         assert offenders == set(), part
+
+
+def test_om_api_never_builds_redis_keys() -> None:
+    # Key names, TTLs and scripts live in om_workers.coordination.keys alone; the API asks
+    # om_workers functions (coalesce.flush_pending ...) instead of reading keys itself.
+    keys_module = "om_workers.coordination.keys"
+    offenders: set[tuple[str, str]] = set()
+    for path in (ROOT / "om_api").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                offenders |= {(path.name, a.name) for a in node.names if a.name == keys_module}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == keys_module:
+                    offenders.add((path.name, node.module))
+                elif node.module == "om_workers.coordination":
+                    offenders |= {(path.name, a.name) for a in node.names if a.name == "keys"}
+            elif isinstance(node, ast.Constant) and str(node.value).startswith(
+                ("om:pending", "om:lock")
+            ):
+                offenders.add((path.name, str(node.value)))
+    assert offenders == set()

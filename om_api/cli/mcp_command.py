@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from enum import StrEnum
-from typing import Annotated, Literal, NoReturn
+from typing import Annotated, Literal
 
 import typer
+
+from om_api.cli.common import fail, target
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -21,11 +23,6 @@ class Transport(StrEnum):
 
     stdio = "stdio"
     http = "http"
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"om: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def mcp(
@@ -47,22 +44,19 @@ def mcp(
 
     Exit code 2 when the extra is missing or no API key is given.
     """
-    # Imported here, not at the top: commands.py imports this module to register it.
-    from om_api.cli.commands import _target
-
     try:
         from om_api.integrations.mcp_server import HTTP_PATH, run
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("mcp"):
             raise
-        _fail(
+        fail(
             f"the MCP server needs the MCP SDK ({exc.name} is not installed): "
             "pip install 'observational-memory[mcp]'",
             2,
         )
-    url, api_key = _target(api_url, key)
+    url, api_key = target(api_url, key)
     if not api_key:
-        _fail("no API key for the MCP server: set OM_API_KEY or pass --key", 2)
+        fail("no API key for the MCP server: set OM_API_KEY or pass --key", 2)
     if transport is Transport.http:
         typer.echo(f"om mcp: streamable HTTP at http://{host}:{port}{HTTP_PATH}", err=True)
         if host not in LOOPBACK:

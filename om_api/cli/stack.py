@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -100,6 +102,36 @@ class _Child:
 def generate_basic_auth() -> str:
     """A ``user:password`` pair for Flower when ``OM_FLOWER_BASIC_AUTH`` is unset (dev only)."""
     return f"om:{secrets.token_urlsafe(18)}"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a TCP listener on ``host:port`` would fail to bind because the port is taken.
+
+    Binds the way uvicorn and Flower do (``SO_REUSEADDR``), so a port left in TIME_WAIT by an
+    earlier run counts as free, as it is for them. An address this machine does not have is
+    not "in use": the child reports that itself."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def taken_port(config: StackConfig) -> tuple[str, int] | None:
+    """The first fixed port of ``config`` that is already in use, as ``("API" | "Flower",
+    port)``; ``None`` when all are free. Port 0 (any free port) is never taken. Checked before
+    anything starts, so a taken port costs no Redis, migration or child process; another
+    program may still take a port between this check and the child's bind (the child then
+    exits and :meth:`Stack.start` quotes its log)."""
+    wanted = [("API", config.api_port)]
+    if config.flower:
+        wanted.append(("Flower", config.flower_port))
+    for name, port in wanted:
+        if port and port_in_use(config.host, port):
+            return name, port
+    return None
 
 
 def _die_with_parent() -> None:

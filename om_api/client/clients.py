@@ -1,4 +1,5 @@
-"""Python clients of the om HTTP API: :class:`OMClient` (sync) and :class:`AsyncOMClient`.
+"""The synchronous Python client of the om HTTP API, :class:`OMClient`; its asynchronous twin,
+:class:`~om_api.client.aio.AsyncOMClient`, has the same methods (re-exported here).
 
 An agent server's whole integration::
 
@@ -15,18 +16,21 @@ connections are retried with exponential backoff and full jitter, honouring ``Re
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 import httpx
 
 from om_api.client import calls
+from om_api.client.aio import AsyncOMClient
 from om_api.client.calls import Include
 from om_api.client.core import (
+    DEFAULT_TIMEOUT_S,
     FINAL_JOB_STATES,
+    POLL,
     Call,
     Conflict,
     EntryLike,
@@ -39,8 +43,10 @@ from om_api.client.core import (
     ServerError,
     Unauthorized,
     Unavailable,
+    auth_headers,
     decode,
     entry_batches,
+    merge_appends,
     retry_after_s,
     retry_wait_s,
     should_retry,
@@ -48,6 +54,8 @@ from om_api.client.core import (
     was_sent,
 )
 from om_api.schemas import (
+    ApiKeyOut,
+    ApiKeysOut,
     AppendEntriesResponse,
     ContextOut,
     EntriesPage,
@@ -61,6 +69,7 @@ from om_api.schemas import (
     RevocationOut,
     ScopeRecordOut,
     SessionOut,
+    SessionsPage,
     StatusOut,
     TenantOut,
     ViewOut,
@@ -84,22 +93,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-DEFAULT_TIMEOUT_S = 30.0
-_POLL = RetryPolicy(base_s=0.1, cap_s=1.0, multiplier=1.5, jitter=0.0)
-"""``wait_for_job``'s pauses between polls: 0.1 s growing by half per poll, at most 1 s."""
-
-
-def _headers(api_key: str | None, admin_token: str | None, call: Call[Any]) -> dict[str, str]:
-    token = admin_token if call.admin else api_key
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _merge(results: Sequence[AppendEntriesResponse]) -> AppendEntriesResponse:
-    return AppendEntriesResponse(
-        appended_ids=[i for r in results for i in r.appended_ids],
-        duplicate_ids=[i for r in results for i in r.duplicate_ids],
-        leaf_id=results[-1].leaf_id if results else None,
-    )
 
 
 class OMClient:
@@ -152,7 +145,7 @@ class OMClient:
                     call.path,
                     params=dict(call.params),
                     json=call.json,
-                    headers=_headers(self._api_key, self._admin_token, call),
+                    headers=auth_headers(self._api_key, self._admin_token, call),
                 )
             except httpx.TransportError as exc:
                 wait = None
@@ -181,6 +174,20 @@ class OMClient:
         """The session's leaf, entry count and unobserved tokens. :class:`NotFound`."""
         return self.send(calls.get_session(session_id))
 
+    def list_sessions(
+        self,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        updated_since: datetime | str | None = None,
+    ) -> SessionsPage:
+        """A page of the key's tenant's sessions, newest first; pass ``next_cursor`` back as
+        ``cursor`` for the next page (``None`` after the last). ``updated_since`` (a datetime
+        or ISO-8601 text; naive means UTC) keeps sessions updated at or after it.
+        :class:`InvalidRequest` for ``limit`` outside 1..100 or a cursor the API did not hand
+        out."""
+        return self.send(calls.list_sessions(limit, cursor, updated_since))
+
     def append(self, session_id: str, entries: Sequence[EntryLike]) -> AppendEntriesResponse:
         """Append entries (``EntryIn``, ``MessageWire`` or dicts) in order.
 
@@ -191,7 +198,7 @@ class OMClient:
         for a malformed entry.
         """
         results = [self.send(calls.append(session_id, b)) for b in entry_batches(entries)]
-        return _merge(results)
+        return merge_appends(results)
 
     def entries(self, session_id: str, after: str | None = None, limit: int = 100) -> EntriesPage:
         """Current-branch entries after entry ``after`` (from the start when ``None``)."""
@@ -224,7 +231,7 @@ class OMClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise JobTimeout(f"job {job_id} still {current.state} after {timeout_s} s", current)
-            time.sleep(min(backoff_delay_s(poll, _POLL, 0.0), remaining))
+            time.sleep(min(backoff_delay_s(poll, POLL, 0.0), remaining))
 
     # Memory reads --------------------------------------------------------------------------
 
@@ -340,218 +347,12 @@ class OMClient:
         """Admin: a new API key for the tenant (its plaintext is in this answer only)."""
         return self.send(calls.create_key(tenant_id, label))
 
+    def list_keys(self, tenant_id: str) -> ApiKeysOut:
+        """Admin: the tenant's keys (id, prefix, label, times; never the key), oldest first.
+        :class:`NotFound` for an unknown tenant."""
+        return self.send(calls.list_keys(tenant_id))
 
-class AsyncOMClient:
-    """The asynchronous twin of :class:`OMClient` (same methods, awaited; same errors)."""
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        *,
-        admin_token: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._api_key = api_key
-        self._admin_token = admin_token
-        self._retry = retry or RetryPolicy()
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport
-        )
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def send(self, call: Call[T]) -> T:
-        """Send one request with retries; the parsed result or a typed error."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    params=dict(call.params),
-                    json=call.json,
-                    headers=_headers(self._api_key, self._admin_token, call),
-                )
-            except httpx.TransportError as exc:
-                wait = None
-                if should_retry(call, None, was_sent(exc)):
-                    wait = retry_wait_s(self._retry, attempt, None)
-                if wait is None:
-                    raise transport_error(call, exc) from exc
-            else:
-                code = response.status_code
-                wait = None
-                if code >= 400 and should_retry(call, code, True):
-                    wait = retry_wait_s(self._retry, attempt, retry_after_s(response))
-                if wait is None:
-                    return decode(call, response)
-            await asyncio.sleep(wait)
-
-    async def create_session(
-        self, session_id: str | None = None, metadata: Mapping[str, Any] | None = None
-    ) -> SessionOut:
-        """See :meth:`OMClient.create_session`."""
-        return await self.send(calls.create_session(session_id, metadata))
-
-    async def get_session(self, session_id: str) -> SessionOut:
-        """See :meth:`OMClient.get_session`."""
-        return await self.send(calls.get_session(session_id))
-
-    async def append(self, session_id: str, entries: Sequence[EntryLike]) -> AppendEntriesResponse:
-        """See :meth:`OMClient.append`."""
-        results = [await self.send(calls.append(session_id, b)) for b in entry_batches(entries)]
-        return _merge(results)
-
-    async def entries(
-        self, session_id: str, after: str | None = None, limit: int = 100
-    ) -> EntriesPage:
-        """See :meth:`OMClient.entries`."""
-        return await self.send(calls.entries(session_id, after, limit))
-
-    async def flush(
-        self, session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
-    ) -> FlushAccepted:
-        """See :meth:`OMClient.flush`."""
-        return await self.send(calls.flush(session_id, force, full_reflection_rebuild))
-
-    async def job(self, job_id: str) -> JobOut:
-        """See :meth:`OMClient.job`."""
-        return await self.send(calls.job(job_id))
-
-    async def wait_for_job(self, job_id: str, timeout_s: float = 60.0) -> JobOut:
-        """See :meth:`OMClient.wait_for_job`."""
-        deadline = time.monotonic() + timeout_s
-        poll = 0
-        while True:
-            poll += 1
-            current = await self.job(job_id)
-            if current.state in FINAL_JOB_STATES:
-                return current
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise JobTimeout(f"job {job_id} still {current.state} after {timeout_s} s", current)
-            await asyncio.sleep(min(backoff_delay_s(poll, _POLL, 0.0), remaining))
-
-    async def context(
-        self,
-        session_id: str,
-        *,
-        scope: str | None = None,
-        include: Include | None = None,
-        max_tokens: int | None = None,
-    ) -> ContextOut:
-        """See :meth:`OMClient.context`."""
-        return await self.send(calls.context(session_id, scope, include, max_tokens))
-
-    async def recall(self, session_id: str, memory_id: str) -> RecallOut:
-        """See :meth:`OMClient.recall`."""
-        return await self.send(calls.recall(session_id, memory_id))
-
-    async def messages(
-        self,
-        session_id: str,
-        cursor: str,
-        *,
-        limit: int = 20,
-        direction: Literal["forward", "backward"] = "forward",
-        detail: Literal["summary", "full"] = "summary",
-    ) -> MessagesPage:
-        """See :meth:`OMClient.messages`."""
-        return await self.send(calls.messages(session_id, cursor, limit, direction, detail))
-
-    async def status(self, session_id: str) -> StatusOut:
-        """See :meth:`OMClient.status`."""
-        return await self.send(calls.status(session_id))
-
-    async def view(self, session_id: str, *, full: bool = False) -> ViewOut:
-        """See :meth:`OMClient.view`."""
-        return await self.send(calls.view(session_id, full))
-
-    async def compact(self, session_id: str, keep_recent_entries: int = 8) -> EntryOut:
-        """See :meth:`OMClient.compact`."""
-        return await self.send(calls.compact(session_id, keep_recent_entries))
-
-    async def open_scope(
-        self,
-        session_id: str,
-        scope_id: str,
-        *,
-        parent_id: str | None = None,
-        kind: str | None = None,
-        label: str | None = None,
-    ) -> ScopeRecordOut:
-        """See :meth:`OMClient.open_scope`."""
-        return await self.send(calls.open_scope(session_id, scope_id, parent_id, kind, label))
-
-    async def close_scope(self, session_id: str, scope_id: str) -> ScopeRecordOut:
-        """See :meth:`OMClient.close_scope`."""
-        return await self.send(calls.scope_action(session_id, scope_id, "close"))
-
-    async def enter_scope(self, session_id: str, scope_id: str) -> ScopeRecordOut:
-        """See :meth:`OMClient.enter_scope`."""
-        return await self.send(calls.scope_action(session_id, scope_id, "enter"))
-
-    async def leave_scope(self, session_id: str, scope_id: str) -> ScopeRecordOut:
-        """See :meth:`OMClient.leave_scope`."""
-        return await self.send(calls.scope_action(session_id, scope_id, "leave"))
-
-    async def bind(self, session_id: str, scope_id: str, refs: Sequence[str]) -> ScopeRecordOut:
-        """See :meth:`OMClient.bind`."""
-        return await self.send(calls.scope_refs(session_id, scope_id, "bind", refs))
-
-    async def unbind(self, session_id: str, scope_id: str, refs: Sequence[str]) -> ScopeRecordOut:
-        """See :meth:`OMClient.unbind`."""
-        return await self.send(calls.scope_refs(session_id, scope_id, "unbind", refs))
-
-    async def grant(
-        self, session_id: str, scope_id: str, principals: Sequence[str]
-    ) -> ScopeRecordOut:
-        """See :meth:`OMClient.grant`."""
-        return await self.send(calls.scope_principals(session_id, scope_id, "grant", principals))
-
-    async def revoke(
-        self, session_id: str, scope_id: str, principals: Sequence[str]
-    ) -> ScopeRecordOut:
-        """See :meth:`OMClient.revoke`."""
-        return await self.send(calls.scope_principals(session_id, scope_id, "revoke", principals))
-
-    async def revoke_entries(self, session_id: str, entry_ids: Sequence[str]) -> RevocationOut:
-        """See :meth:`OMClient.revoke_entries`."""
-        return await self.send(calls.revoke_entries(session_id, entry_ids))
-
-    async def healthz(self) -> HealthOut:
-        """See :meth:`OMClient.healthz`."""
-        return await self.send(calls.healthz())
-
-    async def readyz(self) -> HealthOut:
-        """See :meth:`OMClient.readyz`."""
-        return await self.send(calls.readyz())
-
-    async def metrics(self) -> str:
-        """See :meth:`OMClient.metrics`."""
-        return await self.send(calls.metrics())
-
-    async def create_tenant(self, tenant_id: str, name: str | None = None) -> TenantOut:
-        """See :meth:`OMClient.create_tenant`."""
-        return await self.send(calls.create_tenant(tenant_id, name))
-
-    async def create_key(self, tenant_id: str, label: str = "") -> KeyOut:
-        """See :meth:`OMClient.create_key`."""
-        return await self.send(calls.create_key(tenant_id, label))
+    def revoke_key(self, key_id: str) -> ApiKeyOut:
+        """Admin: revoke a key by id; every later request with it is a 401 (:class:`Unauthorized`),
+        on every API replica. Revoking it again changes nothing. :class:`NotFound`."""
+        return self.send(calls.revoke_key(key_id))

@@ -9,7 +9,7 @@ Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``
     ├── Unauthorized      401/403: no key, a bad or revoked key, a bad admin token
     ├── NotFound          404: missing, or another tenant's (never told apart)
     ├── Conflict          409: an id already stored with other content, a scope state clash
-    ├── InvalidRequest    400/422: the reason is in ``detail``
+    ├── InvalidRequest    400/422, or refused before sending: the reason is in ``detail``
     │   └── PayloadTooLarge   413
     ├── Unavailable       503 or a transport failure, after every retry
     ├── ServerError       500 and other statuses the API does not document
@@ -29,7 +29,7 @@ from typing import Any, Final, Generic, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from om_api.schemas import EntryIn, ErrorBody, JobOut, MessageWire
+from om_api.schemas import AppendEntriesResponse, EntryIn, ErrorBody, JobOut, MessageWire
 from om_core.backoff import RetryPolicy, next_delay_s, parse_retry_after
 
 T = TypeVar("T")
@@ -37,6 +37,10 @@ T = TypeVar("T")
 FINAL_JOB_STATES: Final = frozenset({"succeeded", "failed", "skipped"})
 MAX_BATCH: Final = 1000
 """Entries per append request (the API's cap); longer lists go in several requests."""
+DEFAULT_TIMEOUT_S: Final = 30.0
+"""Seconds a client waits for one answer."""
+POLL: Final = RetryPolicy(base_s=0.1, cap_s=1.0, multiplier=1.5, jitter=0.0)
+"""``wait_for_job``'s pauses between polls: 0.1 s growing by half per poll, at most 1 s."""
 
 
 class OMClientError(Exception):
@@ -73,7 +77,10 @@ class Conflict(OMClientError):
 
 
 class InvalidRequest(OMClientError):
-    """400/422: the request was refused as invalid; ``detail`` says why."""
+    """400/422: the request was refused as invalid; ``detail`` says why, naming the field.
+
+    Raised before sending (``status`` ``None``) for everything the client can check itself:
+    a malformed id, a role the API does not know, a string where a list belongs ..."""
 
 
 class PayloadTooLarge(InvalidRequest):
@@ -98,6 +105,32 @@ class JobTimeout(OMClientError):
     def __init__(self, message: str, job: JobOut) -> None:
         super().__init__(message)
         self.job = job
+
+
+def refused(field: str, reason: str) -> InvalidRequest:
+    """The error for a local check: ``field: reason``, with the API's ``invalid_input`` code."""
+    message = f"{field}: {reason}"
+    return InvalidRequest(message, code="invalid_input", detail=message)
+
+
+def _loc(field: str, loc: Sequence[int | str]) -> str:
+    path = field
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "body"
+
+
+def from_validation(exc: ValidationError, field: str = "") -> InvalidRequest:
+    """The :class:`InvalidRequest` for a request model that refused its input: each problem
+    as ``path: message`` (at most three), the path starting at ``field``."""
+    problems = exc.errors(include_url=False, include_input=False)
+    parts = [f"{_loc(field, p['loc'])}: {p['msg']}" for p in problems[:3]]
+    more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+    message = "; ".join(parts) + more
+    return InvalidRequest(message, code="invalid_input", detail=message)
 
 
 _BY_STATUS: Final[Mapping[int, type[OMClientError]]] = {
@@ -135,6 +168,21 @@ class Call(Generic[T]):
     params: Mapping[str, Any] = field(default_factory=dict)
     idempotent: bool = True
     admin: bool = False
+
+
+def auth_headers(api_key: str | None, admin_token: str | None, call: Call[Any]) -> dict[str, str]:
+    """The ``Authorization`` header of ``call``: the admin token for admin calls, else the key."""
+    token = admin_token if call.admin else api_key
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def merge_appends(results: Sequence[AppendEntriesResponse]) -> AppendEntriesResponse:
+    """One answer for an append sent in several batches."""
+    return AppendEntriesResponse(
+        appended_ids=[i for r in results for i in r.appended_ids],
+        duplicate_ids=[i for r in results for i in r.duplicate_ids],
+        leaf_id=results[-1].leaf_id if results else None,
+    )
 
 
 def retry_after_s(response: httpx.Response) -> float | None:
@@ -214,11 +262,17 @@ def entry_batches(entries: Sequence[EntryLike]) -> list[list[dict[str, Any]]]:
     :data:`MAX_BATCH`. A bare :class:`MessageWire` (or a dict with a ``role``) becomes a
     ``message`` entry.
 
-    Raises ``pydantic.ValidationError`` for an entry that is not a valid ``EntryIn``.
+    Raises :class:`InvalidRequest` naming the entry and field (``entries[2].message.role``)
+    for an entry that is not a valid ``EntryIn``, and for ``entries`` that is not a list.
     """
+    if isinstance(entries, str | bytes | Mapping | BaseModel) or not isinstance(entries, Sequence):
+        raise refused("entries", f"expected a list of entries, got {type(entries).__name__}")
     bodies: list[dict[str, Any]] = []
-    for item in entries:
-        entry = _as_entry(item)
+    for index, item in enumerate(entries):
+        try:
+            entry = _as_entry(item)
+        except ValidationError as exc:
+            raise from_validation(exc, f"entries[{index}]") from None
         if entry.id is None:
             entry = entry.model_copy(update={"id": f"e-{uuid.uuid4().hex}"})
         bodies.append(entry.model_dump(mode="json", exclude_none=True))
@@ -230,8 +284,10 @@ def _as_entry(item: EntryLike) -> EntryIn:
         return item
     if isinstance(item, MessageWire):
         return EntryIn(kind="message", message=item)
-    if "role" in item:
-        return EntryIn(kind="message", message=MessageWire.model_validate(item))
+    if isinstance(item, Mapping) and "role" in item:
+        return EntryIn.model_validate({"kind": "message", "message": item})
+    # Anything else (a dict, or a wrong type) is validated as an entry, so a wrong type is
+    # refused with the model's message too.
     return EntryIn.model_validate(item)
 
 

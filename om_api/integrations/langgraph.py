@@ -33,14 +33,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from om_api.client import OMClient
 from om_api.schemas import (
     AppendEntriesResponse,
-    ContextOut,
     EntryIn,
     FlushAccepted,
     MessageWire,
     ToolCallWire,
 )
 
-__all__ = ["MEMORY_PREAMBLE", "ObservationalMemory", "Recorded", "context_text", "to_entries"]
+__all__ = ["MEMORY_PREAMBLE", "ObservationalMemory", "Recorded", "to_entries"]
 
 MEMORY_PREAMBLE = (
     "Memory of this conversation so far, kept by the observational-memory service from earlier "
@@ -91,7 +90,7 @@ class ObservationalMemory:
         )
         start = turn_start(messages)
         carried = [m for m in messages[:start] if isinstance(m, SystemMessage)]
-        text = context_text(self.client.context(self.session_id, max_tokens=self.max_tokens))
+        text = self.client.context(self.session_id, max_tokens=self.max_tokens).as_text()
         memory = [SystemMessage(f"{MEMORY_PREAMBLE}\n\n{text}")] if text else []
         return {"llm_input_messages": [*carried, *memory, *messages[start:]]}
 
@@ -115,16 +114,6 @@ def turn_start(messages: Sequence[BaseMessage]) -> int:
         if isinstance(messages[index], HumanMessage):
             return index
     return 0
-
-
-def context_text(context: ContextOut) -> str:
-    """The memory block, then the recent-messages block under a heading; ``""`` when the
-    session holds nothing yet."""
-    memory, recent = context.blocks
-    sections = [memory.text] if memory.text else []
-    if recent.text:
-        sections.append(f"## Recent messages\n\n{recent.text}")
-    return "\n\n".join(sections)
 
 
 def to_entries(session_id: str, messages: Sequence[BaseMessage]) -> list[EntryIn]:

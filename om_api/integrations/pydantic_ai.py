@@ -55,14 +55,13 @@ from om_api.client import AsyncOMClient
 from om_api.schemas import (
     AppendEntriesResponse,
     ContentPartWire,
-    ContextOut,
     EntryIn,
     FlushAccepted,
     MessageWire,
     ToolCallWire,
 )
 
-__all__ = ["CONTEXT_ORIGIN", "ObservationalMemory", "Recorded", "context_text", "to_entries"]
+__all__ = ["CONTEXT_ORIGIN", "ObservationalMemory", "Recorded", "to_entries"]
 
 CONTEXT_ORIGIN = "observational-memory"
 """``CompactionPart.metadata["origin"]`` of the part holding the service's context."""
@@ -137,7 +136,8 @@ class ObservationalMemory:
             for p in m.parts
             if isinstance(p, SystemPromptPart)
         ]
-        text = context_text(await self.client.context(self.session_id, max_tokens=self.max_tokens))
+        context = await self.client.context(self.session_id, max_tokens=self.max_tokens)
+        text = context.as_text()
         if text:
             carried.append(CompactionPart(text, metadata={"origin": CONTEXT_ORIGIN}))
         return [*([ModelRequest(parts=carried)] if carried else []), *calls, *current]
@@ -153,16 +153,6 @@ class ObservationalMemory:
         """
         appended = await self.client.append(self.session_id, to_entries(self.session_id, messages))
         return Recorded(appended, await self.client.flush(self.session_id))
-
-
-def context_text(context: ContextOut) -> str:
-    """The memory block, then the recent-messages block under a heading; ``""`` when the
-    session holds nothing yet."""
-    memory, recent = context.blocks
-    sections = [memory.text] if memory.text else []
-    if recent.text:
-        sections.append(f"## Recent messages\n\n{recent.text}")
-    return "\n\n".join(sections)
 
 
 def to_entries(session_id: str, messages: Sequence[ModelMessage]) -> list[EntryIn]:

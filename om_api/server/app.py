@@ -23,7 +23,7 @@ from om_api.schemas import ErrorBody
 from om_api.server.errors import install_error_handlers
 from om_api.server.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
-from om_api.server.routes import jobs, memory, ops, scopes, sessions
+from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.jobs.flush import PublishJob
@@ -195,7 +195,7 @@ def create_app(
         memory.router,
         scopes.router,
         ops.router,
-        ops.admin_router,
+        admin.router,
     ):
         app.include_router(router)
     app.add_middleware(RequestMiddleware, max_body_bytes=resolved.max_body_bytes, metrics=metrics)

@@ -4,6 +4,10 @@ The tenant always comes from the key, never from a path or a body. No key, a mal
 or an unknown/revoked key is a 401 with ``WWW-Authenticate: Bearer``. A presented key is added
 to the redaction registry before it is looked up, so it cannot reach a log line even when the
 lookup fails.
+
+Keys are looked up in the store on every request (one indexed exact-match read) and never
+cached, so a revocation (``POST /v1/admin/keys/{id}/revoke``, ``om keys revoke``) refuses the
+key's next request on every API replica, with no invalidation to propagate.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     workers.StaleEpochError: (409, "conflict"),
     workers.InvalidJobStateError: (409, "conflict"),
     workers.InvalidEntryError: (422, "invalid_input"),
+    workers.InvalidCursorError: (422, "invalid_input"),
     workers.StoreUnavailableError: (503, "unavailable"),
     workers.CoordinationError: (503, "unavailable"),
     # om_core: everything the core refuses is about the request (fail closed), so 4xx.

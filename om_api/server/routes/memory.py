@@ -33,8 +33,7 @@ from om_core import (
 from om_core.context import MIN_CONTEXT_TOKENS, Context
 from om_core.errors import UnknownScopeError
 from om_core.ids import create_memory_id
-from om_workers.coordination import keys
-from om_workers.coordination.connection import translate_errors
+from om_workers.coordination.coalesce import flush_pending
 from om_workers.errors import CoordinationError, OMWorkersError
 from om_workers.jobs.flush import request_flush
 from om_workers.reads import (
@@ -170,8 +169,7 @@ def messages(
 def _in_flight(state: ApiState, tenant_id: str, session_id: str) -> bool:
     # Advisory only: a status read must not fail because Redis is briefly away.
     try:
-        with translate_errors("reading the pending flush"):
-            return state.redis.exists(keys.pending_key(tenant_id, session_id)) > 0
+        return flush_pending(state.redis, tenant_id, session_id)
     except CoordinationError:
         return False
 

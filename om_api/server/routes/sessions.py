@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
@@ -9,12 +10,14 @@ from fastapi import APIRouter, Body, Query
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
     MAX_ENTRIES_PAGE,
+    MAX_SESSIONS_PAGE,
     AppendEntriesRequest,
     AppendEntriesResponse,
     CreateSessionRequest,
     EntriesPage,
     ErrorBody,
     SessionOut,
+    SessionsPage,
 )
 from om_api.server.auth import TenantId
 from om_api.server.convert import entry_out, session_out, to_entry
@@ -43,6 +46,37 @@ def create_session(
     request = body or CreateSessionRequest()
     info = state.store.create_session(tenant_id, request.id, metadata=request.metadata)
     return session_out(info, state.secrets)
+
+
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
+"""A listing cursor: URL-safe base64, as the listing hands it out."""
+
+
+@router.get("/sessions", response_model=SessionsPage, responses=ERRORS)
+def list_sessions(
+    state: State,
+    tenant_id: TenantId,
+    limit: Annotated[int, Query(ge=1, le=MAX_SESSIONS_PAGE)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+    ] = None,
+    updated_since: Annotated[
+        datetime | None,
+        Query(description="ISO-8601 time; only sessions updated at or after it (naive: UTC)."),
+    ] = None,
+) -> SessionsPage:
+    """The key's tenant's sessions, newest first (by ``created_at``, then id), a page at a
+    time: pass ``next_cursor`` back as ``cursor``. Sessions created while paging never shift a
+    page. 422 for a ``limit`` out of range, a malformed ``updated_since`` or a cursor this
+    listing did not hand out."""
+    listing = state.store.list_sessions(
+        tenant_id, limit=limit, cursor=cursor, updated_since=updated_since
+    )
+    secrets = state.secrets
+    return SessionsPage(
+        sessions=[session_out(info, secrets) for info in listing.sessions],
+        next_cursor=listing.next_cursor,
+    )
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
