@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean bench rehearsal demo up
+.PHONY: test test-fast lint install clean bench rehearsal demo up
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The pure core and the in-memory contract tests: seconds, no Redis, no database, no workers.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/core tests/contract tests/test_layers.py
 
 # The embedded stack (private Redis, SQLite, a worker, the API) and a scripted agent session.
 demo: $(STAMP)
