@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint install clean bench rehearsal demo up chaos
+.PHONY: test test-fast lint install clean bench rehearsal demo up chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,17 +17,24 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The pure core and the in-memory contract tests: seconds, no Redis, no database, no workers.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/core tests/contract tests/test_layers.py
+
 # The embedded stack (private Redis, SQLite, a worker, the API) and a scripted agent session.
 demo: $(STAMP)
 	$(BIN)/om demo
 
 # The embedded stack in the foreground (API, worker, beat, Flower); Ctrl-C stops it.
+# Ports: `make up API_PORT=8080 FLOWER_PORT=5556`, or OM_API_PORT / OM_FLOWER_PORT in the
+# environment (defaults 8000 and 5555; 0 picks a free one). A port already in use is named in
+# one line before anything starts (exit code 2).
 up: $(STAMP)
-	$(BIN)/om up
+	$(BIN)/om up $(if $(API_PORT),--api-port $(API_PORT)) $(if $(FLOWER_PORT),--flower-port $(FLOWER_PORT))
 
 # Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev,bench]'
 	$(BIN)/python -m tests.bench
 
 # The compose topology as local processes (PostgreSQL on 127.0.0.1:5432 needed), one worker

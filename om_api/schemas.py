@@ -15,8 +15,10 @@ These are the stable contract the Python client builds on. Conventions:
   non-finite numbers (``NaN``, ``Infinity``: not JSON; PostgreSQL kept them as ``null``) and
   JSON nested deeper than :data:`MAX_JSON_DEPTH`. See :func:`find_unstorable`.
 * Ids are checked against the patterns below before anything is read or written:
-  :data:`ENTRY_ID_PATTERN` for session, entry and tenant ids, :data:`MEMORY_ID_PATTERN` for
-  observation/reflection ids, :data:`SCOPE_ID_PATTERN` for work-scope ids.
+  :data:`PATH_ID_PATTERN` for every id that travels in a URL path (session, tenant, job, API
+  key and work-scope ids), :data:`ENTRY_ID_PATTERN` for entry ids, :data:`MEMORY_ID_PATTERN`
+  for observation/reflection ids. An id refused at creation is a 422 naming the field, so
+  every id the API accepted works in every route that takes it.
 * Every error is an :class:`ErrorBody` with a machine ``error`` code and a human ``detail``.
 """
 
@@ -35,23 +37,40 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    computed_field,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 ENTRY_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-"""Session, entry and tenant ids: 1-128 of ASCII letters, digits and ``. _ : -``.
+"""Entry ids: 1-128 of ASCII letters, digits and ``. _ : -``.
 
-Narrower than the store's 256-character column on purpose: ids travel in URL paths and logs,
-so no ``/``, ``%``, whitespace or control characters, and a length a human can still read.
-Generated ids (``uuid4().hex``, ``create_memory_id()``) fit it."""
+Narrower than the store's 256-character column on purpose: ids travel in query strings and
+logs, so no ``/``, ``%``, whitespace or control characters, and a length a human can still
+read. Generated ids (``uuid4().hex``, ``create_memory_id()``) fit it."""
+
+_ID_CHAR = "A-Za-z0-9._:-"
+_NOT_DOT = "A-Za-z0-9_:-"
+PATH_ID_PATTERN = (
+    rf"^(?:[{_NOT_DOT}][{_ID_CHAR}]{{0,127}}"  # starts with anything but a dot: "a", "a.b"
+    rf"|\.[{_NOT_DOT}][{_ID_CHAR}]{{0,126}}"  # a dot, then not a dot: ".env"
+    rf"|\.\.[{_ID_CHAR}]{{1,126}})$"  # two dots and more: "...", "..x"
+)
+"""Ids that travel in URL paths (session, tenant, job, API key and work-scope ids): what
+:data:`ENTRY_ID_PATTERN` allows, except ``.`` and ``..`` as whole ids.
+
+Clients, proxies and URL libraries resolve ``/v1/sessions/./entries`` to ``/v1/sessions/
+entries``, so such an id would reach another route or none; ``/`` (even as ``%2F``) is
+excluded for the same reason. The three branches say "1-128 id characters, not ``.`` nor
+``..``" without a look-ahead, which the schema's regex engine does not have."""
 
 MEMORY_ID_PATTERN = r"^(om:|reflection:)?[a-f0-9]{12}$"
 """Observation/reflection ids: 12 lowercase hex, optionally written as a ``om:`` or
 ``reflection:`` reference."""
 
-SCOPE_ID_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
-"""Work-scope ids (``..`` is refused by the core with a reason)."""
+SCOPE_ID_PATTERN = PATH_ID_PATTERN
+"""Work-scope ids (in ``.../scopes/{scope_id}/...`` paths). Narrower than the core's scope ids,
+which also allow ``/`` (any ``..`` is refused by the core, with a reason)."""
 
 PRINCIPAL_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """Principals named in grants: session ids of the same tenant."""
@@ -69,6 +88,7 @@ MAX_REVOCATION_IDS = 1000
 """Most entry ids one revocation may name."""
 
 EntryId = Annotated[str, Field(pattern=ENTRY_ID_PATTERN, examples=["msg-0001"])]
+PathId = Annotated[str, Field(pattern=PATH_ID_PATTERN, examples=["support-4711"])]
 MemoryId = Annotated[str, Field(pattern=MEMORY_ID_PATTERN, examples=["0123456789ab"])]
 ScopeId = Annotated[str, Field(pattern=SCOPE_ID_PATTERN, examples=["task:cleanup"])]
 PrincipalId = Annotated[str, Field(pattern=PRINCIPAL_ID_PATTERN)]
@@ -317,7 +337,7 @@ class EntriesPage(WireModel):
 class CreateSessionRequest(RequestModel):
     """``POST /v1/sessions``: ``id`` defaults to a random hex id."""
 
-    id: EntryId | None = None
+    id: PathId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -331,6 +351,22 @@ class SessionOut(WireModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+
+
+MAX_SESSIONS_PAGE = 100
+"""Largest ``limit`` of ``GET /v1/sessions``."""
+
+
+class SessionsPage(WireModel):
+    """``GET /v1/sessions``: the tenant's sessions, newest first (by ``created_at``, then id).
+
+    Pass ``next_cursor`` as ``cursor`` for the next page (``None`` on the last page). Paging
+    is by position (keyset), so sessions created meanwhile never shift a page: they are newer
+    than the first page and show up in the next listing, not in this one, and no session is
+    skipped or repeated."""
+
+    sessions: list[SessionOut]
+    next_cursor: str | None
 
 
 # Flush and jobs ----------------------------------------------------------------------------
@@ -426,6 +462,15 @@ class ContextOut(WireModel):
     unobserved: UnobservedOut
     gap: GapOut | None = None
     max_tokens: int
+
+    def as_text(self) -> str:
+        """The memory block, then the recent-messages block under a heading, as one text for a
+        model's prompt; ``""`` when the session holds nothing yet."""
+        memory, recent = self.blocks
+        sections = [memory.text] if memory.text else []
+        if recent.text:
+            sections.append(f"## Recent messages\n\n{recent.text}")
+        return "\n\n".join(sections)
 
 
 class ObservationOut(WireModel):
@@ -575,7 +620,7 @@ class HealthOut(WireModel):
 class CreateTenantRequest(RequestModel):
     """``POST /v1/admin/tenants``."""
 
-    id: EntryId
+    id: PathId
     name: str | None = Field(default=None, max_length=256)
 
 
@@ -599,3 +644,31 @@ class KeyOut(WireModel):
     key_id: str
     tenant_id: str
     key: str
+
+
+class ApiKeyOut(WireModel):
+    """An API key as listed: never the key itself, only its id and ``prefix``, the part every
+    key starts with (``om_<key_id>_``) that tells keys apart in a config file or a log.
+    ``revoked`` is ``revoked_at is not None`` (computed; ignored when read back).
+
+    Built from any object with these attributes (``ApiKeyOut.model_validate(info,
+    from_attributes=True)``), such as the store's ``ApiKeyInfo``."""
+
+    key_id: str
+    tenant_id: str
+    prefix: str
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def revoked(self) -> bool:
+        """Whether the key is revoked (every request with it is a 401)."""
+        return self.revoked_at is not None
+
+
+class ApiKeysOut(WireModel):
+    """``GET /v1/admin/tenants/{id}/keys``: the tenant's keys, oldest first, revoked ones too."""
+
+    keys: list[ApiKeyOut]

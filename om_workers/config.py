@@ -108,6 +108,14 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Log level of every om service.")
 
+    # Ports of om api / om flower and of the embedded stack (om up, make up).
+    api_port: int = Field(
+        default=8000, ge=0, le=65535, description="API port of om api and om up (0: any free)."
+    )
+    flower_port: int = Field(
+        default=5555, ge=0, le=65535, description="Flower port of om flower and om up (0: any)."
+    )
+
     # Command line: the client commands' target, and Flower's credentials.
     api_url: str = Field(
         default="http://127.0.0.1:8000", description="API base URL for om status/view/recall."

@@ -46,6 +46,14 @@ class EntryNotFoundError(NotFoundError):
     """No entry with this id in this session (or not on its current branch, where that matters)."""
 
 
+class ApiKeyNotFoundError(NotFoundError):
+    """No API key has this id."""
+
+
+class InvalidCursorError(StoreError, ValueError):
+    """A listing cursor that this store did not hand out (malformed or tampered with)."""
+
+
 class FlushJobNotFoundError(NotFoundError):
     """No flush job with this id for this tenant."""
 

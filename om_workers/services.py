@@ -1,8 +1,8 @@
 """The composition root: the store, the Redis client, the provider and the settings, built once.
 
 Every process builds its long-lived dependencies here and nowhere else: the Celery worker
-(:func:`om_workers.jobs.tasks.worker_deps`), the HTTP API (``om_api.app.create_app``) and the
-embedded stack (``om_api.stack``). :func:`build_services` turns one :class:`Settings` into one
+(:func:`om_workers.jobs.tasks.worker_deps`), the HTTP API (``om_api.server.app.create_app``) and the
+embedded stack (``om_api.cli.stack``). :func:`build_services` turns one :class:`Settings` into one
 :class:`Services`; its helpers derive what each side needs (:meth:`Services.flush_deps` for the
 worker, :meth:`Services.memory` for the API's reads).
 

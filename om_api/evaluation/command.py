@@ -35,7 +35,9 @@ def locomo(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="LoCoMo JSON files, or folders of them (their *.json).", show_default=False
+            metavar="PATH",
+            help="LoCoMo JSON files, or folders of them (their *.json).",
+            show_default=False,
         ),
     ],
     settings_json: Annotated[

@@ -83,6 +83,14 @@ def enqueue(
     return FlushTicket(job_id, coalesced=False)
 
 
+def flush_pending(client: redis.Redis, tenant_id: str, session_id: str) -> bool:
+    """Whether a flush of the session is queued and not yet started (its ``pending`` marker
+    is set). Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be
+    reached."""
+    with translate_errors("reading the pending flush"):
+        return bool(client.exists(keys.pending_key(tenant_id, session_id)))
+
+
 def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: str) -> bool:
     """Delete the session's ``pending`` marker if it still names ``job_id``; True if deleted.
 

@@ -6,6 +6,7 @@ to the entry callbacks in-process helpers take).
 """
 
 from om_workers.store.engine import create_store_engine, normalize_database_url
+from om_workers.store.listing import MAX_SESSIONS_LIMIT
 from om_workers.store.migrate import current_revision, head_revision, upgrade
 from om_workers.store.reconcile_queries import (
     FailureStreak,
@@ -18,12 +19,14 @@ from om_workers.store.reconcile_queries import (
     sessions_over_unobserved,
 )
 from om_workers.store.records import (
+    ApiKeyInfo,
     AppendResult,
     ContextState,
     CreatedApiKey,
     FlushJob,
     JobState,
     SessionInfo,
+    SessionsListing,
     StoredPage,
     Tenant,
     Tombstone,
@@ -34,6 +37,8 @@ from om_workers.store.unit_of_work import SqlUnitOfWork
 
 __all__ = [
     "MAX_PAGE_LIMIT",
+    "MAX_SESSIONS_LIMIT",
+    "ApiKeyInfo",
     "AppendResult",
     "ContextState",
     "CreatedApiKey",
@@ -43,6 +48,7 @@ __all__ = [
     "JobState",
     "SessionInfo",
     "SessionRef",
+    "SessionsListing",
     "SqlStore",
     "SqlUnitOfWork",
     "StoredPage",

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, Row, func, insert, select, update
 
-from om_workers.errors import InvalidApiKeyError, TenantExistsError, TenantNotFoundError
+from om_workers.errors import (
+    ApiKeyNotFoundError,
+    InvalidApiKeyError,
+    TenantExistsError,
+    TenantNotFoundError,
+)
 from om_workers.store.base import StoreBase
-from om_workers.store.records import CreatedApiKey, Tenant, as_utc
+from om_workers.store.records import ApiKeyInfo, CreatedApiKey, Tenant, as_utc, as_utc_or_none
 from om_workers.store.schema import api_keys, tenants
 
 API_KEY_PREFIX = "om_"
@@ -23,6 +29,33 @@ _MAX_KEY_LENGTH = 512
 def hash_api_key(plaintext: str) -> str:
     """The stored form of a key: lowercase hex SHA-256 of its UTF-8 bytes."""
     return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+
+
+def key_prefix(key_id: str) -> str:
+    """How every plaintext of key ``key_id`` begins: safe to show, never enough to use."""
+    return f"{API_KEY_PREFIX}{key_id}_"
+
+
+# Every column but the hash: nothing that lists keys ever reads it.
+_KEY_COLUMNS = (
+    api_keys.c.id,
+    api_keys.c.tenant_id,
+    api_keys.c.label,
+    api_keys.c.created_at,
+    api_keys.c.revoked_at,
+)
+
+
+def _key_info(row: Row[Any, Any, Any, Any, Any]) -> ApiKeyInfo:
+    # A row of _KEY_COLUMNS.
+    return ApiKeyInfo(
+        key_id=row.id,
+        tenant_id=row.tenant_id,
+        prefix=key_prefix(row.id),
+        label=row.label,
+        created_at=as_utc(row.created_at),
+        revoked_at=as_utc_or_none(row.revoked_at),
+    )
 
 
 def require_tenant(connection: Connection, tenant_id: str) -> None:
@@ -67,7 +100,7 @@ class AccountsMixin(StoreBase):
         Raises :class:`TenantNotFoundError`.
         """
         key_id = secrets.token_hex(8)
-        plaintext = f"{API_KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+        plaintext = f"{key_prefix(key_id)}{secrets.token_urlsafe(32)}"
         with self._write() as connection:
             require_tenant(connection, tenant_id)
             connection.execute(
@@ -85,7 +118,9 @@ class AccountsMixin(StoreBase):
     def resolve_api_key(self, plaintext: str) -> str:
         """The tenant id a key belongs to.
 
-        Raises :class:`InvalidApiKeyError` when the key is unknown or revoked.
+        Raises :class:`InvalidApiKeyError` when the key is unknown or revoked. Nothing is
+        cached: the API calls this on every request, so a revocation committed by any process
+        (another API replica, ``om keys revoke``) refuses the key's next request.
         """
         if not plaintext or len(plaintext) > _MAX_KEY_LENGTH:
             raise InvalidApiKeyError("invalid API key")
@@ -111,3 +146,30 @@ class AccountsMixin(StoreBase):
             )
             if result.rowcount == 0:
                 raise InvalidApiKeyError(f"no API key {key_id!r} for this tenant")
+
+    def list_api_keys(self, tenant_id: str) -> tuple[ApiKeyInfo, ...]:
+        """The tenant's keys, oldest first, revoked ones included; never a key's hash or
+        plaintext. Raises :class:`TenantNotFoundError`."""
+        with self._read() as connection:
+            require_tenant(connection, tenant_id)
+            rows = connection.execute(
+                select(*_KEY_COLUMNS)
+                .where(api_keys.c.tenant_id == tenant_id)
+                .order_by(api_keys.c.created_at, api_keys.c.id)
+            ).all()
+        return tuple(_key_info(row) for row in rows)
+
+    def revoke_key(self, key_id: str) -> ApiKeyInfo:
+        """Revoke the key with this id, whichever tenant owns it, and return it; revoking a
+        revoked key changes nothing (its first ``revoked_at`` stays). From the commit on,
+        :meth:`resolve_api_key` refuses it. Raises :class:`ApiKeyNotFoundError`."""
+        with self._write() as connection:
+            connection.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id)
+                .values(revoked_at=func.coalesce(api_keys.c.revoked_at, self._now()))
+            )
+            row = connection.execute(select(*_KEY_COLUMNS).where(api_keys.c.id == key_id)).first()
+        if row is None:
+            raise ApiKeyNotFoundError(f"no API key {key_id!r}")
+        return _key_info(row)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from sqlalchemy import Row
+
 from om_core.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import WorkScopeMap
 from om_core.unit_of_work import MemoryView
@@ -44,6 +46,19 @@ class CreatedApiKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiKeyInfo:
+    """An API key without its secret: ``prefix`` is how every plaintext of it begins
+    (``om_<key_id>_``); ``revoked_at`` is ``None`` while the key works."""
+
+    key_id: str
+    tenant_id: str
+    prefix: str
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionInfo:
     """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens."""
 
@@ -56,6 +71,21 @@ class SessionInfo:
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+
+
+def session_info(row: Row[Any]) -> SessionInfo:
+    """The :class:`SessionInfo` of a ``sessions`` row (every column selected)."""
+    return SessionInfo(
+        tenant_id=row.tenant_id,
+        id=row.id,
+        leaf_id=row.leaf_id,
+        epoch=int(row.epoch),
+        entry_count=int(row.entry_count),
+        unobserved_tokens=int(row.unobserved_tokens),
+        metadata=dict(row.meta),
+        created_at=as_utc(row.created_at),
+        updated_at=as_utc(row.updated_at),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +101,15 @@ class AppendResult:
     appended_ids: tuple[str, ...]
     duplicate_ids: tuple[str, ...]
     leaf_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsListing:
+    """One page of a tenant's sessions, newest first; ``next_cursor`` (opaque) continues
+    after the last one, ``None`` on the last page."""
+
+    sessions: tuple[SessionInfo, ...]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)

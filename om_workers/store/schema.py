@@ -15,6 +15,8 @@ Why these shapes:
   segments instead of one step per entry.
 - ``entries.eligible_tokens`` is the entry's token estimate when it is an observable message,
   else 0, so the unobserved-token count is a sum over the branch tail.
+- ``(sessions.tenant_id, created_at, id)`` is indexed: listing a tenant's sessions is a range
+  scan of that tenant alone, in the listing's order.
 - ``snapshots`` keeps one folded ledger per session, covering its current branch up to
   ``seq``; reads fold only what follows it. The row holds the ledger's cursors and scope map;
   its observations and reflections are rows of ``memory_items`` (``ord`` is record order,
@@ -104,6 +106,8 @@ sessions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("tenant_id", "id", name="uq_sessions_tenant_id_id"),
+    # Listing a tenant's sessions newest first (om_workers/store/listing.py).
+    Index("ix_sessions_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
 )
 
 entries = Table(

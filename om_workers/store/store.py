@@ -36,6 +36,7 @@ from om_workers.store.branch import (
 )
 from om_workers.store.engine import create_store_engine
 from om_workers.store.jobs import JobsMixin, finish_in
+from om_workers.store.listing import SessionListingMixin
 from om_workers.store.memory_state import refresh_memory_state
 from om_workers.store.memory_view import read_memory_view
 from om_workers.store.records import (
@@ -45,7 +46,7 @@ from om_workers.store.records import (
     JobFinish,
     SessionInfo,
     StoredPage,
-    as_utc,
+    session_info,
 )
 from om_workers.store.schema import ID_LENGTH, sessions
 from om_workers.store.snapshot import (
@@ -57,20 +58,6 @@ from om_workers.store.tombstones import TombstonesMixin
 from om_workers.store.unit_of_work import SqlUnitOfWork
 
 MAX_PAGE_LIMIT = 1000
-
-
-def _to_info(row: Row[Any]) -> SessionInfo:
-    return SessionInfo(
-        tenant_id=row.tenant_id,
-        id=row.id,
-        leaf_id=row.leaf_id,
-        epoch=int(row.epoch),
-        entry_count=int(row.entry_count),
-        unobserved_tokens=int(row.unobserved_tokens),
-        metadata=dict(row.meta),
-        created_at=as_utc(row.created_at),
-        updated_at=as_utc(row.updated_at),
-    )
 
 
 def _session_row(connection: Connection, tenant_id: str, session_id: str) -> Row[Any]:
@@ -93,7 +80,7 @@ def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[Sessio
     return (entries,) if isinstance(entries, SessionEntry) else entries
 
 
-class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
+class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
     """The durable store the API and the workers share (SQLite or PostgreSQL).
 
     Every method is scoped by ``tenant_id``: another tenant's session raises
@@ -161,14 +148,14 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
                         updated_at=now,
                     )
                 )
-                return _to_info(_session_row(connection, tenant_id, new_id))
+                return session_info(_session_row(connection, tenant_id, new_id))
 
         return self._retrying(create)
 
     def get_session(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The session's bookkeeping. Raises :class:`SessionNotFoundError`."""
         with self._read() as connection:
-            return _to_info(_session_row(connection, tenant_id, session_id))
+            return session_info(_session_row(connection, tenant_id, session_id))
 
     # Appends and forks ------------------------------------------------------------------
 
@@ -274,7 +261,7 @@ class SqlStore(AccountsMixin, JobsMixin, TombstonesMixin):
             connection.execute(
                 update(sessions).where(sessions.c.pk == session.pk).values(unobserved_tokens=tokens)
             )
-            return _to_info(_session_row(connection, tenant_id, session_id))
+            return session_info(_session_row(connection, tenant_id, session_id))
 
     # Reads ------------------------------------------------------------------------------
 

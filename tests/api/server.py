@@ -14,7 +14,7 @@ import redis
 import uvicorn
 from fastapi import APIRouter
 
-from om_api.app import create_app
+from om_api.server.app import create_app
 from om_workers.config import Settings
 from om_workers.store import SqlStore
 

@@ -21,7 +21,6 @@ import redis
 from fastapi import APIRouter
 from sqlalchemy.exc import DataError
 
-from om_api.errors import REFUSED_BY_DATABASE, classify, refused_by_database
 from om_api.schemas import (
     MAX_JSON_DEPTH,
     EntriesPage,
@@ -30,7 +29,8 @@ from om_api.schemas import (
     PageItemOut,
     find_unstorable,
 )
-from om_api.state import State
+from om_api.server.errors import REFUSED_BY_DATABASE, classify, refused_by_database
+from om_api.server.state import State
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import StoreError, TenantNotFoundError

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import Case
 from schemathesis.schemas import BaseSchema
 
-from om_api.app import create_app
+from om_api.server.app import create_app
 from om_workers.config import Settings
 from tests.api.seed import seeded_session
 from tests.api.server import ADMIN_TOKEN, LiveApi

@@ -101,8 +101,11 @@ def test_typed_errors(tenant: Tenant) -> None:
                 ],
             )
         with pytest.raises(InvalidRequest) as invalid:
-            om.recall("s-2", "not-a-memory-id")
+            om.entries("s-2", after="not-on-the-branch")  # only the server can tell
         assert invalid.value.status == 422 and invalid.value.detail
+        with pytest.raises(InvalidRequest) as local:
+            om.recall("s-2", "not-a-memory-id")  # the client can: refused before sending
+        assert local.value.status is None and "memory_id" in local.value.detail
         with pytest.raises(Unauthorized):
             om.create_tenant("t-nope")  # no admin token
     with OMClient(tenant.api.url, admin_token=ADMIN_TOKEN) as admin:

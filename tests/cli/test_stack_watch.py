@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from om_api.stack import Stack, StackConfig, StackError
+from om_api.cli.stack import Stack, StackConfig, StackError
 
 
 def test_a_dead_private_redis_stops_the_stack_with_a_reason(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ def test_multi_stage_on_python_311_slim() -> None:
     stages = [arg for key, arg in instructions if key == "FROM"]
     assert stages == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE} AS runtime"]
     runs = " ".join(arg for key, arg in instructions if key == "RUN")
-    assert "pip wheel --wheel-dir /wheels ." in runs
+    assert 'pip wheel --wheel-dir /wheels ".[server]"' in runs
     assert "--no-index --find-links=/wheels" in runs
 
 
@@ -45,9 +45,11 @@ def test_default_command_is_the_api_and_the_health_check_serves_every_role() -> 
 
 def test_the_console_script_the_image_runs_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["om"] == "om_api.cli:app"
+    assert project["scripts"]["om"] == "om_api.cli:main"
     assert project["name"] == "observational-memory"
-    assert any(dep.startswith("flower") for dep in project["dependencies"])
+    assert any(dep.startswith("flower") for dep in project["optional-dependencies"]["server"])
+    installs = [arg for key, arg in dockerfile_instructions() if key == "RUN" and "/wheels" in arg]
+    assert all("[server]" in arg for arg in installs) and len(installs) == 2, installs
 
 
 def test_every_copied_path_exists_and_is_not_ignored() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from om_api.app import create_app
-from om_api.state import ApiState
+from om_api.server.app import create_app
+from om_api.server.state import ApiState
 from om_core.extractive import ExtractiveProvider
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from store_factories import message
 
 from om_workers.errors import (
+    ApiKeyNotFoundError,
     FlushJobNotFoundError,
     InvalidApiKeyError,
     SessionExistsError,
@@ -88,3 +89,33 @@ def test_tenants_and_sessions_are_created_once(store: SqlStore, tenant: str) -> 
     with pytest.raises(SessionExistsError):
         store.create_session(tenant, info.id)
     assert store.get_tenant(tenant).id == tenant
+
+
+def test_keys_are_listed_without_secrets_and_revoked_by_id(store: SqlStore, tenant: str) -> None:
+    first = store.create_api_key(tenant, label="ci")
+    second = store.create_api_key(tenant, label="laptop")
+    store.create_tenant("neighbour")
+    theirs = store.create_api_key("neighbour")
+    listed = store.list_api_keys(tenant)
+    assert [k.key_id for k in listed] == [first.key_id, second.key_id]
+    assert [k.label for k in listed] == ["ci", "laptop"]
+    for info, created in zip(listed, (first, second), strict=True):
+        assert created.plaintext.startswith(info.prefix) and info.prefix == f"om_{info.key_id}_"
+        assert info.revoked_at is None and info.tenant_id == tenant
+        # Nothing listed lets anyone use the key or tell its hash.
+        assert created.plaintext not in repr(info) and hash_api_key(created.plaintext) not in repr(
+            info
+        )
+    revoked = store.revoke_key(first.key_id)
+    assert revoked.revoked_at is not None and revoked.key_id == first.key_id
+    with pytest.raises(InvalidApiKeyError):
+        store.resolve_api_key(first.plaintext)
+    # Again: no change, the first revocation time stays.
+    assert store.revoke_key(first.key_id).revoked_at == revoked.revoked_at
+    assert store.resolve_api_key(second.plaintext) == tenant
+    assert store.resolve_api_key(theirs.plaintext) == "neighbour"
+    assert [k.revoked_at is not None for k in store.list_api_keys(tenant)] == [True, False]
+    with pytest.raises(ApiKeyNotFoundError):
+        store.revoke_key("0000000000000000")
+    with pytest.raises(TenantNotFoundError):
+        store.list_api_keys("nobody")

@@ -1,0 +1,112 @@
+"""Operator commands that work on the database directly (no API needed, so they also bootstrap
+a fresh deployment): om db upgrade, om keys create, om keys list, om keys revoke.
+
+They use --database-url, else OM_DATABASE_URL, the same store the API reads. A revocation
+committed here refuses the key's next request on every API replica at once: the API looks
+each key up in the store on every request and caches nothing. :mod:`om_api.cli.commands`
+registers these on the ``om db`` and ``om keys`` groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from om_api.cli import render
+from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json
+from om_api.schemas import PATH_ID_PATTERN, ApiKeyOut, ApiKeysOut, KeyOut
+from om_workers.config import get_settings
+from om_workers.errors import OMWorkersError
+
+if TYPE_CHECKING:
+    from om_workers.store import SqlStore
+
+
+@contextmanager
+def _store(database_url: str | None) -> Iterator[SqlStore]:
+    """The store on ``database_url`` (else OM_DATABASE_URL); a store error ends the command
+    with one line, exit 1."""
+    from om_workers.store import SqlStore
+
+    try:
+        store = SqlStore.from_url(database_url or get_settings().database_url)
+    except OMWorkersError as exc:
+        fail(str(exc), 2)
+    try:
+        yield store
+    except OMWorkersError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+
+
+def db_upgrade(database_url: DatabaseUrl = None) -> None:
+    """Migrate the database to the newest schema (safe to run again)."""
+    from om_workers.store import current_revision, upgrade
+
+    url = database_url or get_settings().database_url
+    try:
+        upgrade(url)
+        revision = current_revision(url)
+    except OMWorkersError as exc:
+        fail(str(exc))
+    typer.echo(f"database at revision {revision}")
+
+
+def keys_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant id (created if missing).")],
+    label: Annotated[str, typer.Option(help="Note kept with the key.")] = "",
+    as_json: JsonOutput = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create an API key for a tenant and print it once (the store keeps only its hash)."""
+    from om_workers.errors import TenantExistsError
+
+    # The API refuses other tenant ids in its paths, so a tenant made here must fit them too.
+    if re.fullmatch(PATH_ID_PATTERN, tenant) is None:
+        fail(f"--tenant: {tenant!r} is not an id (1-128 of A-Z a-z 0-9 . _ : -, not . or ..)", 2)
+    with _store(database_url) as store:
+        with contextlib.suppress(TenantExistsError):
+            store.create_tenant(tenant)
+        created = store.create_api_key(tenant, label=label)
+    if as_json:
+        print_json(
+            KeyOut(key_id=created.key_id, tenant_id=created.tenant_id, key=created.plaintext)
+        )
+        return
+    typer.echo(created.plaintext)
+    typer.echo(f"key id {created.key_id} for tenant {created.tenant_id}; shown once", err=True)
+
+
+def keys_list(
+    tenant: TenantArg, as_json: JsonOutput = False, database_url: DatabaseUrl = None
+) -> None:
+    """List a tenant's API keys, revoked ones too: id, prefix, label, creation and revocation
+    times. Never the key itself (only its hash is stored)."""
+    with _store(database_url) as store:
+        found = store.list_api_keys(tenant)
+    keys = [ApiKeyOut.model_validate(info, from_attributes=True) for info in found]
+    if as_json:
+        print_json(ApiKeysOut(keys=keys))
+    else:
+        render.show_keys(tenant, keys)
+
+
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (om keys list).")],
+    as_json: JsonOutput = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke an API key: from now on every request with it is refused (401), on every API
+    replica. Revoking a revoked key changes nothing."""
+    with _store(database_url) as store:
+        revoked = ApiKeyOut.model_validate(store.revoke_key(key_id), from_attributes=True)
+    if as_json:
+        print_json(revoked)
+    else:
+        render.show_key(revoked)

@@ -1,0 +1,332 @@
+"""The ``om`` command line: run the services, the embedded stack, the demo, and admin chores.
+
+Service commands (``om api``, ``om worker``, ``om beat``, ``om flower``) are what a deployment
+runs, one per process; ``om up`` starts all four as child processes (see :mod:`om_api.cli.stack`).
+The client commands (:mod:`om_api.cli.client_commands`) talk to a running API; the operator
+commands (:mod:`om_api.cli.admin_commands`) to the database. Errors print one line to stderr
+and exit non-zero (1 for a failure, 2 for bad usage).
+
+Help text comes from the command docstrings, so those are plain text: no markup of any kind.
+Help is rendered without rich (``rich_markup_mode=None``) so that flags read as flags
+(``--full``, not ``--full <bool>``) and nothing in a docstring is taken for markup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from om_api.cli import admin_commands, client_commands, mcp_command
+from om_api.cli.common import (
+    HOST,
+    DatabaseUrl,
+    FlowerAuth,
+    HostOption,
+    LogLevel,
+    fail,
+    secret,
+)
+from om_api.evaluation.command import eval_app
+from om_workers.config import get_settings
+from om_workers.errors import OMWorkersError
+
+app = typer.Typer(
+    name="om",
+    help="Observational memory as a service: API, workers, embedded stack and tools.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Tenant API keys (in the database: --database-url).", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+app.add_typer(keys_app, name="keys")
+app.add_typer(eval_app, name="eval")
+
+
+def _celery_app() -> Any:
+    # Imported here: building the app reads OM_REDIS_URL, which only the service commands need.
+    from om_workers.jobs.tasks import get_app
+
+    try:
+        return get_app()
+    except OMWorkersError as exc:
+        fail(f"{exc} (om up starts a private Redis and sets it for its children)", 2)
+
+
+# Services ------------------------------------------------------------------------------------
+
+
+def _log_level(option: str | None) -> str:
+    """The option, else OM_LOG_LEVEL (INFO by default), upper case."""
+    return (option or get_settings().log_level).upper()
+
+
+@app.command()
+def api(
+    host: HostOption = HOST,
+    port: Annotated[
+        int | None, typer.Option(help="TCP port (default: OM_API_PORT, else 8000).")
+    ] = None,
+    log_level: LogLevel = None,
+) -> None:
+    """Serve the HTTP API (uvicorn, om_api.server.app:create_app). Needs OM_REDIS_URL.
+
+    The app is built before the server starts, so a setting it cannot use (OM_REDIS_URL
+    unset, an unusable URL, invalid OM_SETTINGS_JSON ...) is one line and exit code 2, as for
+    om worker, instead of uvicorn's traceback.
+    """
+    import pydantic
+    import uvicorn
+
+    try:
+        level = _log_level(log_level).lower()
+        port = port if port is not None else get_settings().api_port
+    except pydantic.ValidationError as exc:
+        fail(f"invalid OM_* settings: {_first_error(exc)}", 2)
+    config = uvicorn.Config(
+        _api_factory, factory=True, host=host, port=port, log_level=level, access_log=False
+    )
+    try:
+        # Loads the app through the factory (after uvicorn configured its logging, as
+        # ``uvicorn.run`` would); the server then uses the loaded app.
+        config.load()
+    except _ApiStartupError as exc:
+        fail(str(exc), 2)
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        raise typer.Exit(3)  # uvicorn logged why (the port is taken ...); its startup-failure code
+
+
+class _ApiStartupError(Exception):
+    """The API app could not be built from the OM_* settings (one line, no traceback)."""
+
+    def __init__(self, message: str) -> None:
+        if "OM_REDIS_URL" in message and "om up" not in message:
+            message += " (om up starts a private Redis and sets it for its children)"
+        super().__init__(message)
+
+
+def _first_error(exc: Any) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "settings"
+    return f"{where}: {first.get('msg', '')}"
+
+
+def _api_factory() -> Any:
+    import pydantic
+
+    from om_api.server.app import create_app
+    from om_core.errors import ObservationalMemoryError
+
+    try:
+        return create_app()
+    except (OMWorkersError, ObservationalMemoryError) as exc:
+        raise _ApiStartupError(str(exc)) from None
+    except pydantic.ValidationError as exc:
+        raise _ApiStartupError(f"invalid settings: {_first_error(exc)}") from None
+    except (TypeError, ValueError) as exc:
+        raise _ApiStartupError(f"invalid settings: {exc}") from None
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-c", help="Task slots (default: OM_WORKER_CONCURRENCY)."),
+    ] = None,
+    name: Annotated[str, typer.Option("--name", "-n", help="Celery node name.")] = "om-worker@%h",
+    log_level: LogLevel = None,
+) -> None:
+    """Run a Celery worker on queue om (threads pool, task events on). Needs OM_REDIS_URL."""
+    from om_workers.jobs.celery_app import QUEUE
+
+    celery_app = _celery_app()
+    slots = concurrency if concurrency is not None else get_settings().worker_concurrency
+    argv = [
+        "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
+        "-n", name, f"--loglevel={_log_level(log_level)}",
+    ]  # fmt: skip
+    # Not worker_main: it drops the worker's exit code, so a worker that died of an
+    # unrecoverable error exited 0 and a supervisor restarting on failure left it dead.
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
+
+
+@app.command()
+def beat(log_level: LogLevel = None) -> None:
+    """Run Celery beat: schedules om.reconcile. Needs OM_REDIS_URL.
+
+    The schedule is kept in memory (no shelve file): a missed tick is harmless, because
+    reconciling is idempotent and the next one runs within the interval.
+    """
+    celery_app = _celery_app()
+    argv = ["beat", "-S", "celery.beat.Scheduler", f"--loglevel={_log_level(log_level)}"]
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
+
+
+@app.command()
+def flower(
+    host: HostOption = HOST,
+    port: Annotated[
+        int | None, typer.Option(help="TCP port (default: OM_FLOWER_PORT, else 5555).")
+    ] = None,
+    basic_auth: FlowerAuth = None,
+) -> None:
+    """Run Flower, the Celery monitor, behind basic auth. Needs OM_REDIS_URL."""
+    from om_api.cli.stack import generate_basic_auth
+
+    celery_app = _celery_app()
+    port = port if port is not None else get_settings().flower_port
+    basic_auth = basic_auth or secret(get_settings().flower_basic_auth)
+    if not basic_auth:
+        basic_auth = generate_basic_auth()
+        typer.echo(f"flower basic auth (generated): {basic_auth}")
+    elif ":" not in basic_auth:
+        fail("OM_FLOWER_BASIC_AUTH must be user:password", 2)
+    argv = ["flower", f"--address={host}", f"--port={port}", f"--basic-auth={basic_auth}"]
+    from om_workers.logs import configure_json_logging
+
+    password = basic_auth.partition(":")[2]
+    configure_json_logging([None], get_settings().log_level, lambda: (password,))
+    raise typer.Exit(celery_app.start(argv=argv) or 0)
+
+
+# Embedded stack and demo ----------------------------------------------------------------------
+
+
+_PORT_KNOBS = {
+    "API": ("--api-port", "OM_API_PORT", "API_PORT"),
+    "Flower": ("--flower-port", "OM_FLOWER_PORT", "FLOWER_PORT"),
+}
+"""How a user picks another port for each part of om up: option, variable, make variable."""
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM/SIGHUP take the same path as Ctrl-C, so the stack's cleanup always runs.
+    raise KeyboardInterrupt
+
+
+def _install_stop_handlers() -> None:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+
+
+@app.command()
+def up(
+    host: HostOption = HOST,
+    api_port: Annotated[
+        int | None,
+        typer.Option(help="API port (default: OM_API_PORT, else 8000; 0: any free port)."),
+    ] = None,
+    flower_port: Annotated[
+        int | None,
+        typer.Option(help="Flower port (default: OM_FLOWER_PORT, else 5555; 0: any free port)."),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Keep the children's logs here (default: temporary).")
+    ] = None,
+    flower_basic_auth: FlowerAuth = None,
+) -> None:
+    """Run the embedded stack in the foreground: Redis (private unless OM_REDIS_URL), migrated
+    database, API, worker, beat and Flower. Prints URLs and a dev API key; Ctrl-C stops all.
+
+    A port already in use is reported before anything starts (exit code 2), naming the option
+    and the variable that choose another one.
+    """
+    from om_api.cli.stack import Stack, StackConfig, StackError, taken_port
+
+    settings = get_settings()
+    config = StackConfig(
+        database_url=database_url or settings.database_url,
+        redis_url=settings.redis_url,
+        host=host,
+        api_port=api_port if api_port is not None else settings.api_port,
+        flower_port=flower_port if flower_port is not None else settings.flower_port,
+        flower_basic_auth=flower_basic_auth or secret(settings.flower_basic_auth),
+        log_dir=log_dir,
+    )
+    taken = taken_port(config)
+    if taken is not None:
+        what, port = taken
+        option, variable, make = _PORT_KNOBS[what]
+        fail(
+            f"{what} port {port} on {host} is already in use: choose another with "
+            f"{option}, {variable} or make up {make}=...",
+            2,
+        )
+    _install_stop_handlers()
+    stack = Stack(config, say=typer.echo)
+    try:
+        info = stack.start()
+        typer.echo("")
+        typer.echo(f"API       {info.api_url}   (docs: {info.api_url}/docs)")
+        typer.echo(f"Flower    {info.flower_url}   (basic auth {info.flower_basic_auth})")
+        typer.echo(f"Redis     {info.redis_url}")
+        typer.echo(f"Tenant    {info.tenant_id}")
+        typer.echo(f"API key   {info.api_key}")
+        typer.echo(f"Logs      {info.log_dir}")
+        typer.echo(f"PIDs      {json.dumps(dict(info.pids))}")
+        typer.echo("Ready. Ctrl-C stops everything.", err=False)
+        sys.stdout.flush()
+        while True:
+            stack.check_alive()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        typer.echo("stopping ...")
+    except (StackError, OMWorkersError) as exc:
+        stack.stop()
+        fail(str(exc))
+    finally:
+        stack.stop()
+    typer.echo("stopped.")
+
+
+@app.command()
+def demo(
+    runs: Annotated[int, typer.Option(help="Agent runs (one flush after each).")] = 12,
+) -> None:
+    """Start the embedded stack, drive a scripted tool-heavy agent session through the client
+    (a flush after each run), print the context blocks against the raw history, and one recall.
+    Needs no LLM key: the offline extractive provider does the memory work."""
+    from om_api.cli.demo import run_demo
+
+    _install_stop_handlers()
+    try:
+        run_demo(runs=runs)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+
+
+# Admin and client commands (defined in their own modules) ------------------------------------
+
+db_app.command("upgrade")(admin_commands.db_upgrade)
+keys_app.command("create")(admin_commands.keys_create)
+keys_app.command("list")(admin_commands.keys_list)
+keys_app.command("revoke")(admin_commands.keys_revoke)
+for _command in (
+    client_commands.sessions,
+    client_commands.flush,
+    client_commands.context,
+    client_commands.status,
+    client_commands.view,
+    client_commands.recall,
+):
+    app.command()(_command)
+app.command(name="mcp")(mcp_command.mcp)

@@ -1,0 +1,84 @@
+"""What the ``om`` commands share: one-line failures, the options and arguments several
+commands take (one spelling each, so usage reads the same everywhere), and the API client the
+client commands talk through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from pydantic import BaseModel, SecretStr
+
+from om_workers.config import get_settings
+
+if TYPE_CHECKING:
+    from om_api.client import OMClient
+
+HOST = "127.0.0.1"
+
+HostOption = Annotated[str, typer.Option(help="Interface to bind (127.0.0.1: this machine).")]
+LogLevel = Annotated[
+    str | None, typer.Option("--log-level", help="Log level (default: OM_LOG_LEVEL, else INFO).")
+]
+ApiUrl = Annotated[
+    str | None, typer.Option("--api", help="Base URL of the om API (default: OM_API_URL).")
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option("--key", help="API key, Bearer (default: OM_API_KEY).", show_default=False),
+]
+FlowerAuth = Annotated[
+    str | None,
+    typer.Option(
+        "--flower-basic-auth",
+        help="user:password for Flower (default: OM_FLOWER_BASIC_AUTH, else generated).",
+        show_default=False,
+    ),
+]
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option("--database-url", help="SQLAlchemy URL (default: OM_DATABASE_URL, else ./om.db)."),
+]
+JsonOutput = Annotated[
+    bool, typer.Option("--json", help="Print the API's JSON answer instead of text (for scripts).")
+]
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
+TenantArg = Annotated[str, typer.Argument(metavar="TENANT", help="Tenant id.")]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print ``om: message`` to stderr and exit with ``code`` (1: failed, 2: bad usage)."""
+    typer.echo(f"om: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def secret(value: SecretStr | None) -> str | None:
+    """The plain value of an optional secret setting."""
+    return value.get_secret_value() if value is not None else None
+
+
+def print_json(model: BaseModel) -> None:
+    """Print a wire model exactly as the API sends it (indented)."""
+    typer.echo(model.model_dump_json(indent=2))
+
+
+def target(api_url: str | None, key: str | None) -> tuple[str, str]:
+    """The API URL and key: the options, else OM_API_URL / OM_API_KEY (the key may be "")."""
+    settings = get_settings()
+    return api_url or settings.api_url, key or secret(settings.api_key) or ""
+
+
+@contextmanager
+def api_client(api_url: str | None, key: str | None) -> Iterator[OMClient]:
+    """An :class:`~om_api.client.OMClient` on ``--api``/``--key`` (else OM_API_URL and
+    OM_API_KEY); any client error inside the block ends the command with one line, exit 1."""
+    from om_api.client import OMClient, OMClientError
+
+    try:
+        with OMClient(*target(api_url, key)) as client:
+            yield client
+    except OMClientError as exc:
+        fail(str(exc))

@@ -1,0 +1,202 @@
+"""The FastAPI application: :func:`create_app` wires the process's services (store, Redis,
+settings: :mod:`om_workers.services`), the publisher, metrics, logging, the body-size limit and
+every router.
+
+Run it under uvicorn (``uvicorn --factory om_api.server.app:create_app``); tests inject a store, a
+Redis client and a recording ``publish`` callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+import redis
+from fastapi import FastAPI, HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from om_api.schemas import ErrorBody
+from om_api.server.errors import install_error_handlers
+from om_api.server.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
+from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
+from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
+from om_api.server.state import ApiState
+from om_workers.config import Settings, get_settings
+from om_workers.jobs.flush import PublishJob
+from om_workers.services import Services, build_services
+from om_workers.store import SqlStore
+
+log = logging.getLogger("om_api")
+
+API_VERSION: Final = "1"
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised from ``receive`` once a streamed body passes the limit.
+
+    An ``HTTPException`` because FastAPI turns any other error raised while it reads a body
+    into a 400; this one passes through to the error handlers as a 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes")
+
+
+class RequestMiddleware:
+    """Outermost layer: request id, body-size limit (413 before parsing), metrics, access log.
+
+    Pure ASGI, so the limit applies to the raw byte stream: a declared ``Content-Length``
+    over the limit is refused before reading anything, and a chunked body is cut off as soon
+    as it passes the limit.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        offered = headers.get(REQUEST_ID_HEADER.lower(), "")
+        request_id = offered if _REQUEST_ID.fullmatch(offered) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        outcome: dict[str, Any] = {"status": 500, "started": False}
+
+        async def send_wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                outcome["status"] = message["status"]
+                outcome["started"] = True
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                ]
+            await send(message)
+
+        received = 0
+
+        async def receive_limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise _BodyTooLarge(self.max_body_bytes)
+            return message
+
+        try:
+            declared = headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                await self._too_large(send_wrapped, request_id)
+            else:
+                await self.app(scope, receive_limited, send_wrapped)
+        except _BodyTooLarge:
+            if outcome["started"]:
+                raise
+            await self._too_large(send_wrapped, request_id)
+        finally:
+            self._record(scope, request_id, outcome["status"], time.perf_counter() - started)
+
+    async def _too_large(self, send: Send, request_id: str) -> None:
+        body = ErrorBody(
+            error="payload_too_large",
+            detail=f"request body exceeds {self.max_body_bytes} bytes",
+            request_id=request_id,
+        ).model_dump_json(exclude_none=True)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    def _record(self, scope: Scope, request_id: str, status: int, seconds: float) -> None:
+        route = scope.get("route")
+        template = getattr(route, "path", None) or UNMATCHED_ROUTE
+        method = str(scope.get("method", ""))
+        self.metrics.observe_request(method, template, status, seconds)
+        log.info(
+            "request",
+            extra={
+                "request_id": request_id,
+                "method": method,
+                "route": template,
+                "status": status,
+                "duration_ms": round(seconds * 1000, 2),
+            },
+        )
+
+
+def _default_publish_factory() -> PublishJob:
+    # Imported lazily: building the Celery app needs OM_REDIS_URL, reads do not.
+    from om_workers.jobs import tasks
+
+    return tasks.publisher(tasks.get_app())
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    services: Services | None = None,
+    store: SqlStore | None = None,
+    redis: redis.Redis | None = None,
+    publish: PublishJob | None = None,
+) -> FastAPI:
+    """The API app on ``services``, else on :func:`~om_workers.services.build_services` of
+    ``settings`` (default: the ``OM_*`` environment) with ``store``/``redis`` replacing the
+    store on ``OM_DATABASE_URL`` (already migrated) and the client on ``OM_REDIS_URL``.
+    ``publish`` defaults to the Celery app's publisher (built on the first flush).
+
+    Raises :class:`~om_workers.errors.ConfigError` when no Redis client is given and
+    ``OM_REDIS_URL`` is unset (the embedded stack, ``om up``, starts a private Redis and passes
+    its URL) or a URL is unusable, ``pydantic.ValidationError``/``TypeError`` for invalid
+    ``OM_SETTINGS_JSON`` (at startup, not at the first request), and ``ValueError`` when
+    ``services`` is given together with ``settings``, ``store`` or ``redis``.
+    """
+    if services is None:
+        services = build_services(settings or get_settings(), store=store, redis=redis)
+    elif settings is not None or store is not None or redis is not None:
+        raise ValueError("pass services= or settings/store/redis, not both")
+    resolved = services.settings
+    services.memory()  # invalid memory settings fail here, not at the first request
+    registry = SecretRegistry([resolved.admin_token, *services.secrets])
+    metrics = ApiMetrics()
+    publish_factory: Callable[[], PublishJob] = (
+        (lambda: publish) if publish is not None else _default_publish_factory
+    )
+    state = ApiState(
+        services=services,
+        metrics=metrics,
+        registry=registry,
+        publish_factory=publish_factory,
+    )
+    configure_logging(registry, resolved.log_level)
+    app = FastAPI(
+        title="Observational memory API",
+        version=API_VERSION,
+        description="Source-backed observations and reflections for long LLM agent sessions. "
+        "Every /v1 route except admin takes `Authorization: Bearer <API key>`; the key names "
+        "the tenant. Admin routes take the OM_ADMIN_TOKEN.",
+    )
+    app.state.om = state
+    install_error_handlers(app)
+    for router in (
+        sessions.router,
+        jobs.router,
+        memory.router,
+        scopes.router,
+        ops.router,
+        admin.router,
+    ):
+        app.include_router(router)
+    app.add_middleware(RequestMiddleware, max_body_bytes=resolved.max_body_bytes, metrics=metrics)
+    return app

@@ -1,0 +1,63 @@
+"""Bearer authentication: an API key names exactly one tenant; admin routes need the admin token.
+
+The tenant always comes from the key, never from a path or a body. No key, a malformed header
+or an unknown/revoked key is a 401 with ``WWW-Authenticate: Bearer``. A presented key is added
+to the redaction registry before it is looked up, so it cannot reach a log line even when the
+lookup fails.
+
+Keys are looked up in the store on every request (one indexed exact-match read) and never
+cached, so a revocation (``POST /v1/admin/keys/{id}/revoke``, ``om keys revoke``) refuses the
+key's next request on every API replica, with no invalidation to propagate.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from om_api.server.errors import ApiError
+from om_api.server.state import State
+from om_workers.errors import InvalidApiKeyError
+
+MAX_KEY_CHARS = 512
+"""Longer bearer values are refused before hashing (they cannot be keys)."""
+
+bearer = HTTPBearer(auto_error=False, description="An API key (tenant routes) or OM_ADMIN_TOKEN.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None or not credentials.credentials:
+        raise ApiError(401, "unauthorized", "missing bearer API key")
+    token = credentials.credentials
+    if len(token) > MAX_KEY_CHARS:
+        raise ApiError(401, "unauthorized", "invalid API key")
+    return token
+
+
+def require_tenant(state: State, credentials: Credentials) -> str:
+    """The tenant id of the request's API key. Raises a 401 :class:`ApiError`."""
+    token = _token(credentials)
+    try:
+        tenant_id = state.store.resolve_api_key(token)
+    except InvalidApiKeyError:
+        raise ApiError(401, "unauthorized", "invalid API key") from None
+    # Only real keys join the redaction set (bounded by the keys that exist); a rejected
+    # value is never echoed anywhere, so it needs no redaction.
+    state.registry.add(token)
+    return tenant_id
+
+
+def require_admin(state: State, credentials: Credentials) -> None:
+    """Pass only with ``OM_ADMIN_TOKEN`` (compared in constant time); unset token: always 401."""
+    token = _token(credentials)
+    expected = state.settings.admin_token
+    if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise ApiError(401, "unauthorized", "invalid admin token")
+
+
+TenantId = Annotated[str, Depends(require_tenant)]
+Admin = Annotated[None, Depends(require_admin)]

@@ -1,0 +1,70 @@
+"""Admin routes (``OM_ADMIN_TOKEN``): tenants and their API keys.
+
+A key is listed by id and prefix only; its plaintext exists in the creating answer alone (the
+store keeps a hash). Revoking takes effect on the key's next request, on every API replica:
+the key is looked up in the store on each request (:func:`om_api.server.auth.require_tenant`),
+never cached.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+
+from om_api.schemas import (
+    ApiKeyOut,
+    ApiKeysOut,
+    CreateKeyRequest,
+    CreateTenantRequest,
+    ErrorBody,
+    KeyOut,
+    TenantOut,
+)
+from om_api.server.auth import Admin
+from om_api.server.routes import KeyPath, TenantPath
+from om_api.server.state import State
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    409: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+
+
+@router.post("/tenants", status_code=201, response_model=TenantOut, responses=ERRORS)
+def create_tenant(state: State, _: Admin, body: CreateTenantRequest) -> TenantOut:
+    """Create a tenant (admin token). 409 when the id is taken."""
+    tenant = state.store.create_tenant(body.id, body.name)
+    return TenantOut(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+
+
+@router.post("/tenants/{tenant_id}/keys", status_code=201, response_model=KeyOut, responses=ERRORS)
+def create_key(
+    state: State,
+    _: Admin,
+    tenant_id: TenantPath,
+    body: Annotated[CreateKeyRequest | None, Body()] = None,
+) -> KeyOut:
+    """Create an API key for the tenant (admin token); the plaintext is in this answer only.
+    404 for an unknown tenant."""
+    created = state.store.create_api_key(tenant_id, (body or CreateKeyRequest()).label)
+    state.registry.add(created.plaintext)
+    return KeyOut(key_id=created.key_id, tenant_id=created.tenant_id, key=created.plaintext)
+
+
+@router.get("/tenants/{tenant_id}/keys", response_model=ApiKeysOut, responses=ERRORS)
+def list_keys(state: State, _: Admin, tenant_id: TenantPath) -> ApiKeysOut:
+    """The tenant's API keys, oldest first, revoked ones too: id, prefix, label, creation and
+    revocation times, never the key. 404 for an unknown tenant."""
+    found = state.store.list_api_keys(tenant_id)
+    return ApiKeysOut(keys=[ApiKeyOut.model_validate(i, from_attributes=True) for i in found])
+
+
+@router.post("/keys/{key_id}/revoke", response_model=ApiKeyOut, responses=ERRORS)
+def revoke_key(state: State, _: Admin, key_id: KeyPath) -> ApiKeyOut:
+    """Revoke an API key by its id (admin token): from now on every request with it is a 401,
+    on every API replica. Revoking a revoked key changes nothing. 404 for an unknown key id."""
+    return ApiKeyOut.model_validate(state.store.revoke_key(key_id), from_attributes=True)

@@ -1,0 +1,78 @@
+"""Flush requests and job status.
+
+``POST .../flush`` answers 202 only once the serving job's job row exists (the store writes it
+before the request is published or coalesced), so a 202 is durable. Redis down: 503 with
+``Retry-After``, and no queued row is left behind (the flush module fails its fresh row).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from fastapi.responses import JSONResponse
+
+from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
+from om_api.server.auth import TenantId
+from om_api.server.convert import job_out
+from om_api.server.logging import redact_text
+from om_api.server.routes import JobPath, SessionPath
+from om_api.server.state import State
+from om_workers.errors import CoordinationError
+from om_workers.jobs.flush import request_flush
+
+router = APIRouter(prefix="/v1", tags=["flush"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+    503: {"model": ErrorBody, "description": "Redis is unavailable; retry after Retry-After."},
+}
+
+
+@router.post(
+    "/sessions/{session_id}/flush",
+    status_code=202,
+    response_model=FlushAccepted,
+    responses=ERRORS,
+)
+def flush(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    body: Annotated[FlushRequest | None, Body()] = None,
+) -> JSONResponse:
+    """Request a flush; returns the job serving it.
+
+    ``coalesced`` is true when a job was already pending for the session: that job (whose row
+    exists) serves this request too. 404 for a missing or another tenant's session (checked
+    before Redis is touched), 503 + ``Retry-After`` when Redis is down.
+    """
+    request = body or FlushRequest()
+    # Existence first: another tenant's session is a 404 even while Redis is down.
+    state.store.get_session(tenant_id, session_id)
+    try:
+        accepted = request_flush(
+            state.store,
+            state.redis,
+            tenant_id,
+            session_id,
+            publish=state.publisher(),
+            force=request.force,
+            full_reflection_rebuild=request.full_reflection_rebuild,
+        )
+    except CoordinationError:
+        state.metrics.observe_enqueue("unavailable")
+        raise
+    state.metrics.observe_enqueue("coalesced" if accepted.coalesced else "published")
+    body_out = FlushAccepted(job_id=accepted.job_id, coalesced=accepted.coalesced)
+    return JSONResponse(body_out.model_dump(mode="json"), status_code=202)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
+def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
+    """A flush job's state (queued, running, succeeded, failed, skipped), timings, counts and
+    redacted error. 404 for an unknown run or another tenant's."""
+    run = state.store.get_job(tenant_id, job_id)
+    error = redact_text(run.error, state.secrets) if run.error is not None else None
+    return job_out(run, error)

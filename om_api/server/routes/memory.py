@@ -1,0 +1,239 @@
+"""Reads of a session's memory: context blocks, exact-id recall, message paging, status, view;
+and compaction, which appends the strategy's compaction entry."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+
+from om_api.schemas import (
+    ENTRY_ID_PATTERN,
+    MAX_CONTEXT_TOKENS,
+    MAX_MESSAGES_PAGE,
+    SCOPE_ID_PATTERN,
+    CompactRequest,
+    ContextOut,
+    EntryOut,
+    ErrorBody,
+    MessagesPage,
+    RecallOut,
+    StatusOut,
+    ViewOut,
+)
+from om_api.server.auth import TenantId
+from om_api.server.convert import context_out, entry_out
+from om_api.server.errors import ApiError
+from om_api.server.routes import MemoryPath, SessionPath
+from om_api.server.state import ApiState, State
+from om_core import (
+    RecallResult,
+)
+from om_core.context import MIN_CONTEXT_TOKENS, Context
+from om_core.errors import UnknownScopeError
+from om_core.ids import create_memory_id
+from om_workers.coordination.coalesce import flush_pending
+from om_workers.errors import CoordinationError, OMWorkersError
+from om_workers.jobs.flush import request_flush
+from om_workers.reads import (
+    session_compaction,
+    session_context,
+    session_page,
+    session_recall,
+    session_status,
+    session_view,
+)
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
+
+
+def _context(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str,
+    scope: str | None,
+    include: IncludeMode,
+    max_tokens: int | None = None,
+) -> Context:
+    # The snapshot ledger plus the branch tail: a long session is never read whole.
+    return session_context(
+        state.store,
+        tenant_id,
+        session_id,
+        settings=state.memory_settings,
+        scope=scope,
+        include=include,
+        secrets=state.secrets,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        max_tokens=max_tokens,
+    )
+
+
+def _observe_gap(state: ApiState, tenant_id: str, session_id: str) -> None:
+    """Ask for a flush of messages a context had to leave out (best effort: the reconciler
+    requests it too once their tokens pass the threshold)."""
+    try:
+        request_flush(
+            state.store, state.redis, tenant_id, session_id, publish=state.publisher(), force=True
+        )
+    except OMWorkersError as exc:
+        log.warning("could not request a flush for %s/%s: %s", tenant_id, session_id, exc)
+
+
+def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) -> RecallResult:
+    # Reads only the branch span the record's sources cover.
+    return session_recall(
+        state.store,
+        tenant_id,
+        session_id,
+        memory_id,
+        secrets=state.secrets,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+    )
+
+
+@router.get("/context", response_model=ContextOut, responses=ERRORS)
+def context(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    scope: Annotated[str | None, Query(pattern=SCOPE_ID_PATTERN)] = None,
+    include: IncludeMode = "self+ancestors",
+    max_tokens: Annotated[int | None, Query(ge=MIN_CONTEXT_TOKENS, le=MAX_CONTEXT_TOKENS)] = None,
+) -> ContextOut:
+    """The two context blocks for the next provider turn: ``observational-memory`` (rendered
+    for ``scope``, default the current leaf scope, with ``include``) and ``recent-messages``
+    (every message memory does not cover yet and at least the last
+    ``context.recentMessages``, with the exact entry ids it shows), within ``max_tokens``
+    estimated tokens (default ``OM_CONTEXT_MAX_TOKENS``). Unobserved messages the budget left
+    out are named in ``gap`` and a flush is requested for them. 422 for a scope the session
+    never opened or a budget out of range."""
+    budget = max_tokens if max_tokens is not None else state.settings.context_max_tokens
+    try:
+        result = _context(state, tenant_id, session_id, scope, include, budget)
+    except UnknownScopeError as exc:
+        raise ApiError(422, "invalid_input", str(exc)) from None
+    if result.gap is not None:
+        _observe_gap(state, tenant_id, session_id)
+    return context_out(result)
+
+
+@router.get("/memory/{memory_id}", response_model=RecallOut, responses=ERRORS)
+def recall(
+    state: State, tenant_id: TenantId, session_id: SessionPath, memory_id: MemoryPath
+) -> RecallOut:
+    """Exact-id recall of an observation or reflection: its sources and supporting ids.
+
+    An unknown id is a 200 with ``found: false, reason: not_found`` (the core's answer); a
+    revoked one ``reason: revoked`` without derived text. 422 for a malformed id.
+    """
+    result = _recall(state, tenant_id, session_id, memory_id)
+    return RecallOut.model_validate(result.model_dump(mode="json"))
+
+
+@router.get("/messages", response_model=MessagesPage, responses=ERRORS)
+def messages(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    cursor: Annotated[str, Query(pattern=ENTRY_ID_PATTERN)],
+    limit: Annotated[int, Query(ge=1, le=MAX_MESSAGES_PAGE)] = 20,
+    direction: Literal["forward", "backward"] = "forward",
+    detail: Literal["summary", "full"] = "summary",
+) -> MessagesPage:
+    """Current-branch user/assistant/tool messages after or before message ``cursor``.
+
+    422 when the cursor is not on the current branch or is not a message.
+    """
+    page = session_page(
+        state.store,
+        tenant_id,
+        session_id,
+        cursor,
+        limit=limit,
+        direction=direction,
+        detail=detail,
+        secrets=state.secrets,
+    )
+    return MessagesPage.model_validate(page.model_dump(mode="json"))
+
+
+def _in_flight(state: ApiState, tenant_id: str, session_id: str) -> bool:
+    # Advisory only: a status read must not fail because Redis is briefly away.
+    try:
+        return flush_pending(state.redis, tenant_id, session_id)
+    except CoordinationError:
+        return False
+
+
+@router.get("/status", response_model=StatusOut, responses=ERRORS)
+def status(state: State, tenant_id: TenantId, session_id: SessionPath) -> StatusOut:
+    """om:status: recorded, dropped, active and visible memory counts (session-local), whether
+    a flush is pending, and the rendered status text."""
+    result = session_status(
+        state.store,
+        tenant_id,
+        session_id,
+        settings=state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        in_flight=_in_flight(state, tenant_id, session_id),
+    )
+    return StatusOut(**result.model_dump(), text=result.render())
+
+
+@router.get("/view", response_model=ViewOut, responses=ERRORS)
+def view(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    mode: Literal["visible", "full"] = "visible",
+) -> ViewOut:
+    """om:view: the memory the next context shows (``visible``) or all active memory
+    (``full``)."""
+    text = session_view(
+        state.store,
+        tenant_id,
+        session_id,
+        mode,
+        settings=state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+    )
+    return ViewOut(mode=mode, text=text)
+
+
+@router.post("/compact", status_code=201, response_model=EntryOut, responses=ERRORS)
+def compact(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    body: Annotated[CompactRequest | None, Body()] = None,
+) -> EntryOut:
+    """Append a compaction entry (the memory rendered as summary, the folded ledger in
+    ``data.memory``, the last ``keep_recent_entries`` messages kept) and return it.
+
+    No model call. 422 when the memory cannot fit the folded-payload cap.
+    """
+    request = body or CompactRequest()
+    result = session_compaction(
+        state.store,
+        tenant_id,
+        session_id,
+        request.keep_recent_entries,
+        settings=state.memory_settings,
+        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
+        secrets=state.secrets,
+    )
+    # parent_id None: the store appends at the leaf as it is at write time, so a concurrent
+    # append is never forked off (the entry's ``through_entry_id`` says what it covers).
+    entry = result.to_entry(entry_id=create_memory_id(), session_id=session_id, parent_id=None)
+    stored = state.store.append_entries(tenant_id, session_id, [entry])
+    return entry_out(stored.entries[0])

@@ -1,0 +1,136 @@
+"""Sessions and entries: create/read a session, append a batch, page the current branch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from om_api.schemas import (
+    ENTRY_ID_PATTERN,
+    MAX_ENTRIES_PAGE,
+    MAX_SESSIONS_PAGE,
+    AppendEntriesRequest,
+    AppendEntriesResponse,
+    CreateSessionRequest,
+    EntriesPage,
+    ErrorBody,
+    SessionOut,
+    SessionsPage,
+)
+from om_api.server.auth import TenantId
+from om_api.server.convert import entry_out, session_out, to_entry
+from om_api.server.errors import ApiError
+from om_api.server.routes import SessionPath
+from om_api.server.state import State
+from om_workers.errors import EntryNotFoundError
+
+router = APIRouter(prefix="/v1", tags=["sessions"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    409: {"model": ErrorBody},
+    413: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+}
+
+
+@router.post("/sessions", status_code=201, response_model=SessionOut, responses=ERRORS)
+def create_session(
+    state: State,
+    tenant_id: TenantId,
+    body: Annotated[CreateSessionRequest | None, Body()] = None,
+) -> SessionOut:
+    """Create an empty session. 409 when this tenant already has the id."""
+    request = body or CreateSessionRequest()
+    info = state.store.create_session(tenant_id, request.id, metadata=request.metadata)
+    return session_out(info, state.secrets)
+
+
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
+"""A listing cursor: URL-safe base64, as the listing hands it out."""
+
+
+@router.get("/sessions", response_model=SessionsPage, responses=ERRORS)
+def list_sessions(
+    state: State,
+    tenant_id: TenantId,
+    limit: Annotated[int, Query(ge=1, le=MAX_SESSIONS_PAGE)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the last page.")
+    ] = None,
+    updated_since: Annotated[
+        datetime | None,
+        Query(description="ISO-8601 time; only sessions updated at or after it (naive: UTC)."),
+    ] = None,
+) -> SessionsPage:
+    """The key's tenant's sessions, newest first (by ``created_at``, then id), a page at a
+    time: pass ``next_cursor`` back as ``cursor``. Sessions created while paging never shift a
+    page. 422 for a ``limit`` out of range, a malformed ``updated_since`` or a cursor this
+    listing did not hand out."""
+    listing = state.store.list_sessions(
+        tenant_id, limit=limit, cursor=cursor, updated_since=updated_since
+    )
+    secrets = state.secrets
+    return SessionsPage(
+        sessions=[session_out(info, secrets) for info in listing.sessions],
+        next_cursor=listing.next_cursor,
+    )
+
+
+@router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
+def get_session(state: State, tenant_id: TenantId, session_id: SessionPath) -> SessionOut:
+    """The session's leaf, entry count and unobserved tokens. 404 for a missing session or
+    another tenant's."""
+    return session_out(state.store.get_session(tenant_id, session_id), state.secrets)
+
+
+@router.post(
+    "/sessions/{session_id}/entries",
+    status_code=201,
+    response_model=AppendEntriesResponse,
+    responses=ERRORS,
+)
+def append_entries(
+    state: State, tenant_id: TenantId, session_id: SessionPath, body: AppendEntriesRequest
+) -> AppendEntriesResponse:
+    """Append 1..1,000 entries atomically, in order; the leaf moves to the last new one.
+
+    Idempotent by entry id: an id already stored with the same content is reported in
+    ``duplicate_ids`` and not written twice; with other content the whole batch is a 409 and
+    nothing is written. 422: kind/payload mismatch, an id twice in the batch, a parent that is
+    not an earlier entry of the session.
+    """
+    entries = [to_entry(entry, session_id) for entry in body.entries]
+    result = state.store.append_entries(tenant_id, session_id, entries)
+    return AppendEntriesResponse(
+        appended_ids=list(result.appended_ids),
+        duplicate_ids=list(result.duplicate_ids),
+        leaf_id=result.leaf_id,
+    )
+
+
+@router.get("/sessions/{session_id}/entries", response_model=EntriesPage, responses=ERRORS)
+def list_entries(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    after: Annotated[str | None, Query(pattern=ENTRY_ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_ENTRIES_PAGE)] = 100,
+) -> EntriesPage:
+    """Current-branch entries after entry ``after`` (from the root without it), in order.
+
+    Known secrets are redacted from every payload (as in ``/messages`` and ``/context``).
+    422 when ``after`` is not an entry on the current branch.
+    """
+    try:
+        page = state.store.read_page(tenant_id, session_id, after=after, limit=limit)
+    except EntryNotFoundError as exc:
+        # The cursor is input: an unknown one is a bad request, not a missing session.
+        raise ApiError(422, "invalid_input", str(exc)) from None
+    secrets = state.secrets
+    return EntriesPage(
+        entries=[entry_out(entry, secrets) for entry in page.entries],
+        next_cursor=page.next_cursor,
+    )

@@ -1,0 +1,30 @@
+"""An index for listing a tenant's sessions newest first (``GET /v1/sessions``).
+
+``(tenant_id, created_at, id)``: a page is one range scan inside the tenant, read backwards
+for the newest-first order, whatever other tenants hold (see ``om_workers/store/listing.py``).
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0007"
+down_revision: str | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_index(
+        "ix_sessions_tenant_id_created_at_id", "sessions", ["tenant_id", "created_at", "id"]
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_sessions_tenant_id_created_at_id", table_name="sessions")

@@ -1,0 +1,245 @@
+"""``om mcp`` end to end: the MCP SDK's own client talks to the server over stdio and over
+streamable HTTP, and the server talks to the real API of the embedded stack (``stack``).
+
+Each test spawns ``python -m om_api.cli mcp`` as a child process and stops it before it ends.
+The waits only bound a failing test; nothing asserts how fast anything happened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
+
+from om_api.cli.stack import StackInfo
+from om_workers.coordination.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = {"context", "recall", "entries", "append", "flush", "status"}
+FACT = "The staging deploy window of project Zephyr opens at 04:30 UTC, see ticket ZEPHYR-881."
+FILLER = 11  # more messages than the recent window (8), so the fact's observation is shown
+MEMORY_REF = re.compile(r"\[((?:om|reflection):[a-f0-9]{12})\]")
+MESSAGE_LINE = re.compile(r"^\[([^\]]+)\] (?:user|assistant): ", flags=re.MULTILINE)
+START_TIMEOUT_S = 60.0
+
+
+def _server_command(*options: str) -> list[str]:
+    return ["-m", "om_api.cli", "mcp", *options]
+
+
+def _api_env(stack: StackInfo, key: str | None = None) -> dict[str, str]:
+    return {"OM_API_URL": stack.api_url, "OM_API_KEY": key or stack.api_key}
+
+
+@asynccontextmanager
+async def _stdio_session(
+    stack: StackInfo, errlog: TextIO, key: str | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialized client session with ``om mcp`` spawned over stdio (the SDK stops it)."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_server_command("--transport", "stdio"),
+        env=_api_env(stack, key),
+        cwd=ROOT,
+    )
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def _http_session(url: str) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def _call(session: ClientSession, tool: str, **arguments: Any) -> CallToolResult:
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, f"{tool} failed: {_text(result)}"
+    return result
+
+
+async def _tool_error(session: ClientSession, tool: str, **arguments: Any) -> str:
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} should have failed: {_text(result)}"
+    return _text(result)
+
+
+def _messages(session_id: str) -> list[dict[str, str]]:
+    filler = [
+        {
+            "role": "assistant" if i % 2 == 0 else "user",
+            "content": f"Step {i}: checked service {i} of the rollout, nothing unusual.",
+        }
+        for i in range(FILLER)
+    ]
+    # Entry ids are unique across the tenant's sessions, hence the session in the fact's id.
+    return [{"role": "user", "content": FACT, "id": f"{session_id}-fact"}, *filler]
+
+
+async def _remember_and_recall(session: ClientSession, session_id: str) -> None:
+    """Append to a new session, flush, find the fact's memory id in the context and recall
+    its source message through the server's tools."""
+    appended = await _call(session, "append", session_id=session_id, messages=_messages(session_id))
+    assert appended.structured_content is not None
+    assert len(appended.structured_content["appended_ids"]) == 1 + FILLER
+
+    job = await _call(session, "flush", session_id=session_id, wait=True, wait_seconds=120)
+    assert job.structured_content is not None
+    assert job.structured_content["state"] == "succeeded", job.structured_content
+
+    context = _text(await _call(session, "context", session_id=session_id))
+    # The memory line of the fact, not its copy in the recent messages (which has no id).
+    fact_lines = [line for line in context.splitlines() if "ZEPHYR-881" in line]
+    refs = [ref for line in fact_lines for ref in MEMORY_REF.findall(line)]
+    assert refs, f"no memory line names the fact:\n{context}"
+    assert "# Recent messages" in context
+
+    recalled = _text(await _call(session, "recall", session_id=session_id, memory_id=refs[0]))
+    assert f"[{session_id}-fact] user: {FACT}" in recalled
+
+
+def test_stdio_tools_append_flush_context_recall_and_page(stack: StackInfo, tmp_path: Path) -> None:
+    session_id = f"mcp-stdio-{uuid.uuid4().hex[:8]}"
+
+    async def scenario(errlog: TextIO) -> None:
+        async with _stdio_session(stack, errlog) as session:
+            listed = await session.list_tools()
+            assert {tool.name for tool in listed.tools} == TOOLS
+            assert all(tool.description for tool in listed.tools)
+            await _remember_and_recall(session, session_id)
+
+            seen: list[str] = []
+            after: str | None = None
+            while True:
+                arguments: dict[str, Any] = {"session_id": session_id, "limit": 5}
+                if after is not None:
+                    arguments["after"] = after
+                page = _text(await _call(session, "entries", **arguments))
+                seen += MESSAGE_LINE.findall(page)
+                cursor = re.search(r"^next cursor: (\S+)", page, flags=re.MULTILINE)
+                if cursor is None:
+                    assert "(end of the history)" in page
+                    break
+                after = cursor.group(1)
+            assert len(seen) == 1 + FILLER and seen[0] == f"{session_id}-fact"
+
+            status = await _call(session, "status", session_id=session_id)
+            assert status.structured_content is not None
+            assert status.structured_content["recorded_observations"] >= 1
+
+    with (tmp_path / "mcp-stderr.log").open("w") as errlog:
+        anyio.run(scenario, errlog)
+
+
+def test_stdio_errors_are_one_line_tool_errors_without_the_key(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    fresh = f"mcp-fresh-{uuid.uuid4().hex[:8]}"
+
+    async def scenario(errlog: TextIO) -> list[str]:
+        async with _stdio_session(stack, errlog) as session:
+            unknown_session = await _tool_error(session, "context", session_id=fresh)
+            assert "not found" in unknown_session and fresh in unknown_session
+            await _call(session, "append", session_id=fresh, messages=_messages(fresh)[:1])
+            unknown_memory = await _tool_error(
+                session, "recall", session_id=fresh, memory_id="om:000000000000"
+            )
+            assert "no memory om:000000000000" in unknown_memory
+            malformed_session = await _tool_error(session, "status", session_id="no/such id")
+            malformed_memory = await _tool_error(
+                session, "recall", session_id=fresh, memory_id="not-a-memory-id"
+            )
+            return [unknown_session, unknown_memory, malformed_session, malformed_memory]
+
+    async def refused(errlog: TextIO, bad_key: str) -> str:
+        async with _stdio_session(stack, errlog, key=bad_key) as session:
+            return await _tool_error(session, "status", session_id=fresh)
+
+    bad_key = f"om_not-a-key-{uuid.uuid4().hex}"
+    with (tmp_path / "mcp-stderr.log").open("w") as errlog:
+        messages = anyio.run(scenario, errlog)
+        unauthorized = anyio.run(refused, errlog, bad_key)
+    assert "unauthorized" in unauthorized
+    for message in [*messages[:2], unauthorized]:
+        assert "\n" not in message and "Traceback" not in message
+    for message in [*messages, unauthorized]:
+        assert stack.api_key not in message and bad_key not in message
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"om mcp exited with {process.returncode}:\n{log.read_text()}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    pytest.fail(f"om mcp did not listen on {port} within {START_TIMEOUT_S} s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def http_server(stack: StackInfo, tmp_path: Path) -> Iterator[str]:
+    """``om mcp --transport http`` on a free port; its MCP endpoint URL."""
+    port = free_port()
+    log = tmp_path / "mcp-http.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, *_server_command("--transport", "http", "--port", str(port))],
+            env={**os.environ, **_api_env(stack)},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_for_port(port, process, log)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def test_streamable_http_tools_context_and_recall(http_server: str) -> None:
+    session_id = f"mcp-http-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        async with _http_session(http_server) as session:
+            listed = await session.list_tools()
+            assert {tool.name for tool in listed.tools} == TOOLS
+            await _remember_and_recall(session, session_id)
+            error = await _tool_error(
+                session, "recall", session_id=session_id, memory_id="om:000000000000"
+            )
+            assert "no memory" in error
+
+    anyio.run(scenario)
