@@ -24,10 +24,13 @@ Beat = Callable[[], float | None]
 class Heartbeats:
     """Runs scheduled beats from one daemon thread, started on first use (and again in a
     forked child, where the parent's thread does not exist). ``clock`` returns monotonic
-    seconds."""
+    seconds; ``name`` names the thread."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, name: str = "om-lock-heartbeats"
+    ) -> None:
         self._clock = clock
+        self._name = name
         self._due: list[tuple[float, int, Beat]] = []
         self._order = itertools.count()
         self._changed = threading.Condition()
@@ -38,9 +41,7 @@ class Heartbeats:
         with self._changed:
             heapq.heappush(self._due, (self._clock() + delay_s, next(self._order), beat))
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="om-lock-heartbeats", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             elif self._due[0][2] is beat:
                 # Only a new earliest beat changes how long the thread sleeps; waking it for

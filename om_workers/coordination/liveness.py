@@ -23,7 +23,7 @@ import redis
 
 from om_workers.coordination import keys, timing
 from om_workers.coordination.connection import translate_errors
-from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats
+from om_workers.coordination.heartbeats import Heartbeats
 from om_workers.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,11 @@ def ttl_s(lock_ttl_s: float) -> float:
 
 class Liveness:
     """This process's worker id and the beat that keeps its key alive (one per process; a
-    forked child gets a new id on first use)."""
+    forked child gets a new id on first use). ``heartbeats`` runs the beat (default: a
+    scheduler thread of its own)."""
 
-    def __init__(self, heartbeats: Heartbeats = HEARTBEATS) -> None:
-        self._heartbeats = heartbeats
+    def __init__(self, heartbeats: Heartbeats | None = None) -> None:
+        self._heartbeats = heartbeats or Heartbeats(name="om-worker-liveness")
         self._state = threading.Lock()
         self._pid = -1
         self._id = ""
@@ -95,7 +96,9 @@ class Liveness:
 
 
 LIVENESS = Liveness()
-"""The process's worker identity, shared by every lock it takes."""
+"""The process's worker identity, shared by every lock it takes. Its beat runs on a scheduler
+thread of its own, so a refresh stuck on an unreachable Redis (up to the client's connect
+timeout) never delays a lock's heartbeat, whose TTL may be much shorter."""
 
 
 def held_by_live_workers(client: redis.Redis, lock_keys: Sequence[str]) -> list[bool]:

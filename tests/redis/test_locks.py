@@ -231,8 +231,8 @@ def test_a_failing_beat_does_not_stop_the_others() -> None:
 
 
 def _process() -> Liveness:
-    """The identity of another worker process (its own id; beats on a private thread)."""
-    return Liveness(Heartbeats())
+    """The identity of another worker process (its own id; beats on a thread of its own)."""
+    return Liveness()
 
 
 def test_a_lock_whose_holder_died_is_taken_over_at_once(client: redis.Redis) -> None:
