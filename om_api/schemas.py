@@ -335,14 +335,30 @@ class EntriesPage(WireModel):
 
 
 class CreateSessionRequest(RequestModel):
-    """``POST /v1/sessions``: ``id`` defaults to a random hex id."""
+    """``POST /v1/sessions``: ``id`` defaults to a random hex id; ``workspace`` links the new
+    session to a workspace session at once (see :class:`LinkRequest`)."""
 
     id: PathId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    workspace: PathId | None = Field(
+        default=None,
+        description="Copy every observable message appended to this session onto this "
+        "workspace session of the same tenant (the delegation funnel).",
+    )
+
+
+class LinkRequest(RequestModel):
+    """``PUT /v1/sessions/{sid}/link``: from now on, every observable message (user, assistant
+    or tool) appended to the session is also appended to ``workspace``, a session of the same
+    tenant, with a new id and ``data.funnelOrigin`` naming the original. Memory records are
+    never copied. The workspace cannot itself be linked (funnels do not chain)."""
+
+    workspace: PathId
 
 
 class SessionOut(WireModel):
-    """A session's bookkeeping."""
+    """A session's bookkeeping; ``workspace`` is the session its observable messages are
+    copied onto (``None``: not linked)."""
 
     id: str
     leaf_id: str | None
@@ -351,6 +367,7 @@ class SessionOut(WireModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    workspace: str | None = None
 
 
 MAX_SESSIONS_PAGE = 100

@@ -15,6 +15,7 @@ from om_core.compaction import (
 from om_core.context import build_context_blocks
 from om_core.errors import ObservationalMemoryError
 from om_core.extractive import ExtractiveProvider
+from om_core.funnel import FunnelOrigin, funnel_copies, funnel_copy_id, funnel_origin
 from om_core.ids import create_memory_id, is_memory_id
 from om_core.ledger import (
     eligible_observation_sources,
@@ -63,6 +64,7 @@ __all__ = [
     "ExtractiveProvider",
     "FlushResult",
     "FoldedMemory",
+    "FunnelOrigin",
     "MemoryStatus",
     "Message",
     "Observation",
@@ -98,6 +100,9 @@ __all__ = [
     "estimate_message_tokens",
     "fold_ledger",
     "fold_work_scope_map",
+    "funnel_copies",
+    "funnel_copy_id",
+    "funnel_origin",
     "is_eligible_observation_source",
     "is_memory_id",
     "list_invalidated_ids",

@@ -86,6 +86,20 @@ class EntryConflictError(StoreError):
         self.entry_id = entry_id
 
 
+class InvalidLinkError(StoreError, ValueError):
+    """A funnel link that can never hold: a session linked to itself."""
+
+
+class LinkConflictError(StoreError):
+    """A funnel link the current links forbid: the workspace is itself linked to another
+    workspace, or the session is the workspace of others (funnels do not chain)."""
+
+
+class WorkspaceMissingError(StoreError):
+    """An append to a linked session whose workspace no longer exists; nothing was written.
+    Unlink the session (or link it to an existing workspace) to append again."""
+
+
 class StaleEpochError(StoreError):
     """A fenced memory write whose epoch is no longer the session's: a newer flush began."""
 

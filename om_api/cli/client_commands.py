@@ -1,4 +1,5 @@
-"""The commands that talk to a running API: om sessions, flush, context, status, view, recall.
+"""The commands that talk to a running API: om sessions, link, unlink, flush, context, status,
+view, recall.
 
 Each prints for people by default (rendered text, tables: :mod:`om_api.cli.render`) and, with
 ``--json``, the API's answer exactly as the wire model serializes it. The target is ``--api``
@@ -41,6 +42,38 @@ def sessions(
         print_json(page)
     else:
         render.show_sessions(page)
+
+
+def link(
+    session: SessionArg,
+    workspace: Annotated[
+        str, typer.Argument(metavar="WORKSPACE", help="Workspace session id (same tenant).")
+    ],
+    as_json: JsonOutput = False,
+    api_url: ApiUrl = None,
+    key: ApiKey = None,
+) -> None:
+    """Link a session to a workspace session: every user, assistant and tool message appended
+    to SESSION from now on is also appended to WORKSPACE (a new id, naming its origin), so the
+    workspace's memory observes the session's work. Memory records are never copied."""
+    with api_client(api_url, key) as client:
+        result = client.link(session, workspace)
+    if as_json:
+        print_json(result)
+    else:
+        typer.echo(f"{result.id} -> {result.workspace}: new messages are copied")
+
+
+def unlink(
+    session: SessionArg, as_json: JsonOutput = False, api_url: ApiUrl = None, key: ApiKey = None
+) -> None:
+    """Stop copying a session's messages onto its workspace; copies already made stay."""
+    with api_client(api_url, key) as client:
+        result = client.unlink(session)
+    if as_json:
+        print_json(result)
+    else:
+        typer.echo(f"{result.id}: not linked")
 
 
 def flush(

@@ -322,6 +322,8 @@ keys_app.command("list")(admin_commands.keys_list)
 keys_app.command("revoke")(admin_commands.keys_revoke)
 for _command in (
     client_commands.sessions,
+    client_commands.link,
+    client_commands.unlink,
     client_commands.flush,
     client_commands.context,
     client_commands.status,

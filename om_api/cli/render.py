@@ -24,6 +24,7 @@ from om_api.schemas import (
     RecallOut,
     SessionsPage,
 )
+from om_core.funnel import ORIGIN_KEY
 
 _SNIPPET_CHARS = 240
 """A source message longer than this is cut (``recall --json`` has all of it)."""
@@ -81,6 +82,14 @@ def _role(entry: EntryOut) -> str:
     return entry.message.role
 
 
+def _origin(entry: EntryOut) -> str:
+    """``session/entry`` of a funneled copy's origin, ``""`` for any other entry."""
+    origin = (entry.data or {}).get(ORIGIN_KEY)
+    if not isinstance(origin, dict):
+        return ""
+    return f"{origin.get('sessionId', '?')}/{origin.get('entryId', '?')}"
+
+
 def show_recall(result: RecallOut) -> None:
     """A recalled item: what it is and says, then the messages it rests on, in a table."""
     if not result.found:
@@ -99,9 +108,16 @@ def show_recall(result: RecallOut) -> None:
     typer.echo("")
     count = len(result.sources)
     typer.echo(f"sources ({count} {'entry' if count == 1 else 'entries'}):")
-    sources = _table("ENTRY", "ROLE", "TEXT")
-    for entry in result.sources:
-        sources.add_row(entry.id, _role(entry), entry_text(entry))
+    origins = [_origin(entry) for entry in result.sources]
+    if any(origins):
+        # Copies funneled from child sessions: say where each came from.
+        sources = _table("ENTRY", "ROLE", "FROM", "TEXT")
+        for entry, origin in zip(result.sources, origins, strict=True):
+            sources.add_row(entry.id, _role(entry), origin, entry_text(entry))
+    else:
+        sources = _table("ENTRY", "ROLE", "TEXT")
+        for entry in result.sources:
+            sources.add_row(entry.id, _role(entry), entry_text(entry))
     _print_table(sources)
     for label, ids in (
         ("missing sources", result.missing_source_entry_ids),

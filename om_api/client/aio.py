@@ -122,10 +122,22 @@ class AsyncOMClient:
             await asyncio.sleep(wait)
 
     async def create_session(
-        self, session_id: str | None = None, metadata: Mapping[str, Any] | None = None
+        self,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        workspace: str | None = None,
     ) -> SessionOut:
         """See :meth:`~om_api.client.clients.OMClient.create_session`."""
-        return await self.send(calls.create_session(session_id, metadata))
+        return await self.send(calls.create_session(session_id, metadata, workspace))
+
+    async def link(self, session_id: str, workspace: str) -> SessionOut:
+        """See :meth:`~om_api.client.clients.OMClient.link`."""
+        return await self.send(calls.link(session_id, workspace))
+
+    async def unlink(self, session_id: str) -> SessionOut:
+        """See :meth:`~om_api.client.clients.OMClient.unlink`."""
+        return await self.send(calls.unlink(session_id))
 
     async def get_session(self, session_id: str) -> SessionOut:
         """See :meth:`~om_api.client.clients.OMClient.get_session`."""

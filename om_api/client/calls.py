@@ -36,6 +36,7 @@ from om_api.schemas import (
     HealthOut,
     JobOut,
     KeyOut,
+    LinkRequest,
     MessagesPage,
     OpenScopeRequest,
     RecallOut,
@@ -71,11 +72,15 @@ def _scope(session_id: str, scope_id: str, action: str) -> str:
     return f"{_session(session_id)}/scopes/{scope}/{action}"
 
 
-def create_session(session_id: str | None, metadata: Mapping[str, Any] | None) -> Call[SessionOut]:
+def create_session(
+    session_id: str | None, metadata: Mapping[str, Any] | None, workspace: str | None = None
+) -> Call[SessionOut]:
     if session_id is not None:
         checks.path_id("session_id", session_id)
+    if workspace is not None:
+        checks.path_id("workspace", workspace)
     fields = {"metadata": {} if metadata is None else metadata}
-    body = checks.model(CreateSessionRequest, id=session_id, **fields)
+    body = checks.model(CreateSessionRequest, id=session_id, workspace=workspace, **fields)
     # Without a caller id a retry after a lost answer would make a second session.
     return Call(
         "POST",
@@ -101,6 +106,16 @@ def list_sessions(
 
 def get_session(session_id: str) -> Call[SessionOut]:
     return Call("GET", _session(session_id), SessionOut)
+
+
+def link(session_id: str, workspace: str) -> Call[SessionOut]:
+    body = checks.model(LinkRequest, workspace=checks.path_id("workspace", workspace))
+    # Setting the same link again changes nothing: safe to retry.
+    return Call("PUT", f"{_session(session_id)}/link", SessionOut, json=body.model_dump())
+
+
+def unlink(session_id: str) -> Call[SessionOut]:
+    return Call("DELETE", f"{_session(session_id)}/link", SessionOut)
 
 
 def append(session_id: str, batch: Sequence[Mapping[str, Any]]) -> Call[AppendEntriesResponse]:

@@ -165,10 +165,30 @@ class OMClient:
     # Sessions and entries ------------------------------------------------------------------
 
     def create_session(
-        self, session_id: str | None = None, metadata: Mapping[str, Any] | None = None
+        self,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        workspace: str | None = None,
     ) -> SessionOut:
-        """Create a session (random id when none). :class:`Conflict` if the id is taken."""
-        return self.send(calls.create_session(session_id, metadata))
+        """Create a session (random id when none), linked to ``workspace`` when given (see
+        :meth:`link`). :class:`Conflict` if the id is taken or the workspace is itself
+        linked; :class:`NotFound` for a missing workspace."""
+        return self.send(calls.create_session(session_id, metadata, workspace))
+
+    def link(self, session_id: str, workspace: str) -> SessionOut:
+        """Link a session to a workspace session of the same tenant: every observable message
+        appended to it from now on is also appended to the workspace (a new id, and
+        ``data["funnelOrigin"]`` naming the original), in the same transaction. Returns the
+        session, ``workspace`` set. :class:`NotFound` for a missing session or workspace (or
+        another tenant's), :class:`Conflict` when the workspace is itself linked or the
+        session is a workspace of others, :class:`InvalidRequest` for a link to itself."""
+        return self.send(calls.link(session_id, workspace))
+
+    def unlink(self, session_id: str) -> SessionOut:
+        """Stop copying a session's messages onto its workspace (copies made stay).
+        :class:`NotFound`."""
+        return self.send(calls.unlink(session_id))
 
     def get_session(self, session_id: str) -> SessionOut:
         """The session's leaf, entry count and unobserved tokens. :class:`NotFound`."""

@@ -73,6 +73,7 @@ def session_out(info: SessionInfo, secrets: Iterable[str] = ()) -> SessionOut:
         metadata=metadata,
         created_at=info.created_at,
         updated_at=info.updated_at,
+        workspace=info.workspace_id,
     )
 
 

@@ -42,6 +42,10 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     workers.StaleEpochError: (409, "conflict"),
     workers.InvalidJobStateError: (409, "conflict"),
     workers.InvalidEntryError: (422, "invalid_input"),
+    workers.InvalidLinkError: (422, "invalid_input"),
+    # A link the other links forbid, or a linked workspace that is gone: the session's state.
+    workers.LinkConflictError: (409, "conflict"),
+    workers.WorkspaceMissingError: (409, "conflict"),
     workers.InvalidCursorError: (422, "invalid_input"),
     workers.StoreUnavailableError: (503, "unavailable"),
     workers.CoordinationError: (503, "unavailable"),

@@ -42,6 +42,7 @@ _LOCK_SESSION = (
         sessions.c.leaf_id,
         sessions.c.epoch,
         sessions.c.entry_count,
+        sessions.c.workspace_id,
         *SNAPSHOT_COLUMNS,
     )
     .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
@@ -86,7 +87,7 @@ _MOVE_LEAF_ADDING = _move_leaf(sessions.c.unobserved_tokens + bindparam("added_t
 
 @dataclass(frozen=True, slots=True)
 class LockedSession:
-    """The session row as read under the write lock."""
+    """The session row as read under the write lock (``workspace_id``: the funnel's link)."""
 
     pk: int
     tenant_id: str
@@ -95,6 +96,7 @@ class LockedSession:
     epoch: int
     entry_count: int
     snapshot: Snapshot | None
+    workspace_id: str | None = None
 
 
 def lock_session(connection: Connection, tenant_id: str, session_id: str) -> LockedSession:
@@ -116,6 +118,7 @@ def lock_session(connection: Connection, tenant_id: str, session_id: str) -> Loc
         epoch=int(row.epoch),
         entry_count=int(row.entry_count),
         snapshot=joined_snapshot(row),
+        workspace_id=row.workspace_id,
     )
 
 

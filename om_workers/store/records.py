@@ -60,7 +60,8 @@ class ApiKeyInfo:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens."""
+    """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens, and the
+    workspace its observable messages are copied onto (``None``: not linked)."""
 
     tenant_id: str
     id: str
@@ -71,6 +72,7 @@ class SessionInfo:
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    workspace_id: str | None = None
 
 
 def session_info(row: Row[Any]) -> SessionInfo:
@@ -85,6 +87,7 @@ def session_info(row: Row[Any]) -> SessionInfo:
         metadata=dict(row.meta),
         created_at=as_utc(row.created_at),
         updated_at=as_utc(row.updated_at),
+        workspace_id=row.workspace_id,
     )
 
 

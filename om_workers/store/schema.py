@@ -17,6 +17,8 @@ Why these shapes:
   else 0, so the unobserved-token count is a sum over the branch tail.
 - ``(sessions.tenant_id, created_at, id)`` is indexed: listing a tenant's sessions is a range
   scan of that tenant alone, in the listing's order.
+- ``sessions.workspace_id`` is the funnel's link: an id, not a foreign key to ``pk``, because
+  a link is always within the tenant and is looked up as ``(tenant_id, id)`` like any session.
 - ``snapshots`` keeps one folded ledger per session, covering its current branch up to
   ``seq``; reads fold only what follows it. The row holds the ledger's cursors and scope map;
   its observations and reflections are rows of ``memory_items`` (``ord`` is record order,
@@ -105,9 +107,14 @@ sessions = Table(
     Column("meta", Json, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # The funnel's link (om_workers/store/funnel.py): the id of a session of the same tenant
+    # that receives a copy of every observable message appended here; NULL when unlinked.
+    Column("workspace_id", String(ID_LENGTH), nullable=True),
     UniqueConstraint("tenant_id", "id", name="uq_sessions_tenant_id_id"),
     # Listing a tenant's sessions newest first (om_workers/store/listing.py).
     Index("ix_sessions_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
+    # "Is this session some session's workspace?" (funnels do not chain).
+    Index("ix_sessions_tenant_id_workspace_id", "tenant_id", "workspace_id"),
 )
 
 entries = Table(

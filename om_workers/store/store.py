@@ -22,7 +22,7 @@ from om_workers.errors import (
     StaleEpochError,
 )
 from om_workers.store.accounts import AccountsMixin, require_tenant
-from om_workers.store.append import append_locked, lock_session
+from om_workers.store.append import lock_session
 from om_workers.store.base import utc_now
 from om_workers.store.branch import (
     MEMORY_KINDS,
@@ -35,6 +35,7 @@ from om_workers.store.branch import (
     to_entries,
 )
 from om_workers.store.engine import create_store_engine
+from om_workers.store.funnel import FunnelMixin, append_with_copies, check_link
 from om_workers.store.jobs import JobsMixin, finish_in
 from om_workers.store.listing import SessionListingMixin
 from om_workers.store.memory_state import refresh_memory_state
@@ -80,7 +81,7 @@ def _as_batch(entries: SessionEntry | Sequence[SessionEntry]) -> Sequence[Sessio
     return (entries,) if isinstance(entries, SessionEntry) else entries
 
 
-class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
+class SqlStore(AccountsMixin, FunnelMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
     """The durable store the API and the workers share (SQLite or PostgreSQL).
 
     Every method is scoped by ``tenant_id``: another tenant's session raises
@@ -113,12 +114,15 @@ class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
         session_id: str | None = None,
         *,
         metadata: Mapping[str, Any] | None = None,
+        workspace: str | None = None,
     ) -> SessionInfo:
-        """Create an empty session (a random id when none is given).
+        """Create an empty session (a random id when none is given), linked to ``workspace``
+        when given (see :meth:`link_session`).
 
         Raises :class:`~om_workers.errors.TenantNotFoundError`, :class:`SessionExistsError`
         when the tenant already has this id, :class:`InvalidEntryError` for an empty or
-        over-long id.
+        over-long id, and for ``workspace`` what :func:`~om_workers.store.funnel.check_link`
+        raises (nothing is created then).
         """
         new_id = session_id if session_id is not None else uuid.uuid4().hex
         if not new_id or len(new_id) > ID_LENGTH:
@@ -135,6 +139,8 @@ class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
                 ).first()
                 if taken is not None:
                     raise SessionExistsError(f"session {new_id!r} already exists")
+                if workspace is not None:
+                    check_link(connection, tenant_id, new_id, workspace)
                 connection.execute(
                     insert(sessions).values(
                         tenant_id=tenant_id,
@@ -146,6 +152,7 @@ class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
                         meta=dict(metadata or {}),
                         created_at=now,
                         updated_at=now,
+                        workspace_id=workspace,
                     )
                 )
                 return session_info(_session_row(connection, tenant_id, new_id))
@@ -171,13 +178,18 @@ class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
         another session), :class:`InvalidEntryError` (empty batch, an entry naming another
         session, an id twice in the batch, a parent that is not an earlier entry of this
         session). On any error nothing of the batch is written.
+
+        When the session is linked to a workspace, its newly written observable messages are
+        copied onto the workspace in the same transaction
+        (:func:`~om_workers.store.funnel.append_with_copies`); a missing workspace raises
+        :class:`~om_workers.errors.WorkspaceMissingError` and writes nothing.
         """
         batch = _as_batch(entries)
 
         def append() -> AppendResult:
             with self._write() as connection:
                 session = lock_session(connection, tenant_id, session_id)
-                return append_locked(connection, session, batch, now=self._now())
+                return append_with_copies(connection, session, batch, now=self._now())
 
         return self._retrying(append)
 
@@ -235,7 +247,9 @@ class SqlStore(AccountsMixin, JobsMixin, SessionListingMixin, TombstonesMixin):
                 if session.epoch != epoch:
                     raise StaleEpochError(session_id, epoch, session.epoch)
                 now = self._now()
-                result = append_locked(connection, session, batch, now=now)
+                # Memory records are never copied, but a linked session's invariant (every
+                # observable message has its copy) holds for every way in.
+                result = append_with_copies(connection, session, batch, now=now)
                 job = None if finish is None else finish_in(connection, tenant_id, finish, now=now)
                 return result, job
 

@@ -8,6 +8,7 @@ taking a session or scope id fails this test until it is exercised too.
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 
@@ -30,6 +31,8 @@ REFUSED_SCOPE_IDS = [".", "..", "a/b", "a..b", "...", ""]
 
 SESSION_ROUTES = {
     ("GET", "/v1/sessions/{session_id}"),
+    ("PUT", "/v1/sessions/{session_id}/link"),
+    ("DELETE", "/v1/sessions/{session_id}/link"),
     ("POST", "/v1/sessions/{session_id}/entries"),
     ("GET", "/v1/sessions/{session_id}/entries"),
     ("POST", "/v1/sessions/{session_id}/flush"),
@@ -78,6 +81,15 @@ def exercise_session(client: httpx.Client, sid: str) -> None:
     _ok(client.post(f"{base}/compact"), 201)
 
 
+def exercise_links(client: httpx.Client, sids: list[str]) -> None:
+    """Link each session to the next and unlink it: every id works on either side of the
+    funnel's link (as the session in the path and as the workspace in the body)."""
+    for sid, workspace in itertools.pairwise(sids):
+        linked = _ok(client.put(f"/v1/sessions/{sid}/link", json={"workspace": workspace}))
+        assert linked.json()["workspace"] == workspace
+        assert _ok(client.delete(f"/v1/sessions/{sid}/link")).json()["workspace"] is None
+
+
 def exercise_scope(client: httpx.Client, sid: str, scope: str) -> None:
     """Open ``scope`` in session ``sid`` and call every route that takes a scope id."""
     base = f"/v1/sessions/{sid}/scopes"
@@ -109,6 +121,7 @@ def test_every_accepted_session_id_works_in_every_route(backend_api: LiveApi) ->
     _, client = backend_api.tenant()
     for sid in EDGE_IDS:
         exercise_session(client, sid)
+    exercise_links(client, EDGE_IDS)
     listed = {s["id"] for s in client.get("/v1/sessions", params={"limit": 100}).json()["sessions"]}
     assert listed == set(EDGE_IDS)
     # Through the client too: it quotes ids, and they still reach the same routes.

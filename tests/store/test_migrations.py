@@ -95,8 +95,16 @@ def test_upgrade_renames_flush_runs_to_jobs_and_keeps_their_rows(database_url: s
     store = SqlStore.from_url(database_url)
     try:
         store.create_tenant("t")
-        store.create_session("t", "s")
         with store.engine.begin() as connection:
+            # Raw SQL: today's store writes columns a 0004 schema does not have yet.
+            connection.execute(
+                text(
+                    "INSERT INTO sessions (tenant_id, id, leaf_id, epoch, entry_count, "
+                    "unobserved_tokens, meta, created_at, updated_at) VALUES "
+                    "('t', 's', NULL, 0, 0, 0, '{}', :now, :now)"
+                ),
+                {"now": "2026-01-01 00:00:00+00:00"},
+            )
             pk = connection.execute(text("SELECT pk FROM sessions")).scalar_one()
             connection.execute(
                 text(
@@ -128,5 +136,36 @@ def test_upgrade_renames_flush_runs_to_jobs_and_keeps_their_rows(database_url: s
             "ix_flush_jobs_session_pk_queued_at",
             "ix_flush_jobs_state_started_at",
         }
+    finally:
+        store.close()
+
+
+def test_upgrade_to_0008_leaves_existing_sessions_unlinked(database_url: str) -> None:
+    from sqlalchemy import text
+
+    upgrade(database_url, revision="0007")
+    engine = create_store_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"),
+                {"now": "2026-01-01 00:00:00+00:00"},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO sessions (tenant_id, id, leaf_id, epoch, entry_count, "
+                    "unobserved_tokens, meta, created_at, updated_at) VALUES "
+                    "('t', 's', NULL, 0, 0, 0, '{}', :now, :now)"
+                ),
+                {"now": "2026-01-01 00:00:00+00:00"},
+            )
+    finally:
+        engine.dispose()
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        assert store.get_session("t", "s").workspace_id is None
+        store.create_session("t", "w")
+        assert store.link_session("t", "s", "w").workspace_id == "w"
     finally:
         store.close()

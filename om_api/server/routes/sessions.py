@@ -1,4 +1,5 @@
-"""Sessions and entries: create/read a session, append a batch, page the current branch."""
+"""Sessions and entries: create/read a session, link it to a workspace, append a batch, page
+the current branch."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from om_api.schemas import (
     CreateSessionRequest,
     EntriesPage,
     ErrorBody,
+    LinkRequest,
     SessionOut,
     SessionsPage,
 )
@@ -42,10 +44,35 @@ def create_session(
     tenant_id: TenantId,
     body: Annotated[CreateSessionRequest | None, Body()] = None,
 ) -> SessionOut:
-    """Create an empty session. 409 when this tenant already has the id."""
+    """Create an empty session, linked to ``workspace`` when given. 409 when this tenant
+    already has the id or the workspace is itself linked; 404 when the tenant has no such
+    workspace; 422 for a session that names itself as its workspace."""
     request = body or CreateSessionRequest()
-    info = state.store.create_session(tenant_id, request.id, metadata=request.metadata)
+    info = state.store.create_session(
+        tenant_id, request.id, metadata=request.metadata, workspace=request.workspace
+    )
     return session_out(info, state.secrets)
+
+
+@router.put("/sessions/{session_id}/link", response_model=SessionOut, responses=ERRORS)
+def link_session(
+    state: State, tenant_id: TenantId, session_id: SessionPath, body: LinkRequest
+) -> SessionOut:
+    """Link the session to a workspace session (the delegation funnel): every observable
+    message appended from now on is also appended to the workspace, in the same transaction.
+    Messages already stored are not copied. 404 for a missing session or workspace (or
+    another tenant's); 409 when the workspace is itself linked or the session is a workspace
+    of others; 422 for a link to itself."""
+    return session_out(
+        state.store.link_session(tenant_id, session_id, body.workspace), state.secrets
+    )
+
+
+@router.delete("/sessions/{session_id}/link", response_model=SessionOut, responses=ERRORS)
+def unlink_session(state: State, tenant_id: TenantId, session_id: SessionPath) -> SessionOut:
+    """Stop copying the session's messages (copies already made stay). Unlinking an
+    unlinked session changes nothing. 404 for a missing session or another tenant's."""
+    return session_out(state.store.unlink_session(tenant_id, session_id), state.secrets)
 
 
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
@@ -100,7 +127,8 @@ def append_entries(
     Idempotent by entry id: an id already stored with the same content is reported in
     ``duplicate_ids`` and not written twice; with other content the whole batch is a 409 and
     nothing is written. 422: kind/payload mismatch, an id twice in the batch, a parent that is
-    not an earlier entry of the session.
+    not an earlier entry of the session. For a linked session the observable messages are
+    copied onto its workspace in the same transaction; 409 when that workspace is gone.
     """
     entries = [to_entry(entry, session_id) for entry in body.entries]
     result = state.store.append_entries(tenant_id, session_id, entries)
