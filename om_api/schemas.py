@@ -430,6 +430,11 @@ class JobOut(WireModel):
         description="Why a job that recorded nothing did nothing, e.g. "
         "'observer below threshold: 12 of 10000 tokens'.",
     )
+    prompt_version: str | None = Field(
+        default=None,
+        description="Version of the observer/reflector instructions the run used, e.g. "
+        "'observer-2/reflector-2' ('custom': set in the memory settings); null until it ran.",
+    )
 
 
 # Context, recall, paging, status and view --------------------------------------------------

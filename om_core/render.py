@@ -1,14 +1,20 @@
-"""Rendering prepared memory: reflections, then observations, within the 256 KiB cap."""
+"""Rendering prepared memory: reflections, then observations, within the 256 KiB cap.
+
+Observations are shown oldest first by the time of their sources, each with its date, so a
+model reading the context can tell what was true when, and which of two facts is the newer.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
 from om_core.limits import MAX_RENDERED_MEMORY_BYTES
 from om_core.models import Observation, Reflection
 from om_core.redaction import normalize_secrets, redact
+from om_core.relative_dates import MONTHS
 
 MEMORY_HEADING = "# Observational memory"
 OUTLINE_HEADING = "## Scope Outline"
@@ -26,19 +32,23 @@ def render_observational_memory(
 ) -> str:
     """Render memory as markdown: optional scope outline, reflections, then observations.
 
-    Each item shows its recall id (``reflection:<id>`` / ``om:<id>``). Known secrets are
-    redacted. The result never exceeds ``max_bytes`` (UTF-8, at most 256 KiB):
-    lowest-relevance observations go first, then the oldest reflections, and a final line
-    says how many were left out. Returns ``""`` when there is nothing to render.
+    Each item shows its recall id (``reflection:<id>`` / ``om:<id>``). Observations are in
+    time order (:func:`in_time_order`), each dated when its ``observedAt`` is known
+    (``- [om:<id>] (8 May 2023, 13:56 UTC) text``). Known secrets are redacted. The result
+    never exceeds ``max_bytes`` (UTF-8, at most 256 KiB): lowest-relevance observations go
+    first, then the oldest reflections, and a final line says how many were left out.
+    Returns ``""`` when there is nothing to render.
     """
     max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
     keys = normalize_secrets(secrets)
     outline_lines = [redact(line, keys) for line in outline or ()]
+    observations = in_time_order(observations)
     ref_lines: list[str | None] = [
         _item(REFLECTION_REF_PREFIX, r.id, r.text, keys) for r in reflections
     ]
     obs_lines: list[str | None] = [
-        _item(OBSERVATION_REF_PREFIX, o.id, o.text, keys) for o in observations
+        _item(OBSERVATION_REF_PREFIX, o.id, o.text, keys, format_time(o.observed_at))
+        for o in observations
     ]
     if not (outline_lines or ref_lines or obs_lines):
         return ""
@@ -57,10 +67,55 @@ def render_observational_memory(
     return "\n".join(sections)
 
 
-def _item(prefix: str, memory_id: str, text: str, secrets: tuple[str, ...]) -> str:
+def in_time_order(observations: Sequence[Observation]) -> list[Observation]:
+    """``observations`` sorted by ``observedAt``, oldest first; stable, so those of the same
+    time keep their record order. Undated ones (recorded before sources carried times, or
+    with an unreadable time) come first, in record order: they are the older memory."""
+    return sorted(observations, key=lambda o: _moment(o.observed_at) or _UNDATED)
+
+
+def format_time(value: str | None) -> str | None:
+    """A timestamp as a reader wants it: ``8 May 2023``, plus ``, 13:56`` when the time of
+    day is not midnight and its zone (``UTC``, ``+02:00``) when known; ``None`` if unreadable."""
+    moment = _parse(value)
+    if moment is None:
+        return None
+    text = f"{moment.day} {MONTHS[moment.month - 1]} {moment.year}"
+    if (moment.hour, moment.minute, moment.second) != (0, 0, 0):
+        text += f", {moment:%H:%M}"
+        offset = moment.utcoffset()
+        if offset is not None:
+            text += " UTC" if not offset else " " + moment.isoformat(timespec="minutes")[-6:]
+    return text
+
+
+_UNDATED = datetime.min.replace(tzinfo=UTC)
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _moment(value: str | None) -> datetime | None:
+    """An instant comparable with any other (a naive time is taken as UTC)."""
+    moment = _parse(value)
+    if moment is None:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _item(
+    prefix: str, memory_id: str, text: str, secrets: tuple[str, ...], when: str | None = None
+) -> str:
     # Continuation lines are indented so a multi-line text stays one list item.
     body = redact(text, secrets).replace("\n", "\n  ")
-    return f"- [{prefix}{memory_id}] {body}"
+    dated = f"({when}) " if when else ""
+    return f"- [{prefix}{memory_id}] {dated}{body}"
 
 
 def _omitted_note(count: int) -> str:

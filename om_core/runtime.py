@@ -10,6 +10,7 @@ with the ``busy`` skip.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from om_core.models import (
     ObservationsDropped,
     SessionEntry,
 )
+from om_core.prompts import CUSTOM_PROMPTS_VERSION, DEFAULT_PROMPTS, PromptSet
 from om_core.provider import Provider
 from om_core.redaction import normalize_secrets
 from om_core.scopes.index import ScopeFold
@@ -84,6 +86,8 @@ class ObservationalMemoryRuntime:
     ``backoff_after`` consecutive flushes that ran a worker but did not advance, flushes skip
     with ``backoff`` until the branch leaf changes. ``invalidated_ids`` (read once per flush:
     the tombstone port's withheld ids) keeps revoked entries out of the observer's input.
+    ``prompts`` are the observer's and reflector's instructions when neither the worker
+    config nor its settings group names its own (default: :data:`om_core.prompts.DEFAULT_PROMPTS`).
     Raises :class:`TypeError` for a ``session`` that is neither.
     """
 
@@ -108,7 +112,9 @@ class ObservationalMemoryRuntime:
         new_entry_id: Callable[[], str] = create_memory_id,
         debug: DebugSink | None = None,
         invalidated_ids: Callable[[], Iterable[str]] | None = None,
+        prompts: PromptSet = DEFAULT_PROMPTS,
     ) -> None:
+        self.prompts = prompts
         self.unit_of_work = _unit_of_work(session, append_entry, invalidated_ids)
         self.settings = (
             settings
@@ -137,6 +143,15 @@ class ObservationalMemoryRuntime:
         self._stalled = 0
         self._stalled_leaf: str | None = None
         self.last_error: str | None = None
+
+    @property
+    def prompt_version(self) -> str:
+        """The version of the instructions the observer and reflector run with: that of
+        ``prompts``, or ``custom`` when a worker config or settings group replaces either."""
+        groups = {"observer": self.settings.observation, "reflector": self.settings.reflection}
+        if any(self._configs[name].instructions or g.instructions for name, g in groups.items()):
+            return CUSTOM_PROMPTS_VERSION
+        return self.prompts.version
 
     @property
     def session_id(self) -> str:
@@ -369,6 +384,9 @@ class ObservationalMemoryRuntime:
         if isinstance(resolved, str):
             state.skip(name, resolved)
             return None
+        defaults = {"observer": self.prompts.observer, "reflector": self.prompts.reflector}
+        if resolved.instructions is None and name in defaults:
+            return dataclasses.replace(resolved, instructions=defaults[name])
         return resolved
 
     def _append(

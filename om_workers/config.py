@@ -7,6 +7,7 @@ components add their own fields (``redis_url`` <- ``OM_REDIS_URL`` ...) next to 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -66,6 +67,11 @@ class Settings(BaseSettings):
     )
     provider_api_key: SecretStr | None = Field(
         default=None, description="Provider API key; redacted from every stored error."
+    )
+    prompts_file: Path | None = Field(
+        default=None,
+        description="JSON or TOML file with this deployment's observer/reflector instructions "
+        "and their version name (see om_workers.prompts); unset: the built-in prompts.",
     )
     observer_model: str | None = Field(default=None, description="Observer model override.")
     reflector_model: str | None = Field(default=None, description="Reflector model override.")

@@ -23,12 +23,14 @@ from typing import Any, Generic, TypeVar
 
 import redis
 
+from om_core.prompts import PromptSet
 from om_core.provider import Provider
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.errors import ConfigError
 from om_workers.jobs.flush import FlushDeps, PublishJob
+from om_workers.prompts import load_prompts
 from om_workers.providers.setup import provider_factory, provider_secrets, worker_models
 from om_workers.store import SqlStore
 
@@ -63,7 +65,8 @@ class Services:
     session store on ``OM_DATABASE_URL``; ``redis`` the client on ``OM_REDIS_URL`` (locks,
     coalescing); ``memory_settings`` the raw ``OM_SETTINGS_JSON`` object (read-only);
     ``secrets`` the values every job redacts (the provider API key, if set); ``worker_models``
-    the per-worker model overrides (``OM_OBSERVER_MODEL`` ..., only those set).
+    the per-worker model overrides (``OM_OBSERVER_MODEL`` ..., only those set); ``prompts`` the
+    observer/reflector instructions (``OM_PROMPTS_FILE``, else the built-in set).
 
     The store and the client connect lazily (first query, first command); :meth:`close`
     releases their pooled connections.
@@ -75,6 +78,7 @@ class Services:
     memory_settings: Mapping[str, Any]
     secrets: tuple[str, ...]
     worker_models: Mapping[str, str]
+    prompts: PromptSet
     _provider: _Once[Callable[[], Provider]] = field(repr=False, compare=False)
     _memory: _Once[ObservationalMemorySettings] = field(repr=False, compare=False)
 
@@ -101,7 +105,7 @@ class Services:
         """The worker's :class:`~om_workers.jobs.flush.FlushDeps`: this store and Redis client,
         ``publish`` (sends ``om.flush`` again), the provider factory, ``OM_MODEL``, a copy of
         the raw memory settings, ``OM_LOCK_TTL_S`` (seconds), ``OM_MAX_DELIVERIES``, the
-        redaction secrets and the per-worker models.
+        redaction secrets, the per-worker models and the prompt set.
 
         Raises :class:`ConfigError` like :meth:`provider_factory` (the worker's first task
         fails loudly on a misnamed provider).
@@ -117,6 +121,7 @@ class Services:
             max_deliveries=self.settings.max_deliveries,
             secrets=self.secrets,
             worker_models=dict(self.worker_models),
+            prompts=self.prompts,
         )
 
     def close(self) -> None:
@@ -141,8 +146,10 @@ def build_services(
 
     Raises :class:`ConfigError` when no ``redis`` is given and ``OM_REDIS_URL`` is unset (only
     the embedded stack, ``om up``, starts a private Redis, and it passes its URL on), when
-    ``OM_REDIS_URL`` cannot be parsed, or when ``OM_DATABASE_URL`` is unusable.
+    ``OM_REDIS_URL`` cannot be parsed, when ``OM_DATABASE_URL`` is unusable, or when
+    ``OM_PROMPTS_FILE`` cannot be read or is invalid (read here, so a bad file stops start-up).
     """
+    prompts = load_prompts(settings.prompts_file)
     if redis is None:
         if not settings.redis_url:
             raise ConfigError(
@@ -157,6 +164,7 @@ def build_services(
         memory_settings=MappingProxyType(raw_memory),
         secrets=provider_secrets(settings),
         worker_models=MappingProxyType(dict(worker_models(settings))),
+        prompts=prompts,
         _provider=_Once(lambda: provider_factory(settings)),
         _memory=_Once(lambda: resolve_settings(dict(raw_memory) or None)),
     )

@@ -159,16 +159,24 @@ def locomo(
         "answer": answer,
         "runs": runs if answer else None,
         "baselines": list(BASELINES) if answer and baselines else [],
+        # Which observer/reflector instructions made this memory: compare reports by it.
+        "prompt_version": ", ".join(sorted(target.prompt_versions)) or None,
     }
     if not api_url:
         meta["settings"] = target.settings.to_json_dict()  # type: ignore[union-attr]
         meta["max_tokens"] = target.max_tokens  # type: ignore[union-attr]
-    markdown = to_markdown(results, judged=answer)
+    markdown = _heading(meta) + to_markdown(results, judged=answer)
     typer.echo(markdown)
     if json_path is not None:
         json_path.write_text(json.dumps(to_json(results, meta), indent=2) + "\n", encoding="utf-8")
     if markdown_path is not None:
         markdown_path.write_text(markdown, encoding="utf-8")
+
+
+def _heading(meta: dict[str, Any]) -> str:
+    """The report's first line: what made the memory, so two reports can be told apart."""
+    version = meta["prompt_version"] or "unknown (no flush job ran)"
+    return f"Prompts {version}; provider {meta['provider']}, model {meta['model']}.\n\n"
 
 
 def _local_target(
@@ -178,12 +186,14 @@ def _local_target(
     from om_core import resolve_settings
     from om_core.errors import ObservationalMemoryError
     from om_workers.errors import OMWorkersError
+    from om_workers.prompts import load_prompts
     from om_workers.providers.setup import provider_factory, worker_models
 
     try:
         raw = json.loads(settings_json) if settings_json else dict(settings.memory_settings)
         memory = resolve_settings(raw)
         provider = provider_factory(settings)()
+        prompts = load_prompts(settings.prompts_file)
     except json.JSONDecodeError as exc:
         _fail(f"--settings is not JSON: {exc}", 2)
     except (ObservationalMemoryError, OMWorkersError, TypeError) as exc:
@@ -195,6 +205,7 @@ def _local_target(
         models=worker_models(settings),
         force=force,
         max_tokens=max_tokens or settings.context_max_tokens,
+        prompts=prompts,
     )
 
 

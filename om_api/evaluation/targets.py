@@ -26,6 +26,7 @@ from om_core import (
 )
 from om_core.context import build_context
 from om_core.models import Role
+from om_core.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.provider import Provider
 from om_core.recall import recall_memory
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
@@ -99,7 +100,9 @@ class InProcessTarget:
 
     ``provider`` does the observer/reflector/dropper work (``models`` may name a model per
     worker, else ``model``). Memory records carry the replayed session's date as their
-    ``created_at``/``observedAt``, so the ledger reads as if written at the time.
+    ``created_at``/``observedAt``, so the ledger reads as if written at the time. ``prompts``
+    are the observer's and reflector's instructions; :attr:`prompt_versions` says which version
+    the flushes ran with (one, unless the memory settings name instructions: ``custom``).
     """
 
     def __init__(
@@ -111,9 +114,12 @@ class InProcessTarget:
         models: Mapping[str, str] | None = None,
         force: bool = False,
         max_tokens: int = DEFAULT_CONTEXT_MAX_TOKENS,
+        prompts: PromptSet = DEFAULT_PROMPTS,
     ) -> None:
         self.settings = settings
         self.max_tokens = max_tokens
+        self.prompts = prompts
+        self.prompt_versions: set[str] = set()
         self._provider = provider
         self._model = model
         self._models = dict(models or {})
@@ -135,6 +141,7 @@ class InProcessTarget:
             dropper=WorkerConfig(model=self._models.get("dropper")),
             session_model=self._model,
             now=lambda: self._now or "",
+            prompts=self.prompts,
         )
 
     def entries(self, session_id: str) -> list[SessionEntry]:
@@ -156,7 +163,9 @@ class InProcessTarget:
                 )
             )
         self._now = next((m.created_at for m in messages if m.created_at), None)
-        result = self._runtimes[session_id].flush(force=self._force)
+        runtime = self._runtimes[session_id]
+        self.prompt_versions.add(runtime.prompt_version)
+        result = runtime.flush(force=self._force)
         if result.error:
             raise EvalError(f"flush of {session_id} failed: {result.error}")
 
@@ -200,7 +209,8 @@ class ApiTarget:
     failed job, a timeout or a refused call raises :class:`EvalError`; a ``skipped``
     job (below the stack's ``observation.messageTokens``) is the pipeline's own choice and is
     not an error. Entry ids are unique per tenant, so callers give each replay a fresh session
-    id and derive entry ids from it.
+    id and derive entry ids from it. :attr:`prompt_versions` collects the prompt version each
+    job that ran reports (the stack's ``OM_PROMPTS_FILE``, not this process's).
     """
 
     def __init__(
@@ -218,6 +228,7 @@ class ApiTarget:
         self._max_tokens = max_tokens
         self._force = force
         self._timeout = job_timeout_s
+        self.prompt_versions: set[str] = set()
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -238,6 +249,8 @@ class ApiTarget:
         job = self._call(lambda: self._client.wait_for_job(accepted.job_id, self._timeout))
         if job.state == "failed":
             raise EvalError(f"flush job {job.id} of {session_id} failed: {job.error}")
+        if job.prompt_version:
+            self.prompt_versions.add(job.prompt_version)
 
     def context(self, session_id: str) -> ContextView:
         """``GET .../context`` (``max_tokens`` when given, else the server's default)."""

@@ -98,4 +98,5 @@ def job_out(run: FlushJob, error: str | None) -> JobOut:
         counts=dict(run.counts),
         error=error,
         reason=run.reason,
+        prompt_version=run.prompt_version,
     )

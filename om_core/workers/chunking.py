@@ -23,7 +23,11 @@ _FRAMING_BYTES = 128
 
 
 def prompt_budget(limits: WorkerLimits, system: str) -> int:
-    """Bytes the observer transcript block may take: half the cap, minus the system message."""
+    """Bytes the observer transcript block may take: half the cap, minus the system message.
+
+    The two short lines before the block (the batch's span and the data note, under 200
+    bytes) are not counted: they come out of the half kept for the model's calls.
+    """
     return limits.max_message_bytes // PROMPT_SHARE - _json_len(system) - _FRAMING_BYTES
 
 

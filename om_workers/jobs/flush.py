@@ -33,6 +33,7 @@ from typing import Any, Literal
 import redis
 
 from om_core.extractive import ExtractiveProvider
+from om_core.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.provider import Provider, ProviderRequest, ProviderResponse
 from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers.coordination import coalesce, keys, timing
@@ -66,7 +67,8 @@ class FlushDeps:
     ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
     ``secrets`` are redacted from every stored error and prompt (the provider API key among
     them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
-    overrides the memory settings' and ``model`` for that worker.
+    overrides the memory settings' and ``model`` for that worker; ``prompts`` the
+    observer/reflector instructions (their version is recorded on each job row).
     """
 
     store: SqlStore
@@ -79,6 +81,7 @@ class FlushDeps:
     max_deliveries: int = 5
     secrets: tuple[str, ...] = ()
     worker_models: Mapping[str, str] = field(default_factory=dict)
+    prompts: PromptSet = DEFAULT_PROMPTS
 
 
 @dataclass(frozen=True)
@@ -343,6 +346,7 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
             dropper=WorkerConfig(model=models.get("dropper")),
             session_model=deps.model,
             secrets=deps.secrets,
+            prompts=deps.prompts,
         )
         result = runtime.flush(full_reflection_rebuild=job.full_reflection_rebuild, force=job.force)
     except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
@@ -350,16 +354,19 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
         return FlushOutcome("failed", job_id, job_id, stored)
     counts = _counts(result)
+    version = runtime.prompt_version
     state: Literal["succeeded", "failed"] = "failed" if result.error else "succeeded"
     if memory.fenced is None:
-        finish = JobFinish(job_id, state, counts, result.error, deps.secrets, result.note)
+        finish = JobFinish(job_id, state, counts, result.error, deps.secrets, result.note, version)
         try:
             job_row = memory.finish(finish)
         except (LockLostError, StaleEpochError):
             pass  # recorded in memory.fenced: the job is finished as fenced out below
         except Exception as exc:  # the held records could not be written
             lost = f"{type(exc).__name__}: {exc}"
-            stored = _finish_quietly(deps, tenant_id, job_id, "failed", counts=counts, error=lost)
+            stored = _finish_quietly(
+                deps, tenant_id, job_id, "failed", counts=counts, error=lost, version=version
+            )
             return FlushOutcome("failed", job_id, job_id, stored, counts)
         else:
             if job_row is None:
@@ -369,7 +376,9 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
     if isinstance(memory.fenced, StaleEpochError):
         METRICS.fence_rejections.inc()
     error = f"fenced out before writing: {memory.fenced}"
-    stored = _finish_quietly(deps, tenant_id, job_id, "failed", counts=counts, error=error)
+    stored = _finish_quietly(
+        deps, tenant_id, job_id, "failed", counts=counts, error=error, version=version
+    )
     return FlushOutcome("failed", job_id, job_id, stored, counts)
 
 
@@ -404,12 +413,20 @@ def _finish_quietly(
     *,
     counts: Mapping[str, int] | None = None,
     error: str | None = None,
+    version: str | None = None,
 ) -> str | None:
     """Finish the job; a job finished meanwhile (the reconciler swept it) keeps its state.
-    Returns the stored (redacted) error."""
+    ``version`` is the prompt version of a run that got as far as the pipeline. Returns the
+    stored (redacted) error."""
     try:
         return deps.store.finish_job(
-            tenant_id, job_id, state, counts=counts, error=error, secrets=deps.secrets
+            tenant_id,
+            job_id,
+            state,
+            counts=counts,
+            error=error,
+            secrets=deps.secrets,
+            prompt_version=version,
         ).error
     except (InvalidJobStateError, FlushJobNotFoundError) as exc:
         log.warning("flush job %s not finished as %s: %s", job_id, state, exc)

@@ -60,6 +60,7 @@ _FINISH = (
         counts=bindparam("new_counts"),
         error=bindparam("new_error"),
         reason=bindparam("new_reason"),
+        prompt_version=bindparam("new_prompt_version"),
     )
     .returning(*flush_jobs.c, _SESSION_ID)
 )
@@ -88,6 +89,7 @@ def _to_job(row: Row[Any]) -> FlushJob:
         counts=dict(data["counts"]),
         error=data["error"],
         reason=data["reason"],
+        prompt_version=data["prompt_version"],
     )
 
 
@@ -127,6 +129,7 @@ def finish_in(
         "new_counts": dict(finish.counts),
         "new_error": None if error is None else redact(error, finish.secrets)[:MAX_ERROR_CHARS],
         "new_reason": finish.reason,
+        "new_prompt_version": finish.prompt_version,
     }
     row = connection.execute(_FINISH, params).first()
     return None if row is None else _to_job(row)
@@ -224,14 +227,18 @@ class JobsMixin(StoreBase):
         counts: Mapping[str, int] | None = None,
         error: str | None = None,
         secrets: Iterable[str] = (),
+        prompt_version: str | None = None,
     ) -> FlushJob:
-        """Mark a job succeeded, failed or skipped, with its counts and redacted error.
+        """Mark a job succeeded, failed or skipped, with its counts and redacted error (and
+        the prompt version of a run that got as far as the pipeline).
 
         ``error`` has every exact secret replaced and is cut to ``MAX_ERROR_CHARS``. Raises
         :class:`InvalidJobStateError` for a non-final ``state`` or a job already finished,
         :class:`FlushJobNotFoundError` for an unknown job.
         """
-        finish = JobFinish(job_id, state, dict(counts or {}), error, tuple(secrets))
+        finish = JobFinish(
+            job_id, state, dict(counts or {}), error, tuple(secrets), prompt_version=prompt_version
+        )
         with self._write() as connection:
             job = finish_in(connection, tenant_id, finish, now=self._now())
             if job is None:

@@ -143,7 +143,8 @@ class ContextState:
 
 @dataclass(frozen=True, slots=True)
 class FlushJob:
-    """One flush job: state, timings, counts and the redacted error of a failed job."""
+    """One flush job: state, timings, counts, the redacted error of a failed job, and the
+    version of the prompts its run used (``None`` until it ran)."""
 
     id: str
     tenant_id: str
@@ -158,13 +159,15 @@ class FlushJob:
     counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     reason: str | None = None
+    prompt_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobFinish:
     """How a flush job ends: its final ``state``, counts, an error that is stored with every
     exact value of ``secrets`` redacted, and the ``reason`` a job that recorded nothing did
-    nothing (``observer below threshold: 12 of 10000 tokens``)."""
+    nothing (``observer below threshold: 12 of 10000 tokens``), and the ``prompt_version`` of
+    the run (``None`` for a job that never ran the pipeline)."""
 
     job_id: str
     state: JobState
@@ -172,6 +175,7 @@ class JobFinish:
     error: str | None = None
     secrets: tuple[str, ...] = ()
     reason: str | None = None
+    prompt_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

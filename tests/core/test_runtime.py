@@ -89,7 +89,9 @@ def test_backlog_larger_than_transcript_cap_is_chunked_oldest_first() -> None:
 
     limits = WorkerLimits(max_message_bytes=4096)
     provider = ScriptedProvider([observer] * 50)
-    result = runtime(s, observation=WorkerConfig(provider=provider), limits=limits).flush()
+    # Short instructions: the default ones alone would fill most of this tiny cap.
+    config = WorkerConfig(provider=provider, instructions="Observe the transcript.")
+    result = runtime(s, observation=config, limits=limits).flush()
     assert result.error is None
     assert len(seen) >= 3
     flat = [i for chunk in seen for i in chunk]

@@ -89,7 +89,8 @@ def test_observer_prompt_has_instructions_in_system_and_delimited_eligible_lines
     system, user = provider.requests[0].messages[:2]
     assert system.role == "system" and "record_observation" in system.text
     assert "Limits: " in system.text
-    assert user.text.startswith("<transcript>\n") and user.text.endswith("\n</transcript>")
+    assert user.text.startswith("Batch: 3 messages, times unknown.\n")
+    assert "\n<transcript>\n" in user.text and user.text.endswith("\n</transcript>")
     assert user.text.count("</transcript>") == 1  # quoted delimiters are escaped
     lines = parse_block(user.text, "transcript")
     assert [line["id"] for line in lines] == ["e1", "e3", "e5"]
@@ -202,7 +203,8 @@ def test_reflector_guards_empty_and_not_smaller() -> None:
     with pytest.raises(WorkerOutputRejectedError, match="empty reflection set"):
         reflect([])
     long_text = WINDOW[0].text + " and more words to make it long"
-    with pytest.raises(WorkerOutputRejectedError, match="not smaller"):
+    # A reflection not shorter than what it cites is refused, so nothing is left to commit.
+    with pytest.raises(WorkerOutputRejectedError, match="empty reflection set"):
         reflect([calls("record_reflection", {"text": long_text, "observationIds": [mid(1)]})])
     with pytest.raises(InvalidInputError):
         reflect([], window=[])

@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from om_core.extractive import ExtractiveProvider
+from om_core.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.provider import Provider, ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
@@ -268,3 +269,17 @@ def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
     client.set(keys.pending_key(tenant, "s1"), first)
     assert run_flush_job(deps, tenant, "s1", first, False).outcome == "skipped"
     assert client.get(keys.pending_key(tenant, "s1")) is None
+
+
+def test_job_row_records_the_prompt_version_it_ran_with(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    default = deps_for(store, client, published)
+    job = enqueue(default, tenant, "s1")
+    assert run_flush_job(default, tenant, "s1", job, False).outcome == "succeeded"
+    assert store.get_job(tenant, job).prompt_version == DEFAULT_PROMPTS.version
+    add_chat(store, tenant, "s1", 2, start=3)
+    ours = deps_for(store, client, published, prompts=PromptSet("ours-1", "Observe.", "Reflect."))
+    job = enqueue(ours, tenant, "s1")
+    assert run_flush_job(ours, tenant, "s1", job, False).outcome == "succeeded"
+    assert store.get_job(tenant, job).prompt_version == "ours-1"
