@@ -654,6 +654,39 @@ class TenantOut(WireModel):
     created_at: datetime
 
 
+class RateLimitIn(RequestModel):
+    """One request class's limit: ``rate_per_s`` sustained, ``burst`` at once from idle."""
+
+    rate_per_s: float = Field(gt=0, le=1_000_000, allow_inf_nan=False)
+    burst: int = Field(ge=1, le=1_000_000)
+
+
+class SetRateLimitsRequest(RequestModel):
+    """``PUT /v1/admin/tenants/{id}/limits``: the tenant's overrides, replacing the old ones.
+    An absent or null class uses the ``OM_RATE_*`` default."""
+
+    appends: RateLimitIn | None = None
+    flushes: RateLimitIn | None = None
+    reads: RateLimitIn | None = None
+
+
+class RateLimitOut(WireModel):
+    """One request class's limit per API key."""
+
+    rate_per_s: float
+    burst: int
+
+
+class RateLimitsOut(WireModel):
+    """A tenant's rate limits per API key: its ``overrides`` (absent class: none) and the
+    ``effective`` limit of every class (override, else the deployment's default). Replicas
+    apply a change within ``OM_RATE_LIMIT_CACHE_S``."""
+
+    tenant_id: str
+    overrides: dict[str, RateLimitOut]
+    effective: dict[str, RateLimitOut]
+
+
 class CreateKeyRequest(RequestModel):
     """``POST /v1/admin/tenants/{id}/keys`` (the body is optional)."""
 

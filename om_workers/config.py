@@ -114,6 +114,27 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Log level of every om service.")
 
+    # Per-API-key rate limits (docs/architecture.md, "Rate limits"): sustained requests per
+    # second and the burst an idle key may send at once, per request class, enforced in Redis
+    # across replicas. An admin can override them per tenant (PUT /v1/admin/tenants/{id}/limits,
+    # om tenants limits). Sized so an agent appending every turn and reading its context never
+    # meets them, while one runaway client cannot take the whole store or worker pool.
+    rate_limits_enabled: bool = Field(
+        default=True, description="Enforce the per-key rate limits (429 over them)."
+    )
+    rate_appends_per_s: float = Field(default=20.0, gt=0, le=1e6, description="Appends/s.")
+    rate_appends_burst: int = Field(default=40, ge=1, description="Append burst.")
+    rate_flushes_per_s: float = Field(default=5.0, gt=0, le=1e6, description="Flushes/s.")
+    rate_flushes_burst: int = Field(default=20, ge=1, description="Flush burst.")
+    rate_reads_per_s: float = Field(default=50.0, gt=0, le=1e6, description="Reads/s.")
+    rate_reads_burst: int = Field(default=100, ge=1, description="Read burst.")
+    rate_limit_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long an API process keeps a tenant's limit overrides before reading "
+        "them again (0: every request).",
+    )
+
     # Ports of om api / om flower and of the embedded stack (om up, make up).
     api_port: int = Field(
         default=8000, ge=0, le=65535, description="API port of om api and om up (0: any free)."

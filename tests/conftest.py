@@ -21,6 +21,11 @@ from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, normalize_database_url, upgrade
 
+# Per-key rate limits are off for every suite (and the API processes it starts, which inherit
+# the environment): load, chaos and burst tests would otherwise measure the limiter. They are
+# on, with small limits, in tests/api/test_rate_limits.py.
+os.environ.setdefault("OM_RATE_LIMITS_ENABLED", "false")
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:

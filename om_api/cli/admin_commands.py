@@ -1,10 +1,11 @@
 """Operator commands that work on the database directly (no API needed, so they also bootstrap
-a fresh deployment): om db upgrade, om keys create, om keys list, om keys revoke.
+a fresh deployment): om db upgrade, om keys create, om keys list, om keys revoke, om tenants
+limits.
 
 They use --database-url, else OM_DATABASE_URL, the same store the API reads. A revocation
 committed here refuses the key's next request on every API replica at once: the API looks
 each key up in the store on every request and caches nothing. :mod:`om_api.cli.commands`
-registers these on the ``om db`` and ``om keys`` groups.
+registers these on the ``om db``, ``om keys`` and ``om tenants`` groups.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -110,3 +111,62 @@ def keys_revoke(
         print_json(revoked)
     else:
         render.show_key(revoked)
+
+
+def _rate(name: str) -> Any:
+    return typer.Option(f"--{name}-per-s", help=f"Sustained {name} per second per API key.")
+
+
+def _burst(name: str) -> Any:
+    return typer.Option(
+        f"--{name}-burst", help=f"{name.capitalize()} an idle key may send at once."
+    )
+
+
+def tenants_limits(
+    tenant: TenantArg,
+    appends_per_s: Annotated[float | None, _rate("appends")] = None,
+    appends_burst: Annotated[int | None, _burst("appends")] = None,
+    flushes_per_s: Annotated[float | None, _rate("flushes")] = None,
+    flushes_burst: Annotated[int | None, _burst("flushes")] = None,
+    reads_per_s: Annotated[float | None, _rate("reads")] = None,
+    reads_burst: Annotated[int | None, _burst("reads")] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Drop every override first (back to the defaults).")
+    ] = False,
+    as_json: JsonOutput = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show or change a tenant's per-key rate limits. Each given value overrides the
+    OM_RATE_* default of its class (the other value of that class keeps its current one);
+    with no option, only show them. API replicas apply a change within OM_RATE_LIMIT_CACHE_S."""
+    from om_api.server.limits import default_limits, limits_out
+    from om_core.errors import InvalidInputError
+    from om_core.rate_limit import RateLimit, RequestClass
+
+    given: dict[RequestClass, tuple[float | None, int | None]] = {
+        "appends": (appends_per_s, appends_burst),
+        "flushes": (flushes_per_s, flushes_burst),
+        "reads": (reads_per_s, reads_burst),
+    }
+    defaults = default_limits(get_settings())
+    with _store(database_url) as store:
+        overrides = {} if clear else store.get_rate_limits(tenant)
+        if clear or any(v is not None for pair in given.values() for v in pair):
+            for name, (rate, burst) in given.items():
+                if rate is None and burst is None:
+                    continue
+                current = overrides.get(name, defaults[name])
+                try:
+                    overrides[name] = RateLimit(
+                        current.rate_per_s if rate is None else rate,
+                        current.burst if burst is None else burst,
+                    )
+                except InvalidInputError as exc:
+                    fail(f"--{name}: {exc}", 2)
+            overrides = store.set_rate_limits(tenant, overrides)
+    answer = limits_out(tenant, overrides, defaults)
+    if as_json:
+        print_json(answer)
+    else:
+        render.show_limits(answer)

@@ -50,7 +50,11 @@ db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 keys_app = typer.Typer(
     help="Tenant API keys (in the database: --database-url).", no_args_is_help=True
 )
+tenants_app = typer.Typer(
+    help="Tenant settings (in the database: --database-url).", no_args_is_help=True
+)
 app.add_typer(db_app, name="db")
+app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
 app.add_typer(eval_app, name="eval")
 
@@ -320,6 +324,7 @@ db_app.command("upgrade")(admin_commands.db_upgrade)
 keys_app.command("create")(admin_commands.keys_create)
 keys_app.command("list")(admin_commands.keys_list)
 keys_app.command("revoke")(admin_commands.keys_revoke)
+tenants_app.command("limits")(admin_commands.tenants_limits)
 for _command in (
     client_commands.sessions,
     client_commands.link,

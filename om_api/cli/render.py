@@ -21,6 +21,7 @@ from om_api.schemas import (
     ContextOut,
     EntryOut,
     JobOut,
+    RateLimitsOut,
     RecallOut,
     SessionsPage,
 )
@@ -157,6 +158,16 @@ def show_keys(tenant_id: str, keys: list[ApiKeyOut]) -> None:
         table.add_row(
             key.key_id, key.prefix, key.label, _when(key.created_at), _when(key.revoked_at)
         )
+    _print_table(table)
+
+
+def show_limits(limits: RateLimitsOut) -> None:
+    """A tenant's per-key rate limits as a table: class, rate, burst, override or default."""
+    table = _table("CLASS", "PER SECOND", "BURST", "SOURCE")
+    for name, limit in limits.effective.items():
+        source = "override" if name in limits.overrides else "default"
+        table.add_row(name, f"{limit.rate_per_s:g}", str(limit.burst), source)
+    typer.echo(f"rate limits per API key of tenant {limits.tenant_id}")
     _print_table(table)
 
 

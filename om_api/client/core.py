@@ -91,6 +91,13 @@ class Unavailable(OMClientError):
     """503 or no answer (connection refused, timeout) after the retries ran out."""
 
 
+class RateLimited(OMClientError):
+    """429: the API key is over a rate limit (``detail`` names the class and rate) and the
+    retries ran out, or the client has none. ``retry_after_s`` is the server's wait, seconds."""
+
+    retry_after_s: float | None = None
+
+
 class ServerError(OMClientError):
     """A 5xx other than 503, or any status the API does not document."""
 
@@ -141,6 +148,7 @@ _BY_STATUS: Final[Mapping[int, type[OMClientError]]] = {
     409: Conflict,
     413: PayloadTooLarge,
     422: InvalidRequest,
+    429: RateLimited,
     503: Unavailable,
 }
 
@@ -238,9 +246,12 @@ def error_for(call: Call[Any], response: httpx.Response) -> OMClientError:
         code, detail, request_id = body.error, body.detail, body.request_id or request_id
     kind = _BY_STATUS.get(response.status_code, ServerError)
     message = f"{call.method} {call.path}: {response.status_code} {code or ''} {detail}".strip()
-    return kind(
+    error = kind(
         message, status=response.status_code, code=code, detail=detail, request_id=request_id
     )
+    if isinstance(error, RateLimited):
+        error.retry_after_s = retry_after_s(response)
+    return error
 
 
 def transport_error(call: Call[Any], exc: httpx.TransportError) -> Unavailable:

@@ -21,11 +21,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
 from om_api.server.errors import install_error_handlers
+from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
 from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
+from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.jobs.flush import PublishJob
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
@@ -178,6 +180,7 @@ def create_app(
         metrics=metrics,
         registry=registry,
         publish_factory=publish_factory,
+        limits=ApiRateLimits(resolved, services.store, RateLimiter(services.redis), metrics),
     )
     configure_logging(registry, resolved.log_level)
     app = FastAPI(

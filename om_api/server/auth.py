@@ -15,10 +15,11 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from om_api.server.errors import ApiError
+from om_api.server.limits import request_class
 from om_api.server.state import State
 from om_workers.errors import InvalidApiKeyError
 
@@ -38,16 +39,22 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
     return token
 
 
-def require_tenant(state: State, credentials: Credentials) -> str:
-    """The tenant id of the request's API key. Raises a 401 :class:`ApiError`."""
+def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
+    """The tenant id of the request's API key, after spending one request of the key's rate
+    limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
+    :class:`~om_api.server.limits.RateLimitedError` over the limit."""
     token = _token(credentials)
     try:
-        tenant_id = state.store.resolve_api_key(token)
+        tenant_id, key_id = state.store.resolve_api_key_id(token)
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
     # value is never echoed anywhere, so it needs no redaction.
     state.registry.add(token)
+    # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
+    # key never reaches here, so guessing keys cannot fill Redis with buckets.
+    template = str(getattr(request.scope.get("route"), "path", request.url.path))
+    state.limits.check(tenant_id, key_id, request_class(request.method, template))
     return tenant_id
 
 

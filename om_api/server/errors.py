@@ -91,13 +91,16 @@ def refused_by_database(exc: BaseException) -> bool:
 
 
 class ApiError(Exception):
-    """An error a route raises directly with its status, code and reason."""
+    """An error a route raises directly with its status, code, reason and extra headers."""
 
-    def __init__(self, status: int, error: str, detail: str) -> None:
+    def __init__(
+        self, status: int, error: str, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
+        self.headers = headers
 
 
 def classify(exc: BaseException) -> tuple[int, str] | None:
@@ -129,17 +132,20 @@ def error_response(
     *,
     errors: list[dict[str, Any]] | None = None,
     secrets: Iterable[str] = (),
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """An :class:`ErrorBody` response; ``detail`` is redacted of every exact secret."""
+    """An :class:`ErrorBody` response; ``detail`` is redacted of every exact secret;
+    ``headers`` are added (a 429's ``Retry-After``)."""
     body = ErrorBody(
         error=error,
         detail=_encodable(redact_text(detail, secrets)),
         request_id=_request_id(request),
         errors=errors,
     )
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S), **(headers or {})}
     if status == 401:
-        headers = {"WWW-Authenticate": "Bearer"}
+        headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True), status_code=status, headers=headers
     )
@@ -234,7 +240,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return error_response(request, exc.status, exc.error, exc.detail, secrets=_secrets(request))
+        return error_response(
+            request,
+            exc.status,
+            exc.error,
+            exc.detail,
+            secrets=_secrets(request),
+            headers=exc.headers,
+        )
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         found = classify(exc)

@@ -44,6 +44,19 @@ class ApiMetrics:
         )
         for outcome in ("published", "coalesced", "unavailable"):
             self.enqueue.labels(outcome=outcome)
+        self.rate_limited = Counter(
+            "om_api_rate_limited",
+            "Requests refused with a 429 by request class: appends, flushes, reads.",
+            ("request_class",),
+            registry=self.registry,
+        )
+        for name in ("appends", "flushes", "reads"):
+            self.rate_limited.labels(request_class=name)
+        self.rate_limit_unavailable = Counter(
+            "om_api_rate_limit_unavailable",
+            "Requests let through unchecked because Redis was unavailable (fail open).",
+            registry=self.registry,
+        )
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one finished request."""
@@ -53,6 +66,14 @@ class ApiMetrics:
     def observe_enqueue(self, outcome: EnqueueOutcome) -> None:
         """Count one flush request's outcome."""
         self.enqueue.labels(outcome=outcome).inc()
+
+    def observe_rate_limited(self, request_class: str) -> None:
+        """Count one request refused over its rate limit."""
+        self.rate_limited.labels(request_class=request_class).inc()
+
+    def observe_rate_limit_unavailable(self) -> None:
+        """Count one request let through because the limiter could not reach Redis."""
+        self.rate_limit_unavailable.inc()
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

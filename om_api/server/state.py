@@ -15,6 +15,7 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
+from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import SecretRegistry
 from om_api.server.metrics import ApiMetrics
 from om_core.settings import ObservationalMemorySettings
@@ -34,6 +35,7 @@ class ApiState:
     metrics: ApiMetrics
     registry: SecretRegistry
     publish_factory: Callable[[], PublishJob]
+    limits: ApiRateLimits
     _publish: PublishJob | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

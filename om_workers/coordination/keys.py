@@ -11,6 +11,9 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
 - ``om:worker:{worker id}``: present while that worker process lives (refreshed by its
   heartbeat thread, :mod:`om_workers.coordination.liveness`): a lock whose holder's key is gone
   was left by a dead process and may be taken at once;
+- ``om:rate:{key id}:{class}``: an API key's rate-limit bucket for one request class, its GCRA
+  theoretical arrival time in microseconds (``SET PX`` in the ``rate_limit.lua`` script,
+  :mod:`om_workers.coordination.rate_limit`); it expires once the bucket is full again;
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -100,6 +103,14 @@ def lock_holder(token: str) -> str | None:
     return worker_id if slash and worker_id else None
 
 
+def rate_key(key_id: str, request_class: str) -> str:
+    """Key of an API key's rate-limit bucket for one request class (value: a GCRA TAT, µs).
+
+    Raises ``ValueError`` for an empty id or class.
+    """
+    return f"{PREFIX}rate:{_part(key_id)}:{_part(request_class)}"
+
+
 PENDING_PATTERN: Final = f"{PREFIX}pending:*"
 """``SCAN MATCH`` pattern of every session's ``pending`` marker (for the reconciler)."""
 
@@ -137,3 +148,5 @@ ACQUIRE_LOCK: Final = _script("acquire_lock.lua")
 SET_PENDING: Final = _script("set_pending.lua")
 
 DELETE_IF_EQUAL: Final = _script("delete_if_equal.lua")
+
+RATE_LIMIT: Final = _script("rate_limit.lua")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
+from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.errors import (
     ApiKeyNotFoundError,
     InvalidApiKeyError,
@@ -122,18 +124,60 @@ class AccountsMixin(StoreBase):
         cached: the API calls this on every request, so a revocation committed by any process
         (another API replica, ``om keys revoke``) refuses the key's next request.
         """
+        return self.resolve_api_key_id(plaintext)[0]
+
+    def resolve_api_key_id(self, plaintext: str) -> tuple[str, str]:
+        """``(tenant id, key id)`` of a key (the key id names its rate-limit buckets).
+
+        Raises :class:`InvalidApiKeyError` like :meth:`resolve_api_key`.
+        """
         if not plaintext or len(plaintext) > _MAX_KEY_LENGTH:
             raise InvalidApiKeyError("invalid API key")
         with self._read() as connection:
             row = connection.execute(
-                select(api_keys.c.tenant_id).where(
+                select(api_keys.c.tenant_id, api_keys.c.id).where(
                     api_keys.c.key_hash == hash_api_key(plaintext),
                     api_keys.c.revoked_at.is_(None),
                 )
             ).first()
         if row is None:
             raise InvalidApiKeyError("invalid API key")
-        return str(row.tenant_id)
+        return str(row.tenant_id), str(row.id)
+
+    def get_rate_limits(self, tenant_id: str) -> dict[RequestClass, RateLimit]:
+        """The tenant's rate-limit overrides by request class (absent class: the default).
+
+        Raises :class:`TenantNotFoundError`.
+        """
+        with self._read() as connection:
+            row = connection.execute(
+                select(tenants.c.rate_limits).where(tenants.c.id == tenant_id)
+            ).first()
+        if row is None:
+            raise TenantNotFoundError(f"no tenant {tenant_id!r}")
+        stored: dict[str, Any] = row.rate_limits or {}
+        return {
+            name: RateLimit(float(stored[name]["rate_per_s"]), int(stored[name]["burst"]))
+            for name in REQUEST_CLASSES
+            if isinstance(stored.get(name), dict)
+        }
+
+    def set_rate_limits(
+        self, tenant_id: str, limits: Mapping[RequestClass, RateLimit]
+    ) -> dict[RequestClass, RateLimit]:
+        """Replace the tenant's overrides with ``limits`` (empty: back to the defaults) and
+        return them. Raises :class:`TenantNotFoundError`."""
+        value = {
+            name: {"rate_per_s": limit.rate_per_s, "burst": limit.burst}
+            for name, limit in limits.items()
+        }
+        with self._write() as connection:
+            result = connection.execute(
+                update(tenants).where(tenants.c.id == tenant_id).values(rate_limits=value or None)
+            )
+            if result.rowcount == 0:
+                raise TenantNotFoundError(f"no tenant {tenant_id!r}")
+        return dict(limits)
 
     def revoke_api_key(self, tenant_id: str, key_id: str) -> None:
         """Revoke one of the tenant's keys (idempotent). Raises :class:`InvalidApiKeyError` if

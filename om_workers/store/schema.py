@@ -70,6 +70,9 @@ tenants = Table(
     Column("id", String(TENANT_ID_LENGTH), primary_key=True),
     Column("name", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # Per-class rate-limit overrides set by an admin ({"appends": {"rate_per_s": .., "burst":
+    # ..}, ...}); NULL or an absent class: the OM_RATE_* defaults.
+    Column("rate_limits", Json, nullable=True),
 )
 
 api_keys = Table(

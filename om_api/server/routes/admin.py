@@ -1,4 +1,4 @@
-"""Admin routes (``OM_ADMIN_TOKEN``): tenants and their API keys.
+"""Admin routes (``OM_ADMIN_TOKEN``): tenants, their API keys and their rate limits.
 
 A key is listed by id and prefix only; its plaintext exists in the creating answer alone (the
 store keeps a hash). Revoking takes effect on the key's next request, on every API replica:
@@ -19,11 +19,15 @@ from om_api.schemas import (
     CreateTenantRequest,
     ErrorBody,
     KeyOut,
+    RateLimitsOut,
+    SetRateLimitsRequest,
     TenantOut,
 )
 from om_api.server.auth import Admin
+from om_api.server.limits import default_limits, limits_out
 from om_api.server.routes import KeyPath, TenantPath
 from om_api.server.state import State
+from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -68,3 +72,29 @@ def revoke_key(state: State, _: Admin, key_id: KeyPath) -> ApiKeyOut:
     """Revoke an API key by its id (admin token): from now on every request with it is a 401,
     on every API replica. Revoking a revoked key changes nothing. 404 for an unknown key id."""
     return ApiKeyOut.model_validate(state.store.revoke_key(key_id), from_attributes=True)
+
+
+@router.get("/tenants/{tenant_id}/limits", response_model=RateLimitsOut, responses=ERRORS)
+def get_limits(state: State, _: Admin, tenant_id: TenantPath) -> RateLimitsOut:
+    """The tenant's per-key rate limits: overrides and effective values (admin token). 404 for
+    an unknown tenant."""
+    overrides = state.store.get_rate_limits(tenant_id)
+    return limits_out(tenant_id, overrides, default_limits(state.settings))
+
+
+@router.put("/tenants/{tenant_id}/limits", response_model=RateLimitsOut, responses=ERRORS)
+def set_limits(
+    state: State, _: Admin, tenant_id: TenantPath, body: SetRateLimitsRequest
+) -> RateLimitsOut:
+    """Replace the tenant's per-key rate-limit overrides (admin token); a class left out uses
+    the deployment default. Every API replica applies it within ``OM_RATE_LIMIT_CACHE_S``.
+    404 for an unknown tenant."""
+    given = {"appends": body.appends, "flushes": body.flushes, "reads": body.reads}
+    wanted: dict[RequestClass, RateLimit] = {
+        name: RateLimit(limit.rate_per_s, limit.burst)
+        for name, limit in given.items()
+        if limit is not None and name in REQUEST_CLASSES
+    }
+    overrides = state.store.set_rate_limits(tenant_id, wanted)
+    state.limits.forget(tenant_id)
+    return limits_out(tenant_id, overrides, default_limits(state.settings))

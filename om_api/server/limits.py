@@ -1,0 +1,151 @@
+"""Per-API-key rate limits at the API edge: which class a request spends, the tenant's
+effective limits, and the 429 when a key is over them.
+
+Checked in the authentication dependency (:func:`om_api.server.auth.require_tenant`), before
+the route body runs, so a refused request writes nothing. Admin routes and health/metrics do
+not authenticate with a key and are never limited.
+
+Budgets live in Redis (:class:`om_workers.coordination.rate_limit.RateLimiter`), so they hold
+across API replicas. When Redis cannot be reached the limiter fails *open*: the request goes
+on (reads that need only the database keep working during a Redis outage), a warning is logged
+and ``om_api_rate_limit_unavailable`` counts it. Failing closed would turn a Redis outage into
+an outage of every route.
+
+A tenant's overrides (``tenants.rate_limits``) are kept in the process for
+``OM_RATE_LIMIT_CACHE_S`` (2 s by default), so an admin's change reaches every replica within
+that time without a database read per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Final
+
+from om_api.schemas import RateLimitOut, RateLimitsOut
+from om_api.server.errors import ApiError
+from om_api.server.metrics import ApiMetrics
+from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass, retry_after_header_s
+from om_workers.config import Settings
+from om_workers.coordination.rate_limit import RateLimiter
+from om_workers.errors import CoordinationError
+from om_workers.store import SqlStore
+
+log = logging.getLogger("om_api")
+
+RATE_LIMITED: Final = "rate_limited"
+"""The ``error`` code of a 429."""
+
+
+class RateLimitedError(ApiError):
+    """429: the key spent its budget of ``request_class``; retry after ``retry_after_s``."""
+
+    def __init__(self, request_class: RequestClass, limit: RateLimit, retry_after_s: int) -> None:
+        super().__init__(
+            429,
+            RATE_LIMITED,
+            f"rate limit of {request_class} exceeded: {limit.rate_per_s:g}/s, burst "
+            f"{limit.burst} per API key; retry after {retry_after_s} s",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+        self.request_class = request_class
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+def request_class(method: str, route_template: str) -> RequestClass:
+    """The class a request spends: ``POST .../entries`` appends, ``POST .../flush`` flushes,
+    anything else reads."""
+    if method == "POST" and route_template.endswith(("/entries", "/messages")):
+        return "appends"
+    if method == "POST" and route_template.endswith("/flush"):
+        return "flushes"
+    return "reads"
+
+
+def default_limits(settings: Settings) -> dict[RequestClass, RateLimit]:
+    """The ``OM_RATE_*`` limits of every class."""
+    return {
+        "appends": RateLimit(settings.rate_appends_per_s, settings.rate_appends_burst),
+        "flushes": RateLimit(settings.rate_flushes_per_s, settings.rate_flushes_burst),
+        "reads": RateLimit(settings.rate_reads_per_s, settings.rate_reads_burst),
+    }
+
+
+def limits_out(
+    tenant_id: str,
+    overrides: dict[RequestClass, RateLimit],
+    defaults: dict[RequestClass, RateLimit],
+) -> RateLimitsOut:
+    """The answer of both limits routes and of ``om tenants limits --json``: the tenant's
+    ``overrides`` and, for every class, the override else the ``defaults`` entry."""
+
+    def out(limit: RateLimit) -> RateLimitOut:
+        return RateLimitOut(rate_per_s=limit.rate_per_s, burst=limit.burst)
+
+    effective = {**defaults, **overrides}
+    return RateLimitsOut(
+        tenant_id=tenant_id,
+        overrides={name: out(limit) for name, limit in overrides.items()},
+        effective={name: out(effective[name]) for name in REQUEST_CLASSES},
+    )
+
+
+class ApiRateLimits:
+    """The limits of one API process: defaults, cached per-tenant overrides, the Redis limiter."""
+
+    def __init__(
+        self, settings: Settings, store: SqlStore, limiter: RateLimiter, metrics: ApiMetrics
+    ) -> None:
+        self.enabled = settings.rate_limits_enabled
+        self.defaults = default_limits(settings)
+        self._cache_s = settings.rate_limit_cache_s
+        self._store = store
+        self._limiter = limiter
+        self._metrics = metrics
+        self._cache: dict[str, tuple[float, dict[RequestClass, RateLimit]]] = {}
+        self._lock = threading.Lock()
+
+    def effective(self, tenant_id: str) -> dict[RequestClass, RateLimit]:
+        """The tenant's limits: its overrides over the defaults (cached ``OM_RATE_LIMIT_CACHE_S``).
+
+        Raises :class:`~om_workers.errors.TenantNotFoundError` and store errors.
+        """
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(tenant_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        limits = {**self.defaults, **self._store.get_rate_limits(tenant_id)}
+        if self._cache_s > 0:
+            with self._lock:
+                self._cache[tenant_id] = (now + self._cache_s, limits)
+        return limits
+
+    def forget(self, tenant_id: str) -> None:
+        """Drop the cached overrides of a tenant (this process changed them)."""
+        with self._lock:
+            self._cache.pop(tenant_id, None)
+
+    def check(self, tenant_id: str, key_id: str, spent: RequestClass) -> None:
+        """Spend one request of the key's ``spent`` budget.
+
+        Raises :class:`RateLimitedError` (a 429) over the limit. Redis unreachable or failing:
+        returns (fail open), logs a warning and counts ``om_api_rate_limit_unavailable``.
+        """
+        if not self.enabled:
+            return
+        limit = self.effective(tenant_id)[spent]
+        try:
+            decision = self._limiter.acquire(key_id, spent, limit)
+        except CoordinationError as exc:
+            self._metrics.observe_rate_limit_unavailable()
+            log.warning(
+                "rate limit not checked: Redis unavailable; request allowed",
+                extra={"error_type": type(exc).__name__, "request_class": spent},
+            )
+            return
+        if not decision.allowed:
+            self._metrics.observe_rate_limited(spent)
+            raise RateLimitedError(spent, limit, retry_after_header_s(decision.retry_after_us))

@@ -1,0 +1,30 @@
+-- GCRA rate limit: one atomic check-and-update of a key's theoretical arrival time (TAT).
+-- Mirrors om_core.rate_limit.decide exactly (integer microseconds); change both together.
+-- KEYS[1]  om:rate:{key id}:{class}, value: the TAT in microseconds
+-- ARGV[1]  interval between requests at the sustained rate, microseconds (>= 1)
+-- ARGV[2]  burst (>= 1)
+-- ARGV[3]  now in microseconds, or "" for Redis's own clock (TIME), so every API replica
+--          measures against one clock; tests pass it to compare with the pure function
+-- Reply:   {1, 0, new TAT, PX ms} allowed (TAT stored, expiring when the bucket is full),
+--          {0, retry_after_us, -1, 0} refused (nothing written)
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local now
+if ARGV[3] ~= nil and ARGV[3] ~= '' then
+  now = tonumber(ARGV[3])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local tau = interval * (burst - 1)
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if tat == nil or tat < now then
+  tat = now
+end
+if tat - now > tau then
+  return {0, tat - tau - now, -1, 0}
+end
+local new_tat = tat + interval
+local ttl_ms = math.ceil((new_tat - now) / 1000)
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
+return {1, 0, new_tat, ttl_ms}

@@ -1,0 +1,219 @@
+"""Per-key rate limits through the live API: exactly the burst passes, the next request is a
+429 with ``Retry-After`` and writes nothing, waiting that long is enough, other keys and classes
+are unaffected, two API replicas share one budget in Redis, an admin override takes effect,
+and with Redis down the limiter fails open. Small limits, so waits are about a second."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from om_api.client import OMClient, RateLimited, RetryPolicy
+from om_workers.config import Settings
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis, free_port
+from om_workers.store import SqlStore, upgrade
+from tests.api.conftest import make_settings
+from tests.api.seed import conversation
+from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
+
+APPENDS_BURST = 2
+READS_BURST = 6
+
+
+def _settings(database_url: str, redis_url: str) -> Settings:
+    # 1/s: a refused request waits at most a second, so Retry-After is exactly 1; and a burst
+    # sent within a second (however slow the machine) is surely refused after it.
+    return make_settings(database_url, redis_url).model_copy(
+        update={
+            "rate_limits_enabled": True,
+            "rate_appends_per_s": 1.0,
+            "rate_appends_burst": APPENDS_BURST,
+            "rate_flushes_per_s": 1.0,
+            "rate_flushes_burst": 1,
+            "rate_reads_per_s": 1.0,
+            "rate_reads_burst": READS_BURST,
+            "rate_limit_cache_s": 0.0,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('rate') / 'om.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def limited(database_url: str, api_redis_server: EmbeddedRedis) -> Iterator[LiveApi]:
+    """A live API with small limits."""
+    yield from _serve(database_url, api_redis_server.url)
+
+
+@pytest.fixture(scope="module")
+def replica(database_url: str, api_redis_server: EmbeddedRedis) -> Iterator[LiveApi]:
+    """A second API process on the same database and Redis as ``limited``."""
+    yield from _serve(database_url, api_redis_server.url)
+
+
+def _serve(database_url: str, redis_url: str) -> Iterator[LiveApi]:
+    store = SqlStore.from_url(database_url)
+    client: redis.Redis = connect(redis_url)
+    try:
+        with serve(_settings(database_url, redis_url), store, client, Published()) as live:
+            yield live
+    finally:
+        client.close()
+        store.close()
+
+
+def _key_client(api: LiveApi, client: httpx.Client) -> httpx.Client:
+    """A client of ``api`` with the same API key as ``client``."""
+    return httpx.Client(base_url=api.url, headers=dict(client.headers), timeout=30)
+
+
+def _append(client: httpx.Client, tenant_id: str, n: int) -> httpx.Response:
+    entry = conversation(1, prefix=f"{tenant_id}-{n}-")
+    return client.post("/v1/sessions/s/entries", json={"entries": entry})
+
+
+def _new_tenant(api: LiveApi) -> tuple[str, httpx.Client]:
+    tenant_id, client = api.tenant(f"t-{uuid.uuid4().hex[:10]}")
+    assert client.post("/v1/sessions", json={"id": "s"}).status_code == 201
+    return tenant_id, client
+
+
+def _entry_count(api: LiveApi, tenant_id: str) -> int:
+    return api.store.get_session(tenant_id, "s").entry_count
+
+
+def test_exactly_the_burst_passes_then_429_writes_nothing_until_retry_after(
+    limited: LiveApi,
+) -> None:
+    tenant_id, client = _new_tenant(limited)
+    for n in range(APPENDS_BURST):
+        assert _append(client, tenant_id, n).status_code == 201
+    refused = _append(client, tenant_id, APPENDS_BURST)
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["Retry-After"] == "1"
+    body = refused.json()
+    assert body["error"] == "rate_limited"
+    assert "appends" in body["detail"] and "1/s" in body["detail"] and "burst 2" in body["detail"]
+    assert _entry_count(limited, tenant_id) == APPENDS_BURST  # the refused append wrote nothing
+    # Another class of the same key has its own budget.
+    assert client.get("/v1/sessions/s").status_code == 200
+    # After Retry-After one more append passes.
+    time.sleep(int(refused.headers["Retry-After"]))
+    assert _append(client, tenant_id, APPENDS_BURST + 1).status_code == 201
+    assert _entry_count(limited, tenant_id) == APPENDS_BURST + 1
+
+
+def test_flushes_have_their_own_limit(limited: LiveApi) -> None:
+    _, client = _new_tenant(limited)
+    assert client.post("/v1/sessions/s/flush").status_code == 202
+    refused = client.post("/v1/sessions/s/flush")
+    assert refused.status_code == 429 and "flushes" in refused.json()["detail"]
+    assert int(refused.headers["Retry-After"]) >= 1
+
+
+def test_another_tenants_key_and_unlimited_routes_are_unaffected(limited: LiveApi) -> None:
+    tenant_id, client = _new_tenant(limited)
+    for n in range(APPENDS_BURST):
+        _append(client, tenant_id, n)
+    assert _append(client, tenant_id, 99).status_code == 429
+    other_id, other = _new_tenant(limited)
+    assert _append(other, other_id, 0).status_code == 201
+    # Admin routes and health/metrics take no API key and are never limited.
+    with limited.admin() as admin, limited.anonymous() as anonymous:
+        for _ in range(READS_BURST + 2):
+            assert admin.get(f"/v1/admin/tenants/{tenant_id}/keys").status_code == 200
+            assert anonymous.get("/healthz").status_code == 200
+            assert anonymous.get("/metrics").status_code == 200
+
+
+def test_two_api_replicas_share_one_budget(limited: LiveApi, replica: LiveApi) -> None:
+    tenant_id, client = _new_tenant(limited)
+    # A slow rate: no refill while the four requests run, however slow the machine.
+    slow = {"appends": {"rate_per_s": 0.01, "burst": 2}}
+    with limited.admin() as admin:
+        assert admin.put(f"/v1/admin/tenants/{tenant_id}/limits", json=slow).status_code == 200
+    with _key_client(replica, client) as there:
+        assert _append(client, tenant_id, 0).status_code == 201
+        assert _append(there, tenant_id, 1).status_code == 201
+        assert _append(there, tenant_id, 2).status_code == 429
+        assert _append(client, tenant_id, 3).status_code == 429
+
+
+def test_admin_override_takes_effect_and_is_readable(limited: LiveApi, replica: LiveApi) -> None:
+    tenant_id, client = _new_tenant(limited)
+    path = f"/v1/admin/tenants/{tenant_id}/limits"
+    with limited.admin() as admin:
+        before = admin.get(path).json()
+        assert before["overrides"] == {}
+        assert before["effective"]["appends"] == {"rate_per_s": 1.0, "burst": APPENDS_BURST}
+        answer = admin.put(path, json={"appends": {"rate_per_s": 0.5, "burst": 4}})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["overrides"] == {"appends": {"rate_per_s": 0.5, "burst": 4}}
+        assert admin.get(path).json()["effective"]["reads"]["burst"] == READS_BURST
+        assert admin.put(path, json={"reads": {"rate_per_s": 1, "burst": 0}}).status_code == 422
+        assert admin.put(path, json={"writes": {"rate_per_s": 1, "burst": 1}}).status_code == 422
+        assert admin.put("/v1/admin/tenants/nobody/limits", json={}).status_code == 404
+        assert httpx.get(f"{limited.url}{path}").status_code == 401
+    # Both replicas apply it (the replica read it from the database, not from a message).
+    with _key_client(replica, client) as there:
+        for n in range(4):
+            assert _append(client if n % 2 else there, tenant_id, n).status_code == 201
+        refused = _append(client, tenant_id, 4)
+    assert refused.status_code == 429 and "0.5/s, burst 4" in refused.json()["detail"]
+    assert refused.headers["Retry-After"] in ("1", "2")  # 2 s per request, partly waited
+    with limited.admin() as admin:
+        assert admin.put(path, json={}).json()["overrides"] == {}
+
+
+def test_client_with_retries_gets_through_and_without_raises_rate_limited(
+    limited: LiveApi,
+) -> None:
+    tenant_id, client = _new_tenant(limited)
+    key = client.headers["Authorization"].removeprefix("Bearer ")
+    for n in range(APPENDS_BURST):
+        _append(client, tenant_id, n)
+    once = OMClient(limited.url, key, retry=RetryPolicy(attempts=1))
+    with once, pytest.raises(RateLimited) as raised:
+        once.append("s", conversation(1, prefix=f"{tenant_id}-x-"))
+    assert raised.value.status == 429 and raised.value.code == "rate_limited"
+    assert raised.value.retry_after_s == 1
+    with OMClient(limited.url, key) as patient:  # the default policy honours Retry-After
+        answer = patient.append("s", conversation(1, prefix=f"{tenant_id}-y-"))
+    assert len(answer.appended_ids) == 1
+
+
+def test_redis_down_fails_open_with_a_metric(tmp_path: Path) -> None:
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    store = SqlStore.from_url(database_url)
+    down: redis.Redis = connect(nowhere, connect_timeout_s=0.2, retries=0)
+    try:
+        settings = _settings(database_url, nowhere)
+        with serve(settings, store, down, Published()) as live:
+            tenant_id, client = _new_tenant(live)
+            for n in range(APPENDS_BURST + 2):
+                assert _append(client, tenant_id, n).status_code == 201
+            for _ in range(READS_BURST + 2):
+                assert client.get("/v1/sessions/s").status_code == 200
+            metrics = httpx.get(f"{live.url}/metrics").text
+    finally:
+        down.close()
+        store.close()
+    line = next(
+        x for x in metrics.splitlines() if x.startswith("om_api_rate_limit_unavailable_total")
+    )
+    assert float(line.split()[-1]) >= APPENDS_BURST + READS_BURST + 4
+    assert ADMIN_TOKEN not in metrics
