@@ -277,14 +277,14 @@ class Rehearsal:
         requests: dict[str, list[tuple[int, str, bool]]] = {s: [] for s in sessions}
         with httpx.Client(base_url=self.api_url, headers=headers, timeout=30) as client:
             for session in sessions:
-                _ok(client.post("/v1/sessions", json={"id": session}), 201)
+                _ok(_post(client, "/v1/sessions", {"id": session}), 201)
             for rnd in range(config.rounds):
                 for session in sessions:
                     entries = _chat(session, rnd, config.turns)
                     body = {"entries": entries}
-                    _ok(client.post(f"/v1/sessions/{session}/entries", json=body), 201)
+                    _ok(_post(client, f"/v1/sessions/{session}/entries", body), 201)
                     messages[session] += [e["id"] for e in entries]
-                    flush = _ok(client.post(f"/v1/sessions/{session}/flush", json={}), 202)
+                    flush = _ok(_post(client, f"/v1/sessions/{session}/flush", {}), 202)
                     report.jobs[flush["job_id"]] = "queued"
                     requests[session].append((rnd, flush["job_id"], flush["coalesced"]))
                 if rnd == 0 and config.kill is not None:
@@ -298,7 +298,7 @@ class Rehearsal:
             pending = set(report.jobs)
             while pending:
                 for job in list(pending):
-                    state = _ok(client.get(f"/v1/jobs/{job}"), 200)["state"]
+                    state = _ok(_send(client, "GET", f"/v1/jobs/{job}"), 200)["state"]
                     report.jobs[job] = state
                     if state in FINAL:
                         pending.discard(job)
@@ -307,7 +307,7 @@ class Rehearsal:
                 if pending:
                     time.sleep(0.25)
             report.settle_s = time.monotonic() - began - report.load_s
-            jobs = [_ok(client.get(f"/v1/jobs/{job}"), 200) for job in report.jobs]
+            jobs = [_ok(_send(client, "GET", f"/v1/jobs/{job}"), 200) for job in report.jobs]
             for session in sessions:
                 try:
                     report.observations += _check_memory(client, session, messages[session])
@@ -395,7 +395,7 @@ def _check_memory(client: httpx.Client, session: str, messages: list[str]) -> in
     after: str | None = None
     while True:
         params: dict[str, Any] = {"limit": 500, **({"after": after} if after else {})}
-        page = _ok(client.get(f"/v1/sessions/{session}/entries", params=params), 200)
+        page = _ok(_send(client, "GET", f"/v1/sessions/{session}/entries", params=params), 200)
         entries += [SessionEntry.model_validate(entry) for entry in page["entries"]]
         after = page["next_cursor"]
         if after is None:
@@ -408,6 +408,21 @@ def _check_memory(client: httpx.Client, session: str, messages: list[str]) -> in
     ids = Counter(o.id for o in ledger.observations)
     assert all(n == 1 for n in ids.values()), f"{session}: an observation recorded twice"
     return len(ledger.observations)
+
+
+def _send(client: httpx.Client, method: str, url: str, **options: Any) -> httpx.Response:
+    """One request as an agent server would send it: a 429 (the key's rate limit) is retried
+    after its ``Retry-After``, up to 30 times; anything else is returned as it came."""
+    for _ in range(29):
+        response = client.request(method, url, **options)
+        if response.status_code != 429:
+            return response
+        time.sleep(float(response.headers.get("retry-after", "1")))
+    return client.request(method, url, **options)
+
+
+def _post(client: httpx.Client, url: str, body: Any) -> httpx.Response:
+    return _send(client, "POST", url, json=body)
 
 
 def _ok(response: httpx.Response, status: int) -> Any:
