@@ -31,10 +31,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from om_api.client import OMClient
+from om_api.integrations.recording import Recorded
 from om_api.schemas import (
-    AppendEntriesResponse,
     EntryIn,
-    FlushAccepted,
     MessageWire,
     ToolCallWire,
 )
@@ -47,15 +46,6 @@ MEMORY_PREAMBLE = (
 )
 """The first line of the memory ``SystemMessage``: the text after it quotes the conversation
 (tool output included), so the model is told not to take it as the operator's instructions."""
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What :meth:`ObservationalMemory.record` did: the append's answer (``duplicate_ids`` are
-    messages recorded before) and the flush job it requested."""
-
-    append: AppendEntriesResponse
-    flush: FlushAccepted
 
 
 @dataclass

@@ -52,11 +52,10 @@ from pydantic_ai.messages import (
 )
 
 from om_api.client import AsyncOMClient
+from om_api.integrations.recording import Recorded
 from om_api.schemas import (
-    AppendEntriesResponse,
     ContentPartWire,
     EntryIn,
-    FlushAccepted,
     MessageWire,
     ToolCallWire,
 )
@@ -65,15 +64,6 @@ __all__ = ["CONTEXT_ORIGIN", "ObservationalMemory", "Recorded", "to_entries"]
 
 CONTEXT_ORIGIN = "observational-memory"
 """``CompactionPart.metadata["origin"]`` of the part holding the service's context."""
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What :meth:`ObservationalMemory.record` did: the append's answer (``duplicate_ids`` are
-    messages recorded before) and the flush job it requested."""
-
-    append: AppendEntriesResponse
-    flush: FlushAccepted
 
 
 @dataclass
