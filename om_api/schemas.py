@@ -402,9 +402,10 @@ class FlushRequest(RequestModel):
     full_reflection_rebuild: bool = False
 
 
-class FlushAccepted(WireModel):
-    """202: the job row of ``job_id`` exists. ``coalesced``: a job already pending for the
-    session will serve this request too (nothing new was published)."""
+class FlushTicket(WireModel):
+    """The answer to a flush request (202): the job row of ``job_id`` exists. ``coalesced``: a
+    job already pending for the session will serve this request too (nothing new was
+    published). The wire form of the worker's ``FlushTicket``."""
 
     job_id: str
     coalesced: bool
@@ -432,7 +433,7 @@ class JobOut(WireModel):
     )
     prompt_version: str | None = Field(
         default=None,
-        description="Version of the observer/reflector instructions the run used, e.g. "
+        description="Version of the observer/reflector instructions the job used, e.g. "
         "'observer-2/reflector-2' ('custom': set in the memory settings); null until it ran.",
     )
 

@@ -39,7 +39,7 @@ from om_api.schemas import (
     ContextOut,
     EntriesPage,
     EntryOut,
-    FlushAccepted,
+    FlushTicket,
     HealthOut,
     JobOut,
     KeyOut,
@@ -166,7 +166,7 @@ class AsyncOMClient:
 
     async def flush(
         self, session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
-    ) -> FlushAccepted:
+    ) -> FlushTicket:
         """See :meth:`~om_api.client.clients.OMClient.flush`."""
         return await self.send(calls.flush(session_id, force, full_reflection_rebuild))
 

@@ -31,8 +31,8 @@ from om_api.schemas import (
     CreateTenantRequest,
     EntriesPage,
     EntryOut,
-    FlushAccepted,
     FlushRequest,
+    FlushTicket,
     HealthOut,
     JobOut,
     KeyOut,
@@ -135,10 +135,10 @@ def entries(session_id: str, after: str | None, limit: int) -> Call[EntriesPage]
     return Call("GET", f"{_session(session_id)}/entries", EntriesPage, params=params)
 
 
-def flush(session_id: str, force: bool, full_reflection_rebuild: bool) -> Call[FlushAccepted]:
+def flush(session_id: str, force: bool, full_reflection_rebuild: bool) -> Call[FlushTicket]:
     body = checks.model(FlushRequest, force=force, full_reflection_rebuild=full_reflection_rebuild)
     # A repeated flush request coalesces with the pending one: safe to retry.
-    return Call("POST", f"{_session(session_id)}/flush", FlushAccepted, json=body.model_dump())
+    return Call("POST", f"{_session(session_id)}/flush", FlushTicket, json=body.model_dump())
 
 
 def job(job_id: str) -> Call[JobOut]:

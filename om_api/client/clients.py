@@ -61,7 +61,7 @@ from om_api.schemas import (
     ContextOut,
     EntriesPage,
     EntryOut,
-    FlushAccepted,
+    FlushTicket,
     HealthOut,
     JobOut,
     KeyOut,
@@ -230,7 +230,7 @@ class OMClient:
 
     def flush(
         self, session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
-    ) -> FlushAccepted:
+    ) -> FlushTicket:
         """Request a flush; the job id serving it (``coalesced`` when a pending
         job serves it too). :class:`Unavailable` when Redis stays down through the retries."""
         return self.send(calls.flush(session_id, force, full_reflection_rebuild))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from om_api.schemas import AppendEntriesResponse, FlushAccepted
+from om_api.schemas import AppendEntriesResponse, FlushTicket
 
 
 @dataclass(frozen=True)
@@ -13,4 +13,4 @@ class Recorded:
     messages recorded before) and the flush job it requested."""
 
     append: AppendEntriesResponse
-    flush: FlushAccepted
+    flush: FlushTicket

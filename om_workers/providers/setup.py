@@ -82,7 +82,7 @@ def provider_secrets(settings: Settings) -> tuple[str, ...]:
 
 
 def provider_factory(settings: Settings) -> Callable[[], Provider]:
-    """A callable returning the provider for one run, per ``OM_PROVIDER``.
+    """A callable returning the provider for one flush job, per ``OM_PROVIDER``.
 
     HTTP adapters are built once here and shared (connection pooling); ``extractive`` and
     ``module:factory`` providers are built per job. Raises :class:`ConfigError` for

@@ -230,7 +230,7 @@ class JobsMixin(StoreBase):
         prompt_version: str | None = None,
     ) -> FlushJob:
         """Mark a job succeeded, failed or skipped, with its counts and redacted error (and
-        the prompt version of a run that got as far as the pipeline).
+        the prompt version of a job that got as far as the pipeline).
 
         ``error`` has every exact secret replaced and is cut to ``MAX_ERROR_CHARS``. Raises
         :class:`InvalidJobStateError` for a non-final ``state`` or a job already finished,

@@ -69,7 +69,7 @@ def sessions_of_jobs(store: SqlStore, job_ids: Iterable[str]) -> list[SessionRef
 
 
 def queued_jobs_before(store: SqlStore, queued_before: datetime, limit: int) -> list[JobRef]:
-    """Runs still ``queued`` that were queued before ``queued_before``, oldest first, at most
+    """Jobs still ``queued`` that were queued before ``queued_before``, oldest first, at most
     ``limit``. For the reconciler: such a job's message may be lost (a Redis restart empties
     the queue). Raises ``ValueError`` for ``limit < 1`` and the store's errors."""
     if limit < 1:

@@ -144,7 +144,7 @@ class ContextState:
 @dataclass(frozen=True, slots=True)
 class FlushJob:
     """One flush job: state, timings, counts, the redacted error of a failed job, and the
-    version of the prompts its run used (``None`` until it ran)."""
+    version of the prompts its flush used (``None`` until the flush ran)."""
 
     id: str
     tenant_id: str
@@ -167,7 +167,7 @@ class JobFinish:
     """How a flush job ends: its final ``state``, counts, an error that is stored with every
     exact value of ``secrets`` redacted, and the ``reason`` a job that recorded nothing did
     nothing (``observer below threshold: 12 of 10000 tokens``), and the ``prompt_version`` of
-    the run (``None`` for a job that never ran the pipeline)."""
+    its flush (``None`` for a job that never ran the pipeline)."""
 
     job_id: str
     state: JobState

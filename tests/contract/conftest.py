@@ -29,10 +29,10 @@ class Harness(Protocol):
         """Append entries as a host does (at the leaf, or under an explicit parent)."""
 
     def unit_of_work(self) -> MemoryUnitOfWork:
-        """A new pass's unit of work; every earlier one is fenced out from now on."""
+        """A new flush's unit of work; every earlier one is fenced out from now on."""
 
     def supersede(self) -> None:
-        """Start a newer pass without a unit of work: earlier ones are fenced out."""
+        """Start a newer flush without a unit of work: earlier ones are fenced out."""
 
     def revoke(self, *entry_ids: str) -> None:
         """Tombstone entries of the session."""

@@ -77,14 +77,14 @@ def test_a_flush_observes_the_backlog_and_advances_coverage(harness: Harness) ->
     assert again.appended_entry_ids == () and again.error is None
 
 
-def test_the_view_a_pass_keeps_is_the_view_a_new_read_gives(harness: Harness) -> None:
+def test_the_view_a_flush_keeps_is_the_view_a_new_read_gives(harness: Harness) -> None:
     _exchange(harness, 6)
     memory = harness.unit_of_work()
     view = memory.read()
     runtime = _runtime(memory, reflection={"observationTokens": 1})
     result = runtime.flush()
     assert result.observation_ids and result.reflection_ids
-    # Fold what the pass appended onto the view it started from, as the runtime does.
+    # Fold what the flush appended onto the view it started from, as the runtime does.
     appended = harness.branch()[-len(result.appended_entry_ids) :]
     kept = view.after_append(appended, appended[-1].id)
     _same_view(kept, harness.unit_of_work().read())
@@ -93,7 +93,7 @@ def test_the_view_a_pass_keeps_is_the_view_a_new_read_gives(harness: Harness) ->
     )
 
 
-def test_messages_appended_during_a_pass_are_the_next_backlog(harness: Harness) -> None:
+def test_messages_appended_during_a_flush_are_the_next_backlog(harness: Harness) -> None:
     _exchange(harness, 2)
     memory = harness.unit_of_work()
 
@@ -116,7 +116,7 @@ def test_messages_appended_during_a_pass_are_the_next_backlog(harness: Harness) 
     assert "late" not in _cited(branch)
 
 
-def test_a_superseded_pass_writes_nothing(harness: Harness) -> None:
+def test_a_superseded_flush_writes_nothing(harness: Harness) -> None:
     _exchange(harness, 2)
     stale = harness.unit_of_work()
     harness.supersede()
@@ -148,7 +148,7 @@ def test_revoked_messages_never_reach_the_observer(harness: Harness) -> None:
     assert fold_ledger(branch).observation_covers_up_to_id == ids[-1]
 
 
-def test_a_pass_resumes_from_a_compaction_snapshot(harness: Harness) -> None:
+def test_a_flush_resumes_from_a_compaction_snapshot(harness: Harness) -> None:
     first = _exchange(harness, 3, "a")
     assert _runtime(harness.unit_of_work()).flush().observation_ids
     compacted = ObservationalMemoryCompactionStrategy(2).compact(harness.branch())

@@ -71,8 +71,8 @@ def test_flush_observes_every_message_once(
     assert published == [(tenant, "s1", job)]
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "succeeded", outcome.error
-    run = store.get_job(tenant, job)
-    assert run.state == "succeeded" and run.counts["observations"] == len(chat)
+    row = store.get_job(tenant, job)
+    assert row.state == "succeeded" and row.counts["observations"] == len(chat)
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
     assert client.get(keys.lock_key(tenant, "s1")) is None
 
@@ -125,7 +125,7 @@ def test_redelivery_after_crash_runs_without_marker_and_duplicates_nothing(
     assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
 
 
-def test_mid_run_request_is_published_on_release(
+def test_request_during_a_job_is_published_on_release(
     store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
 ) -> None:
     later: list[str] = []
@@ -150,7 +150,7 @@ def test_stale_epoch_stops_the_write(
 ) -> None:
     class Overtaken(ExtractiveProvider):
         def generate(self, request: ProviderRequest) -> ProviderResponse:
-            store.raise_epoch(tenant, "s1")  # a newer pass began while this one was thinking
+            store.raise_epoch(tenant, "s1")  # a newer flush began while this one was thinking
             return super().generate(request)
 
     deps = deps_for(store, client, published, provider=Overtaken)
@@ -179,7 +179,7 @@ def test_lost_lock_stops_the_write(
     assert covered_sources(store, tenant, "s1") == []
 
 
-def test_poison_message_fails_the_run_after_the_limit(
+def test_poison_message_fails_the_job_after_the_limit(
     store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
 ) -> None:
     deps = deps_for(store, client, published, max_deliveries=2)
@@ -188,12 +188,12 @@ def test_poison_message_fails_the_run_after_the_limit(
         store.start_job(tenant, job)
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "poison"
-    run = store.get_job(tenant, job)
-    assert run.state == "failed" and run.error is not None and "poison" in run.error
+    row = store.get_job(tenant, job)
+    assert row.state == "failed" and row.error is not None and "poison" in row.error
     assert covered_sources(store, tenant, "s1") == []
 
 
-def test_provider_failure_fails_the_run_with_a_redacted_error(
+def test_provider_failure_fails_the_job_with_a_redacted_error(
     store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
 ) -> None:
     class Broken:
@@ -204,9 +204,9 @@ def test_provider_failure_fails_the_run_with_a_redacted_error(
     job = enqueue(deps, tenant, "s1")
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "failed"
-    run = store.get_job(tenant, job)
-    assert run.state == "failed" and run.error is not None
-    assert "upstream rejected" in run.error and SECRET not in run.error
+    row = store.get_job(tenant, job)
+    assert row.state == "failed" and row.error is not None
+    assert "upstream rejected" in row.error and SECRET not in row.error
     assert covered_sources(store, tenant, "s1") == []
     # The same worker serves the next session normally.
     store.create_session(tenant, "s2")
@@ -257,7 +257,7 @@ def test_a_marker_naming_a_job_that_already_ran_never_swallows_a_request(
     deps = deps_for(store, client, published)
     first = enqueue(deps, tenant, "s1")
     assert run_flush_job(deps, tenant, "s1", first, False).outcome == "succeeded"
-    # The reconciler re-marked the run while it was starting: the marker outlives its read.
+    # The reconciler re-marked the job while it was starting: the marker outlives its read.
     client.set(keys.pending_key(tenant, "s1"), first)
     more = add_chat(store, tenant, "s1", 2, start=3)
     second = request_flush(store, client, tenant, "s1", publish=deps.publish)

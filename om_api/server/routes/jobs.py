@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
-from om_api.schemas import ErrorBody, FlushAccepted, FlushRequest, JobOut
+from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut
 from om_api.server.auth import TenantId
 from om_api.server.convert import job_out
 from om_api.server.logging import redact_text
@@ -33,7 +33,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 @router.post(
     "/sessions/{session_id}/flush",
     status_code=202,
-    response_model=FlushAccepted,
+    response_model=FlushTicket,
     responses=ERRORS,
 )
 def flush(
@@ -52,7 +52,7 @@ def flush(
     # Existence first: another tenant's session is a 404 even while Redis is down.
     state.store.get_session(tenant_id, session_id)
     try:
-        accepted = request_flush(
+        ticket = request_flush(
             state.store,
             state.redis,
             tenant_id,
@@ -64,15 +64,15 @@ def flush(
     except CoordinationError:
         state.metrics.observe_enqueue("unavailable")
         raise
-    state.metrics.observe_enqueue("coalesced" if accepted.coalesced else "published")
-    body_out = FlushAccepted(job_id=accepted.job_id, coalesced=accepted.coalesced)
+    state.metrics.observe_enqueue("coalesced" if ticket.coalesced else "published")
+    body_out = FlushTicket(job_id=ticket.job_id, coalesced=ticket.coalesced)
     return JSONResponse(body_out.model_dump(mode="json"), status_code=202)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
 def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
     """A flush job's state (queued, running, succeeded, failed, skipped), timings, counts and
-    redacted error. 404 for an unknown run or another tenant's."""
-    run = state.store.get_job(tenant_id, job_id)
-    error = redact_text(run.error, state.secrets) if run.error is not None else None
-    return job_out(run, error)
+    redacted error. 404 for an unknown job or another tenant's."""
+    job = state.store.get_job(tenant_id, job_id)
+    error = redact_text(job.error, state.secrets) if job.error is not None else None
+    return job_out(job, error)

@@ -1,4 +1,4 @@
-"""Initial schema: tenants, API keys, sessions, entries, snapshots, flush runs, tombstones.
+"""Initial schema: tenants, API keys, sessions, entries, snapshots, flush jobs, tombstones.
 
 Revision ID: 0001
 Revises:

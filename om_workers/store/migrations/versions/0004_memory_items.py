@@ -1,7 +1,7 @@
 """Snapshot items: a session's observations and reflections become rows.
 
 The snapshot kept the whole folded ledger in one JSON value, so every memory write rewrote
-(and every pass parsed) all of a long session's memory. The row now keeps the cursors and the
+(and every flush parsed) all of a long session's memory. The row now keeps the cursors and the
 scope map; each observation and reflection is a ``memory_items`` row, written once, its
 ``pending`` flag and ``dropped_ord`` updated in place. Existing snapshots are converted.
 
