@@ -7,7 +7,7 @@ session, or a shared one) copies every observable message the child appends onto
 workspace; the workspace's own memory then observes those copies and mints its own
 observation ids. The child's memory stays on the child, with its ids.
 
-The rules (the seed's "Cross-session / delegation-tree recall"):
+The rules:
 
 - Only observable messages are copied (:func:`~om_core.ledger.is_eligible_observation_source`);
   never ``om.*`` memory records, whose ``sourceEntryIds`` name the child's entries and would

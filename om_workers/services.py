@@ -93,8 +93,9 @@ class Services:
         return self._provider.get()
 
     def memory(self) -> ObservationalMemorySettings:
-        """The observational-memory settings resolved from ``memory_settings`` (the seed's
-        defaults when empty), resolved on the first call and cached.
+        """The observational-memory settings resolved from ``memory_settings`` (the defaults
+        of :class:`~om_core.settings.ObservationalMemorySettings` when empty), resolved on the
+        first call and cached.
 
         Raises ``pydantic.ValidationError`` for invalid values and ``TypeError`` for a removed
         flat key (see :func:`om_core.settings.resolve_settings`).

@@ -1,5 +1,5 @@
 """8. LoCoMo conversations, extractive provider: what the memory keeps of three real, long
-two-person conversations (read from :data:`DATA`; skipped when absent).
+two-person conversations (every ``*.json`` in :data:`DATA`; skipped when there is none).
 
 Each session is one agent run with a flush after it (``om eval locomo``'s replay, in process,
 context read with the service's default budget). Figures (definitions in docs/evaluation.md):
@@ -11,6 +11,7 @@ neither; and the context's size against the raw history's, at two ``observation.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,11 @@ from om_core import ExtractiveProvider, resolve_settings
 
 from .common import Section
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo"
+DATA = Path(
+    os.environ.get("OM_LOCOMO_DATA")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo"
+)
+"""The LoCoMo folder: ``OM_LOCOMO_DATA``, else ``shared/data/locomo`` beside the checkout."""
 SETTINGS: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("defaults", {}),
     ("messageTokens 2,000", {"observation": {"messageTokens": 2_000}}),
