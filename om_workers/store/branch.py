@@ -35,8 +35,8 @@ def segment_cte(session_pk: Any, leaf_id: Any) -> CTE:
         entries.c.session_pk == session_pk, entries.c.id == leaf_id
     )
     seg = anchor.cte("branch_segments", recursive=True)
-    first = entries.alias("run_first")
-    parent = entries.alias("run_parent")
+    first = entries.alias("segment_first")
+    parent = entries.alias("segment_parent")
     step = (
         select(parent.c.segment_start, parent.c.seq)
         .select_from(
