@@ -149,6 +149,30 @@ def _api_factory() -> Any:
         raise _ApiStartupError(f"invalid settings: {exc}") from None
 
 
+def _run_celery(celery_app: Any, argv: list[str]) -> int:
+    """Run the ``celery`` command ``argv`` (``worker``, ``beat``, ``flower`` ...) on
+    ``celery_app`` in this process, until it stops; returns its exit code (0 when it stopped
+    without one: beat and Flower on a signal).
+
+    Not ``Celery.start``/``worker_main``: they run the command through click in non-standalone
+    mode, where click *returns* the code given to ``ctx.exit`` instead of raising it, and they
+    drop that return value; so a worker that died of an unrecoverable error (Celery logs
+    ``Unrecoverable error`` and stops with exit code 1) exited 0, and a supervisor that
+    restarts on failure left it dead. An exception the command lets out (beat's scheduler
+    failing, Flower's port taken) propagates: Python exits 1 with its traceback.
+    """
+    from celery.bin.celery import celery as celery_command  # type: ignore[import-untyped]
+
+    # The app goes in as the default of celery's --app option, as Celery.start does.
+    app_option = next(param for param in celery_command.params if param.name == "app")
+    app_option.default = celery_app
+    try:
+        code = celery_command.main(args=argv, prog_name="celery", standalone_mode=False)
+    finally:
+        app_option.default = None
+    return code if isinstance(code, int) else 0
+
+
 @app.command()
 def worker(
     concurrency: Annotated[
@@ -167,9 +191,7 @@ def worker(
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
         "-n", name, f"--loglevel={_log_level(log_level)}",
     ]  # fmt: skip
-    # Not worker_main: it drops the worker's exit code, so a worker that died of an
-    # unrecoverable error exited 0 and a supervisor restarting on failure left it dead.
-    raise typer.Exit(celery_app.start(argv=argv) or 0)
+    raise typer.Exit(_run_celery(celery_app, argv))
 
 
 @app.command()
@@ -181,7 +203,7 @@ def beat(log_level: LogLevel = None) -> None:
     """
     celery_app = _celery_app()
     argv = ["beat", "-S", "celery.beat.Scheduler", f"--loglevel={_log_level(log_level)}"]
-    raise typer.Exit(celery_app.start(argv=argv) or 0)
+    raise typer.Exit(_run_celery(celery_app, argv))
 
 
 @app.command()
@@ -208,7 +230,7 @@ def flower(
 
     password = basic_auth.partition(":")[2]
     configure_json_logging([None], get_settings().log_level, lambda: (password,))
-    raise typer.Exit(celery_app.start(argv=argv) or 0)
+    raise typer.Exit(_run_celery(celery_app, argv))
 
 
 # Embedded stack and demo ----------------------------------------------------------------------

@@ -225,3 +225,32 @@ def test_om_worker_exits_0_on_a_warm_shutdown(redis_server: EmbeddedRedis, tmp_p
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_om_worker_that_dies_exits_non_zero(redis_server: EmbeddedRedis, tmp_path: Path) -> None:
+    """A real worker whose consumer fails at start-up (set through Celery's own configuration
+    module) logs Celery's ``Unrecoverable error`` and exits 1, so a supervisor that restarts
+    on failure restarts it."""
+    from tests.cli import celery_dying_worker
+
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*OM, "worker", "-c", "1", "-n", "dying@%h"],
+            env=env(
+                OM_REDIS_URL=redis_server.url,
+                OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}",
+                CELERY_CONFIG_MODULE=celery_dying_worker.__name__,
+            ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        code = process.wait(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = log.read_text()
+    assert "Unrecoverable error" in output and celery_dying_worker.MESSAGE in output, output
+    assert code == 1, output
