@@ -2,10 +2,14 @@
 
 The API, the workers, beat and Flower all write the same shape: ``time``, ``level``,
 ``logger``, ``message``, the context of the work at hand (``request_id``, ``job_id``,
-``tenant_id``, ``session_id``: whichever are known, bound with :func:`log_context`) and any
-``extra=`` fields. Known secrets are replaced in the rendered line with
-:func:`om_core.redaction.redact`, the one redaction function of the system, so a secret echoed
-inside an exception message or traceback is never written either.
+``tenant_id``, ``session_id``: whichever are known, bound with :func:`log_context`, or with
+:func:`bind_log_context` once they become known inside a block) and any ``extra=`` fields.
+Known secrets are replaced in the rendered line with :func:`om_core.redaction.redact`, the one
+redaction function of the system, so a secret echoed inside an exception message or traceback
+is never written either.
+
+Celery's start-up banners (the worker's and beat's configuration summary) are not log
+records: Celery prints them to stdout as plain text. Every log record goes to stderr as JSON.
 """
 
 from __future__ import annotations
@@ -44,11 +48,27 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
 def log_context(**fields: str) -> Iterator[None]:
     """Add ``fields`` (of :data:`CONTEXT_FIELDS`) to every record logged inside the block, in
     this thread or task; nested blocks add to the outer one's."""
+    # A new dict for every block: bind_log_context adds to this block's dict only.
     token = _CONTEXT.set({**_CONTEXT.get({}), **fields})
     try:
         yield
     finally:
         _CONTEXT.reset(token)
+
+
+def bind_log_context(**fields: str) -> None:
+    """Add ``fields`` (of :data:`CONTEXT_FIELDS`) to the innermost :func:`log_context` block,
+    for the rest of that block, as seen from every thread and task that inherited the block.
+
+    For ids that become known inside a unit of work: the API learns a request's tenant in a
+    handler thread (which runs on a copy of the request's context), and the request line
+    logged after the handler returns carries it, because the copy shares the block's fields.
+    Outside any block the call does nothing: there is no unit of work to describe, and
+    binding for the rest of a thread's life would label unrelated lines.
+    """
+    current = _CONTEXT.get(None)
+    if current is not None:
+        current.update(fields)
 
 
 class JsonFormatter(logging.Formatter):

@@ -16,19 +16,25 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import redis
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
 from om_api.server.errors import install_error_handlers
 from om_api.server.limits import ApiRateLimits
-from om_api.server.logging import REQUEST_ID_HEADER, SecretRegistry, configure_logging
+from om_api.server.logging import (
+    REQUEST_ID_HEADER,
+    SecretRegistry,
+    bind_log_context,
+    configure_logging,
+)
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
 from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.jobs.flush import PublishJob
+from om_workers.logs import CONTEXT_FIELDS, log_context
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
 
@@ -70,6 +76,7 @@ class RequestMiddleware:
         offered = headers.get(REQUEST_ID_HEADER.lower(), "")
         request_id = offered if _REQUEST_ID.fullmatch(offered) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        bind_log_context(request_id=request_id)
         outcome: dict[str, Any] = {"status": 500, "started": False}
 
         async def send_wrapped(message: Message) -> None:
@@ -138,6 +145,42 @@ class RequestMiddleware:
         )
 
 
+class _LogContextLayer:
+    """Runs each HTTP request in a :func:`~om_workers.logs.log_context` block of its own, where
+    the request's ids are bound as they become known (:mod:`om_api.server.logging`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with log_context():
+            await self.app(scope, receive, send)
+
+
+class _Api(FastAPI):
+    """FastAPI with the log context block outside every layer, Starlette's server-error layer
+    included, so that the layer's line about an unhandled exception names the request too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return _LogContextLayer(super().build_middleware_stack())
+
+
+async def _path_ids_in_log_context(request: Request) -> None:
+    """Bind the ids the request's path names (``session_id``, ``job_id``; an admin route's
+    ``tenant_id``) to the request's log context. An app-wide dependency, so it runs before
+    each route's own: a 401 or a 404 is logged with the session it was about."""
+    bind_log_context(
+        **{
+            name: str(value)
+            for name, value in request.path_params.items()
+            if name in CONTEXT_FIELDS
+        }
+    )
+
+
 def _default_publish_factory() -> PublishJob:
     # Imported lazily: building the Celery app needs OM_REDIS_URL, reads do not.
     from om_workers.jobs import tasks
@@ -156,7 +199,8 @@ def create_app(
     """The API app on ``services``, else on :func:`~om_workers.services.build_services` of
     ``settings`` (default: the ``OM_*`` environment) with ``store``/``redis`` replacing the
     store on ``OM_DATABASE_URL`` (already migrated) and the client on ``OM_REDIS_URL``.
-    ``publish`` defaults to the Celery app's publisher (built on the first flush).
+    ``publish`` defaults to the Celery app's publisher behind the fair queue (built on the
+    first flush; :meth:`~om_workers.services.Services.publisher`).
 
     Raises :class:`~om_workers.errors.ConfigError` when no Redis client is given and
     ``OM_REDIS_URL`` is unset (the embedded stack, ``om up``, starts a private Redis and passes
@@ -172,8 +216,12 @@ def create_app(
     services.memory()  # invalid memory settings fail here, not at the first request
     registry = SecretRegistry([resolved.admin_token, *services.secrets])
     metrics = ApiMetrics()
+    # The default publisher puts flush jobs through the fair queue across tenants; an injected
+    # one (tests) is used as it is.
     publish_factory: Callable[[], PublishJob] = (
-        (lambda: publish) if publish is not None else _default_publish_factory
+        (lambda: publish)
+        if publish is not None
+        else lambda: services.publisher(_default_publish_factory())
     )
     state = ApiState(
         services=services,
@@ -183,12 +231,13 @@ def create_app(
         limits=ApiRateLimits(resolved, services.store, RateLimiter(services.redis), metrics),
     )
     configure_logging(registry, resolved.log_level)
-    app = FastAPI(
+    app = _Api(
         title="Observational memory API",
         version=API_VERSION,
         description="Source-backed observations and reflections for long LLM agent sessions. "
         "Every /v1 route except admin takes `Authorization: Bearer <API key>`; the key names "
         "the tenant. Admin routes take the OM_ADMIN_TOKEN.",
+        dependencies=[Depends(_path_ids_in_log_context)],
     )
     app.state.om = state
     install_error_handlers(app)

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from om_api.server.errors import ApiError
 from om_api.server.limits import request_class
+from om_api.server.logging import bind_log_context
 from om_api.server.state import State
 from om_workers.errors import InvalidApiKeyError
 
@@ -51,6 +52,7 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
     # value is never echoed anywhere, so it needs no redaction.
     state.registry.add(token)
+    bind_log_context(tenant_id=tenant_id)
     # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
     # key never reaches here, so guessing keys cannot fill Redis with buckets.
     template = str(getattr(request.scope.get("route"), "path", request.url.path))

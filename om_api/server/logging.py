@@ -1,5 +1,13 @@
-"""The API's logs: JSON lines with request ids (:mod:`om_workers.logs`), and the registry of
-the secrets they redact (API keys seen on requests, the admin token, the provider key)."""
+"""The API's logs: JSON lines (:mod:`om_workers.logs`) with the request's context, and the
+registry of the secrets they redact (API keys seen on requests, the admin token, the provider
+key).
+
+Every line logged while a request is served carries the fields the workers use, whichever are
+known: ``request_id`` (from the first byte), ``session_id`` and ``job_id`` (from the route's
+path), ``tenant_id`` (once the API key is resolved; an admin route's path tenant), and the
+``job_id`` a flush request was given. One :func:`~om_workers.logs.log_context` block per
+request holds them (:func:`om_api.server.app.create_app` opens it outside every other layer);
+code that learns an id binds it with :func:`bind_log_context`."""
 
 from __future__ import annotations
 
@@ -9,7 +17,13 @@ from collections.abc import Iterable
 from typing import Final
 
 from om_core.redaction import REDACTED
-from om_workers.logs import MIN_SECRET_CHARS, JsonFormatter, configure_json_logging, redact_text
+from om_workers.logs import (
+    MIN_SECRET_CHARS,
+    JsonFormatter,
+    bind_log_context,
+    configure_json_logging,
+    redact_text,
+)
 
 REQUEST_ID_HEADER: Final = "X-Request-ID"
 
@@ -19,6 +33,7 @@ __all__ = [
     "REQUEST_ID_HEADER",
     "JsonFormatter",
     "SecretRegistry",
+    "bind_log_context",
     "configure_logging",
     "redact_text",
 ]

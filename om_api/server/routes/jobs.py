@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut
 from om_api.server.auth import TenantId
 from om_api.server.convert import job_out
-from om_api.server.logging import redact_text
+from om_api.server.logging import bind_log_context, redact_text
 from om_api.server.routes import JobPath, SessionPath
 from om_api.server.state import State
 from om_workers.errors import CoordinationError
@@ -64,6 +64,7 @@ def flush(
     except CoordinationError:
         state.metrics.observe_enqueue("unavailable")
         raise
+    bind_log_context(job_id=ticket.job_id)
     state.metrics.observe_enqueue("coalesced" if ticket.coalesced else "published")
     body_out = FlushTicket(job_id=ticket.job_id, coalesced=ticket.coalesced)
     return JSONResponse(body_out.model_dump(mode="json"), status_code=202)

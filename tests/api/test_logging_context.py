@@ -1,0 +1,278 @@
+"""The API's log lines carry the work's context under the field names the workers use.
+
+A real ``om api`` process (uvicorn, SQLite, a private Redis): every line it writes to stderr is
+one JSON object, each request line names the request, and the tenant, session and job it was
+about once they are known; a line logged inside a handler carries them too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from fastapi import APIRouter
+
+from om_api.server.auth import TenantId
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.logs import HANDLER_NAME, bind_log_context, configure_json_logging, log_context
+from om_workers.store import SqlStore, upgrade
+from tests.api.conftest import make_settings
+from tests.api.seed import conversation
+from tests.api.server import Published, serve
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN_TOKEN = "admin-token-for-log-tests-0123456789"
+START_TIMEOUT_S = 60.0
+RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class ApiProcess:
+    """A running ``om api``: its base URL and the lines it has written to stderr so far."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    url: str = ""
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every stderr line so far, parsed (fails on a line that is not one JSON object)."""
+        return [json.loads(line) for line in list(self.lines) if line.strip()]
+
+    def requests(self, request_id: str) -> list[dict[str, Any]]:
+        """The request lines of the request sent with ``X-Request-ID: request_id``."""
+        deadline = time.monotonic() + 10
+        while True:
+            found = [
+                r
+                for r in self.records()
+                if r["message"] == "request" and r.get("request_id") == request_id
+            ]
+            # The line is written after the response went out: wait for it, briefly.
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+
+def _read(stream: Any, lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line.rstrip("\n"))
+
+
+@pytest.fixture
+def redis_for_api() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def om_api(redis_for_api: EmbeddedRedis, tmp_path: Path) -> Iterator[ApiProcess]:
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        OM_DATABASE_URL=database_url,
+        OM_REDIS_URL=redis_for_api.url,
+        OM_ADMIN_TOKEN=ADMIN_TOKEN,
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "om_api.cli", "api", "--port", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    api = ApiProcess(process)
+    reader = threading.Thread(target=_read, args=(process.stderr, api.lines), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not api.url:
+            assert process.poll() is None, "\n".join(api.lines)
+            assert time.monotonic() < deadline, "\n".join(api.lines)
+            for line in list(api.lines):
+                if match := RUNNING.search(line):
+                    api.url = f"http://127.0.0.1:{match.group(1)}"
+            time.sleep(0.05)
+        yield api
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+
+
+def _request_id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_api_log_lines_name_the_request_tenant_session_and_job(
+    om_api: ApiProcess, redis_for_api: EmbeddedRedis
+) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    tenant_id, session_id = f"t-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=om_api.url, timeout=30) as http:
+        assert http.post("/v1/admin/tenants", json={"id": tenant_id}, headers=admin).is_success
+        keys_rid = _request_id("keys")
+        created = http.post(
+            f"/v1/admin/tenants/{tenant_id}/keys",
+            json={"label": "logs"},
+            headers={**admin, "X-Request-ID": keys_rid},
+        )
+        key = created.json()["key"]
+        tenant = {"Authorization": f"Bearer {key}"}
+        assert http.post("/v1/sessions", json={"id": session_id}, headers=tenant).is_success
+        append_rid = _request_id("append")
+        appended = http.post(
+            f"/v1/sessions/{session_id}/entries",
+            json={"entries": conversation(2)},
+            headers={**tenant, "X-Request-ID": append_rid},
+        )
+        assert appended.is_success, appended.text
+        flush_rid = _request_id("flush")
+        flushed = http.post(
+            f"/v1/sessions/{session_id}/flush", headers={**tenant, "X-Request-ID": flush_rid}
+        )
+        assert flushed.status_code == 202, flushed.text
+        job_id = flushed.json()["job_id"]
+        job_rid = _request_id("job")
+        job = http.get(f"/v1/jobs/{job_id}", headers={**tenant, "X-Request-ID": job_rid})
+        assert job.status_code == 200, job.text
+        anonymous_rid = _request_id("anonymous")
+        refused = http.get(f"/v1/sessions/{session_id}", headers={"X-Request-ID": anonymous_rid})
+        assert refused.status_code == 401
+        health_rid = _request_id("health")
+        assert http.get("/healthz", headers={"X-Request-ID": health_rid}).status_code == 200
+
+        # A line logged inside a handler: with Redis gone, the rate limiter lets the request
+        # through and says so; that line names the request, tenant and session as well.
+        redis_for_api.stop()
+        outage_rid = _request_id("outage")
+        read = http.get(
+            f"/v1/sessions/{session_id}", headers={**tenant, "X-Request-ID": outage_rid}
+        )
+        assert read.status_code == 200, read.text
+
+    def context(record: dict[str, Any]) -> dict[str, Any]:
+        return {k: record[k] for k in ("tenant_id", "session_id", "job_id") if k in record}
+
+    (keys_line,) = om_api.requests(keys_rid)
+    assert context(keys_line) == {"tenant_id": tenant_id}  # the admin route's path tenant
+    (append_line,) = om_api.requests(append_rid)
+    assert context(append_line) == {"tenant_id": tenant_id, "session_id": session_id}
+    (flush_line,) = om_api.requests(flush_rid)
+    assert context(flush_line) == {
+        "tenant_id": tenant_id,
+        "session_id": session_id,
+        "job_id": job_id,
+    }
+    assert flush_line["status"] == 202 and flush_line["route"].endswith("/flush")
+    (job_line,) = om_api.requests(job_rid)
+    assert context(job_line) == {"tenant_id": tenant_id, "job_id": job_id}
+    (anonymous_line,) = om_api.requests(anonymous_rid)
+    # Unauthenticated: the session the path names, no tenant.
+    assert context(anonymous_line) == {"session_id": session_id}
+    assert anonymous_line["status"] == 401
+    (health_line,) = om_api.requests(health_rid)
+    assert context(health_line) == {}  # nothing left over from the requests before
+    (outage_line,) = om_api.requests(outage_rid)
+    assert context(outage_line) == {"tenant_id": tenant_id, "session_id": session_id}
+    inside = [
+        r
+        for r in om_api.records()
+        if r.get("request_id") == outage_rid and r["message"].startswith("rate limit not checked")
+    ]
+    assert inside and all(
+        context(r) == {"tenant_id": tenant_id, "session_id": session_id} for r in inside
+    ), inside
+    assert key not in "\n".join(om_api.lines) and ADMIN_TOKEN not in "\n".join(om_api.lines)
+
+
+def test_an_unhandled_error_is_logged_with_the_request_context(
+    api_redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """Starlette logs an unhandled exception in its outermost layer, after every middleware;
+    the request's log context is opened outside that layer, so the line names the request."""
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    client: redis.Redis = connect(api_redis_server.url)
+    router = APIRouter()
+
+    @router.get("/v1/sessions/{session_id}/test-fails")
+    def fails(tenant_id: TenantId, session_id: str) -> None:
+        raise RuntimeError("a fault no handler knows")
+
+    logger = logging.getLogger("om_api")
+    buffer = io.StringIO()
+    capture = logging.StreamHandler(buffer)
+    try:
+        with serve(
+            make_settings(database_url, api_redis_server.url),
+            store,
+            client,
+            Published(),
+            routers=[router],
+        ) as live:
+            formatter = next(h for h in logger.handlers if h.get_name() == HANDLER_NAME).formatter
+            capture.setFormatter(formatter)
+            logger.addHandler(capture)
+            tenant_id, http = live.tenant()
+            with http:
+                answer = http.get("/v1/sessions/s-1/test-fails", headers={"X-Request-ID": "boom-1"})
+            assert answer.status_code == 500
+    finally:
+        logger.removeHandler(capture)
+        client.close()
+        store.close()
+    records = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    (error,) = [r for r in records if r["message"] == "unhandled error"]
+    assert "a fault no handler knows" in error["exception"]
+    assert (error.get("request_id"), error.get("tenant_id"), error.get("session_id")) == (
+        "boom-1",
+        tenant_id,
+        "s-1",
+    )
+
+
+def test_a_field_bound_in_a_copied_context_reaches_its_block_and_no_further(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a sync route does: it runs on a copy of the request's context in another thread,
+    and what it binds is on the lines the request logs after it; nothing outlives the block."""
+    configure_json_logging(["om.test.bind"], "INFO")
+    log = logging.getLogger("om.test.bind")
+    bind_log_context(tenant_id="nowhere")  # outside any block: nothing to describe
+    with log_context(request_id="r1"):
+        copy = contextvars.copy_context()
+        worker = threading.Thread(
+            target=copy.run, args=(bind_log_context,), kwargs={"tenant_id": "t1"}
+        )
+        worker.start()
+        worker.join()
+        log.info("inside")
+    log.info("after")
+    inside, after = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert (inside.get("request_id"), inside.get("tenant_id")) == ("r1", "t1")
+    assert "request_id" not in after and "tenant_id" not in after
