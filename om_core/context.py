@@ -15,7 +15,7 @@ from om_core.models import (
 )
 from om_core.projection import ObservationalMemoryProjection, project_ledger
 from om_core.redaction import normalize_secrets, scrub
-from om_core.render import render_observational_memory
+from om_core.render import RenderedMemory, render_observational_memory, render_reachable_memory
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
 from om_core.scopes.work_memory import Include, leaf_memory
@@ -86,7 +86,7 @@ def build_context_blocks(
         scope,
         include,
         None,
-    )
+    ).text
     return (
         ContextBlock(id=MEMORY_BLOCK_ID, text=memory_text),
         ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
@@ -121,15 +121,31 @@ class ContextGap(Frozen):
     cursor: str
 
 
+class MemoryOmission(Frozen):
+    """Memory items the budget left out of the memory block, each still in reach: ``covered``
+    observations under a reflection shown or listed (its recall returns their messages),
+    ``listed`` by recall id in the block's note, ``unlisted`` only behind the note's paging
+    cursor (when even the ids did not fit). ``unreflected`` counts the observations left out
+    that no reflection has gone over yet: a flush with reflection would condense them."""
+
+    items: int
+    covered: int = 0
+    listed: int = 0
+    unlisted: int = 0
+    unreflected: int = 0
+
+
 class Context(Frozen):
     """What an agent's next turn gets: the memory block, the recent block (every unobserved
     message and at least the last ``context.recentMessages``, as the budget allows), what
-    memory does not cover yet, and the part of it the budget left out (``gap``)."""
+    memory does not cover yet, the part of it the budget left out (``gap``), and the memory
+    items the budget left out of the memory block (``omitted``)."""
 
     memory: ContextBlock
     recent: ContextBlock
     unobserved: Unobserved
     gap: ContextGap | None = None
+    omitted: MemoryOmission | None = None
     max_tokens: int | None = None
 
     @property
@@ -173,7 +189,11 @@ def build_context(
     rendered within half the budget and recent messages fill the rest, oldest units (a call
     with its results) first to go; the newest unit is always shown, its text clipped with its
     entry id when it alone does not fit. Unobserved messages left out are reported as
-    ``gap``, and the memory block names them with the cursor to page from. The other
+    ``gap``, and the memory block names them with the cursor to page from.
+
+    Memory items that do not fit stay in reach (:func:`~om_core.render.render_reachable_memory`):
+    observations a reflection covers go first, and the block's note lists the recall id of
+    every other item left out; they are reported as ``omitted``. The other
     arguments are those of :func:`build_context_blocks`. Raises ``ValueError`` for a budget
     below the minimum, and the scope errors of :func:`build_context_blocks`.
     """
@@ -189,21 +209,23 @@ def build_context(
         entries, keep, None if unobserved else resolved.context.recent_message_max_tokens
     )
 
-    def memory_text(shown: Sequence[SessionEntry], max_bytes: int | None) -> str:
+    def memory_text(
+        shown: Sequence[SessionEntry], max_bytes: int | None, page_from: str | None
+    ) -> RenderedMemory:
         return _memory_block(
             shown, resolved, invalidated_ids, secrets, folded, scope_map, entries, shared,
-            scope, include, max_bytes,
+            scope, include, max_bytes, reachable=True, page_from=page_from,
         )  # fmt: skip
 
     if max_tokens is None:
         recent_text, recent_ids = _fitted_recent(window, secrets, None)
         shown = set(recent_ids)
-        memory = memory_text([e for e in window if e.id in shown], None)
+        rendered = memory_text([e for e in window if e.id in shown], None, _first(recent_ids))
     else:
         # Memory first within half the budget, recent messages in what it leaves; then memory
         # again for the messages actually shown, in what they leave (observations of messages
         # the budget pushed out must show), so the two never exceed the budget together.
-        first = memory_text(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN)
+        first = memory_text(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None).text
         recent_text, recent_ids = _fitted_recent(
             window, secrets, max_tokens - estimate_text_tokens(first)
         )
@@ -211,7 +233,10 @@ def build_context(
         note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
         room = (max_tokens - estimate_text_tokens(recent_text) - note) * CHARS_PER_TOKEN
         shown = set(recent_ids)
-        memory = memory_text([e for e in window if e.id in shown], max(0, room))
+        rendered = memory_text(
+            [e for e in window if e.id in shown], max(0, room), _first(recent_ids)
+        )
+    memory = rendered.text
     gap = _gap(unobserved, older, recent_ids)
     if gap is not None:
         memory = f"{memory}\n\n{gap_note(gap)}" if memory else gap_note(gap)
@@ -220,7 +245,25 @@ def build_context(
         recent=ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
         unobserved=_unobserved(unobserved, older),
         gap=gap,
+        omitted=_omission(rendered, folded),
         max_tokens=max_tokens,
+    )
+
+
+def _first(ids: Sequence[str]) -> str | None:
+    return ids[0] if ids else None
+
+
+def _omission(rendered: RenderedMemory, ledger: ObservationalMemoryLedger) -> MemoryOmission | None:
+    if not rendered.omitted_ids:
+        return None
+    pending = set(ledger.pending_reflection_observation_ids)
+    return MemoryOmission(
+        items=len(rendered.omitted_ids),
+        covered=rendered.covered,
+        listed=rendered.listed,
+        unlisted=rendered.unlisted,
+        unreflected=sum(1 for i in rendered.omitted_ids if i in pending),
     )
 
 
@@ -236,7 +279,10 @@ def _memory_block(
     scope: str | None,
     include: Include,
     max_bytes: int | None,
-) -> str:
+    *,
+    reachable: bool = False,
+    page_from: str | None = None,
+) -> RenderedMemory:
     memory, scopes = merge_shared_memory(
         ledger, scope_map if scope_map is not None else fold_work_scope_map(entries), shared
     )
@@ -250,9 +296,14 @@ def _memory_block(
         include=include,
     )
     limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
-    return render_observational_memory(
+    if reachable:
+        return render_reachable_memory(
+            reflections, observations, outline, secrets, max_bytes=limit, page_from=page_from
+        )
+    text = render_observational_memory(
         reflections, observations, outline, secrets=secrets, max_bytes=limit
     )
+    return RenderedMemory(text=text)
 
 
 def _fitted_recent(

@@ -178,7 +178,8 @@ class ObservationalMemoryRuntime:
         """Run the pipeline once; never raises for worker, provider or append failures.
 
         ``full_reflection_rebuild`` reflects over every active observation instead of only
-        those recorded after the last reflection coverage. ``force`` observes whatever is
+        those recorded after the last reflection coverage, below
+        ``reflection.observationTokens`` too. ``force`` observes whatever is
         unscanned now, below ``observation.messageTokens`` too (a host ending a session).
         """
         if not self._lock.acquire(blocking=False):
@@ -274,7 +275,8 @@ class ObservationalMemoryRuntime:
         window = ledger.active_observations if full_rebuild else None
         window = window if window is not None else observations_uncovered_by_reflection(ledger)
         tokens, threshold = observation_tokens(window), self.settings.reflection.observation_tokens
-        if not window or tokens < threshold:
+        # A rebuild is asked for (a context that had to leave memory out): it runs now.
+        if not window or (tokens < threshold and not full_rebuild):
             state.skip("reflector", BELOW_THRESHOLD, f"{tokens} of {threshold} tokens")
             return view
         worker = self._worker("reflector", state)

@@ -10,7 +10,9 @@ questions can be scored against another conversation's context (the chance contr
   as shown, the turns it **cites** (the recall result's ``source_entry_ids``: an
   observation's own sources; for a reflection, the sources of its supporting observations)
   and the turns one recall of it **returns** (the recall result's ``sources``: the cited
-  messages still on the branch, tool calls with their results).
+  messages still on the branch, tool calls with their results);
+* ``listed``: each memory id the block names in a note without showing its text (an item
+  the budget left out, listed so it stays one recall away), with the turns its recall returns.
 
 Definitions (all pure functions of a :class:`ShownContext`):
 
@@ -19,9 +21,11 @@ Definitions (all pure functions of a :class:`ShownContext`):
   rendering of that turn, or the text of a memory item that cites it. The same string
   elsewhere in the context does not count.
 * **reachable** (:meth:`ShownContext.reachable`): a turn the recent block shows, or one that
-  one recall of a shown memory id returns. A reflection's recall returns the sources of its
-  supporting observations, so those are one recall away too; an observation the memory block
-  no longer shows does not make its sources reachable.
+  one recall of a memory id the memory block shows or lists returns, as an agent reading the
+  block would reach it. A reflection's recall returns the sources of its supporting
+  observations, so those are one recall away too; an observation the memory block neither
+  shows nor lists does not make its sources reachable, and a message behind a paging cursor
+  is not one recall away.
 * **out of reach** (:func:`out_of_reach`): the turns neither shown nor one recall away.
 """
 
@@ -31,7 +35,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from om_api.evaluation.scoring import contains, normalize, scorable_answer
+from om_api.evaluation.scoring import contains, memory_refs, normalize, scorable_answer
 
 _ITEM = re.compile(r"^- \[((?:om|reflection):[a-f0-9]{12})\] ?(.*)$")
 CONTINUATION = "  "
@@ -63,10 +67,12 @@ class ShownContext:
     recent: Mapping[str, str]
     memory: tuple[MemoryItem, ...]
     text: str
+    listed: tuple[MemoryItem, ...] = ()
 
     def reachable(self) -> frozenset[str]:
-        """Turns shown in the recent block or returned by one recall of a shown memory id."""
-        returned = (t for item in self.memory for t in item.returns)
+        """Turns shown in the recent block or returned by one recall of a memory id the
+        memory block shows or lists."""
+        returned = (t for item in (*self.memory, *self.listed) for t in item.returns)
         return frozenset(self.recent).union(returned)
 
     def texts_for(self, turns: Iterable[str]) -> list[str]:
@@ -126,16 +132,25 @@ def shown_context(
     recalled: Mapping[str, Recalled],
 ) -> ShownContext:
     """Take one context read apart: ``rendered`` as for :func:`split_recent`, ``recalled``
-    what recall offers for each memory id shown (ids it lacks cite and return nothing)."""
+    what recall offers for each memory id shown or listed (ids it lacks cite and return
+    nothing)."""
     empty = Recalled(frozenset(), frozenset())
     memory = tuple(
         MemoryItem(ref, text, recalled.get(ref, empty).cites, recalled.get(ref, empty).returns)
         for ref, text in parse_memory_items(memory_text)
     )
+    shown = {item.ref for item in memory}
+    # Ids a note lists: no text is shown for them, so they cite nothing for grounding.
+    listed = tuple(
+        MemoryItem(ref, "", frozenset(), recalled.get(ref, empty).returns)
+        for ref in memory_refs(memory_text)
+        if ref not in shown
+    )
     return ShownContext(
         recent=split_recent(recent_text, rendered),
         memory=memory,
         text=normalize(f"{memory_text}\n\n{recent_text}"),
+        listed=listed,
     )
 
 

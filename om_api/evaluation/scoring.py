@@ -34,9 +34,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from om_core.render import MEMORY_REF_PATTERN
+from om_core.render import memory_refs as core_memory_refs
+
 MAX_ANSWER_WORDS = 5
 MAX_EXCLUDED_NUMBER = 31
-MEMORY_REF = re.compile(r"\[(om|reflection):([a-f0-9]{12})\]")
+MEMORY_REF = MEMORY_REF_PATTERN
 
 AnswerStatus = Literal["scored", "no_answer", "yes_no", "small_number", "long"]
 EXCLUSIONS: tuple[AnswerStatus, ...] = ("no_answer", "yes_no", "small_number", "long")
@@ -174,8 +177,9 @@ def answer_in_context(answer: str | None, normalized_context: str) -> bool | Non
 
 
 def memory_refs(memory_text: str) -> list[str]:
-    """The memory ids (``om:<id>``, ``reflection:<id>``) shown in a memory block, in order."""
-    return list(dict.fromkeys(f"{kind}:{mid}" for kind, mid in MEMORY_REF.findall(memory_text)))
+    """The memory ids (``om:<id>``, ``reflection:<id>``) a memory block shows or lists in a
+    note, in order (:func:`om_core.render.memory_refs`)."""
+    return core_memory_refs(memory_text)
 
 
 def evidence_one_hop(evidence_entry_ids: Iterable[str], reachable: frozenset[str]) -> bool | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 from tests.api.seed import OBS2_ID, OBS_ID, REF_ID, message, seeded_session
 from tests.api.server import LiveApi
@@ -152,3 +154,36 @@ def test_context_shows_every_unobserved_message_and_names_what_a_budget_leaves_o
     for bad in (0, 255, 1_000_001, "many"):
         answer = client.get("/v1/sessions/s/context", params={"max_tokens": bad})
         assert answer.status_code == 422, bad
+
+
+def test_memory_a_budget_leaves_out_is_listed_and_a_reflection_is_requested(
+    api: LiveApi,
+) -> None:
+    tid, client = api.tenant()
+    client.post("/v1/sessions", json={"id": "s"})
+    turns = [message(f"{tid}m{i}", "user", f"fact {i}: " + "detail " * 20) for i in range(60)]
+    # What an observer would record: one observation per message, no reflection yet.
+    observed = {
+        "type": "om.observations.recorded",
+        "observations": [
+            {"id": f"{i:012x}", "text": f"User said fact {i}: " + "detail " * 20,
+             "sourceEntryIds": [f"{tid}m{i}"]}
+            for i in range(60)
+        ],
+        "coversUpToId": f"{tid}m59",
+    }  # fmt: skip
+    entries = [*turns, {"id": f"{tid}-obs", "kind": "custom", "data": observed}]
+    assert client.post("/v1/sessions/s/entries", json={"entries": entries}).status_code == 201
+    whole = client.get("/v1/sessions/s/context").json()
+    assert whole["blocks"][0]["text"].count("\n- [om:") == 60 - len(whole["blocks"][1]["entry_ids"])
+    requested = len(api.published.calls)
+    tight = client.get("/v1/sessions/s/context", params={"max_tokens": 1_200}).json()
+    memory, recent = tight["blocks"]
+    shown_or_listed = set(re.findall(r"\[om:([0-9a-f]{12})\]", memory["text"]))
+    recent_ids = set(recent["entry_ids"])
+    for i in range(60):  # every message shown, or one recall of an id in the block away
+        assert f"{i:012x}" in shown_or_listed or f"{tid}m{i}" in recent_ids, i
+    assert "memories left out to fit" in memory["text"] and "recall these by id" in memory["text"]
+    assert len(api.published.calls) == requested + 1
+    job = client.get(f"/v1/jobs/{api.published.calls[-1][2]}").json()
+    assert job["force"] is True and job["full_reflection_rebuild"] is True

@@ -1,12 +1,12 @@
 """7. Memory fidelity with the extractive provider: a ~100k-token synthetic session with 50
 planted facts, placed where real facts sit (after a short opener, deep in a multi-line tool
 output, said with a relative date). Share of facts in the context or recallable from a memory
-id shown in it; and the context size against the raw history's (compression ratio)."""
+id the context shows or lists; messages neither shown nor one recall away; and the context
+size against the raw history's (compression ratio)."""
 
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from itertools import count
@@ -23,7 +23,9 @@ from om_core import (
     resolve_settings,
 )
 from om_core.context import build_context
+from om_core.ledger import is_eligible_observation_source
 from om_core.models import ObservationalMemoryLedger, Role, ToolCall
+from om_core.render import memory_refs
 from om_core.tokens import estimate_text_tokens
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 
@@ -33,7 +35,6 @@ FACTS = 50
 TARGET_TOKENS = 100_000
 RUN_MESSAGES = 20
 TOOL_FILLER_EVERY = 23  # a tool call without a fact now and then: facts are not the only logs
-MEMORY_REF = re.compile(r"\[(om|reflection):([a-f0-9]{12})\]")
 START = datetime(2024, 1, 8, 9, 0)
 FILLER = [
     "Let's look at the build logs for the staging deploy before lunch.",
@@ -161,7 +162,12 @@ def measure(settings_json: Mapping[str, Any], seed: int = 7) -> dict[str, float]
     )
     memory, recent = context.blocks
     shown = memory.text + "\n" + recent.text
-    recallable = "\n".join(_recalled_texts(session.entries, memory.text, ledger))
+    recalled = _recalled(session.entries, memory.text, ledger)
+    recallable = "\n".join(e.message.text for e in recalled if e.message is not None)
+    # Reachable as an agent reaches it: shown in the recent block, or returned by one recall
+    # of a memory id the memory block shows or lists.
+    reachable = set(recent.entry_ids or ()) | {e.id for e in recalled}
+    messages = [e for e in session.entries if is_eligible_observation_source(e)]
     figures: dict[str, float] = {
         "planted": planted,
         "kept": sum(1 for c in codes[:planted] if c in shown or c in recallable),
@@ -169,6 +175,11 @@ def measure(settings_json: Mapping[str, Any], seed: int = 7) -> dict[str, float]
         "raw_tokens": raw_tokens,
         "context_tokens": estimate_text_tokens(memory.text) + estimate_text_tokens(recent.text),
         "gap_messages": context.gap.messages if context.gap else 0,
+        "messages": len(messages),
+        "out_of_reach": sum(1 for e in messages if e.id not in reachable),
+        "memory_omitted": context.omitted.items if context.omitted else 0,
+        "memory_covered": context.omitted.covered if context.omitted else 0,
+        "memory_listed": context.omitted.listed if context.omitted else 0,
     }
     for placement in PLACEMENTS:
         mine = [c for c, p in zip(codes[:planted], placements, strict=False) if p == placement]
@@ -177,14 +188,15 @@ def measure(settings_json: Mapping[str, Any], seed: int = 7) -> dict[str, float]
     return figures
 
 
-def _recalled_texts(
+def _recalled(
     entries: list[SessionEntry], memory_text: str, ledger: ObservationalMemoryLedger
-) -> list[str]:
-    texts = []
-    for _, memory_id in MEMORY_REF.findall(memory_text):
-        result = recall_memory(entries, memory_id, ledger=ledger)
-        texts += [e.message.text for e in result.sources if e.message is not None]
-    return texts
+) -> list[SessionEntry]:
+    """The messages one recall of each memory id the block shows or lists returns."""
+    found: dict[str, SessionEntry] = {}
+    for ref in memory_refs(memory_text):
+        result = recall_memory(entries, ref, ledger=ledger)
+        found.update((e.id, e) for e in result.sources)
+    return list(found.values())
 
 
 def run() -> Section:
@@ -205,6 +217,13 @@ def run() -> Section:
             100.0,
         )
         section.add(
+            f"messages neither shown nor one recall away ({label})",
+            figures["out_of_reach"],
+            "messages",
+            "messages",
+            figures["messages"],
+        )
+        section.add(
             f"context tokens ({label})",
             figures["context_tokens"],
             "tokens",
@@ -217,7 +236,10 @@ def run() -> Section:
         section.notes.append(
             f"{label}: reachable by placement: {by_placement}; compression (context / raw "
             f"tokens) {figures['context_tokens'] / figures['raw_tokens']:.3f}; "
-            f"{figures['gap_messages']:.0f} unobserved messages left out by the budget."
+            f"{figures['gap_messages']:.0f} unobserved messages left out by the budget; "
+            f"{figures['memory_omitted']:.0f} memory items left out of the memory block "
+            f"({figures['memory_covered']:.0f} under a reflection, "
+            f"{figures['memory_listed']:.0f} listed by id in its note)."
         )
     section.notes.append(
         "Facts are said without a cue, evenly and in seeded random order in three placements: "
@@ -226,7 +248,9 @@ def run() -> Section:
         "code is scored, not an anchored date); tool outputs without facts are mixed in too. "
         "The context is build_context's at the service's default budget "
         f"({DEFAULT_CONTEXT_MAX_TOKENS:,} tokens). A fact counts as reachable when its code "
-        "appears in the context blocks or in the raw messages a memory id shown in them "
-        "recalls; 'in the context text' counts only the blocks."
+        "appears in the context blocks or in the raw messages one recall of a memory id the "
+        "memory block shows or lists returns; 'in the context text' counts only the blocks. "
+        "A message is reachable the same way: shown in the recent block, or returned by one "
+        "recall (a message behind a paging cursor is not)."
     )
     return section

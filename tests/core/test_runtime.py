@@ -141,6 +141,17 @@ def test_reflects_only_uncovered_unless_full_rebuild() -> None:
     assert rebuilt.reflection_ids and rebuilt.error is None
 
 
+def test_a_full_rebuild_reflects_below_the_threshold() -> None:
+    s = Session()
+    _seed_observations(s, 8)
+    settings = {**LOW, "reflection": {"observationTokens": 100_000}}
+    plain = runtime(s, settings).flush()
+    assert plain.reflection_ids == ()
+    assert ("reflector", "below_threshold") in [(k.worker, k.reason) for k in plain.skipped]
+    rebuilt = runtime(s, settings).flush(full_reflection_rebuild=True)
+    assert rebuilt.error is None and rebuilt.reflection_ids
+
+
 def test_drop_lowest_relevance_down_to_target_and_skipped_with_host_scopes() -> None:
     settings = {
         **LOW,

@@ -77,12 +77,22 @@ def _context(
     )
 
 
-def _observe_gap(state: ApiState, tenant_id: str, session_id: str) -> None:
+def _observe_gap(
+    state: ApiState, tenant_id: str, session_id: str, *, reflect: bool = False
+) -> None:
     """Ask for a flush of messages a context had to leave out (best effort: the reconciler
-    requests it too once their tokens pass the threshold)."""
+    requests it too once their tokens pass the threshold); with ``reflect``, a flush that
+    also reflects over memory the block had to leave out, below the reflection threshold
+    too, so the next context shows it condensed."""
     try:
         request_flush(
-            state.store, state.redis, tenant_id, session_id, publish=state.publisher(), force=True
+            state.store,
+            state.redis,
+            tenant_id,
+            session_id,
+            publish=state.publisher(),
+            force=True,
+            full_reflection_rebuild=reflect,
         )
     except OMWorkersError as exc:
         log.warning("could not request a flush for %s/%s: %s", tenant_id, session_id, exc)
@@ -114,15 +124,18 @@ def context(
     (every message memory does not cover yet and at least the last
     ``context.recentMessages``, with the exact entry ids it shows), within ``max_tokens``
     estimated tokens (default ``OM_CONTEXT_MAX_TOKENS``). Unobserved messages the budget left
-    out are named in ``gap`` and a flush is requested for them. 422 for a scope the session
-    never opened or a budget out of range."""
+    out are named in ``gap`` and a flush is requested for them. Memory items the budget left
+    out of the memory block are listed by id in its note; when some are observations no
+    reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
+    session never opened or a budget out of range."""
     budget = max_tokens if max_tokens is not None else state.settings.context_max_tokens
     try:
         result = _context(state, tenant_id, session_id, scope, include, budget)
     except UnknownScopeError as exc:
         raise ApiError(422, "invalid_input", str(exc)) from None
-    if result.gap is not None:
-        _observe_gap(state, tenant_id, session_id)
+    reflect = result.omitted is not None and result.omitted.unreflected > 0
+    if result.gap is not None or reflect:
+        _observe_gap(state, tenant_id, session_id, reflect=reflect)
     return context_out(result)
 
 
