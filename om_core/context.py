@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from om_core.ledger import fold_ledger, is_eligible_observation_source, unscanned_entries
-from om_core.limits import MAX_RENDERED_MEMORY_BYTES
+from om_core.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
 from om_core.models import (
     ContextBlock,
     Frozen,
@@ -14,7 +14,7 @@ from om_core.models import (
     SessionEntry,
 )
 from om_core.projection import ObservationalMemoryProjection, project_ledger
-from om_core.redaction import normalize_secrets, scrub
+from om_core.redaction import normalize_secrets, redact, scrub
 from om_core.render import RenderedMemory, render_observational_memory, render_reachable_memory
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
@@ -320,12 +320,38 @@ def _fitted_recent(
     while len(units) > 1 and sum(sizes) - 1 > room:
         units.pop(0)
         sizes.pop(0)
-    kept = [e for unit in units for e in unit]
-    text, ids = render_recent_message_window(kept, secrets)
-    if len(text) <= room or not kept:
-        return text, ids
-    mark = CLIPPED_MARK.format(rest=len(text) - room, id=kept[-1].id)
-    return scrub(text[: max(0, room - len(mark))], normalize_secrets(secrets)) + mark, ids
+    keys = normalize_secrets(secrets)
+    kept = [(e.id, redact(render_message(e.message), keys)) for u in units for e in u if e.message]
+    limit = min(room, MAX_RECENT_WINDOW_BYTES)
+    while True:
+        text = _clipped(kept, limit, keys)
+        # The window's byte cap holds too: shrink the room until the UTF-8 text fits it.
+        size = len(text.encode("utf-8"))
+        if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
+            return text, tuple(entry_id for entry_id, _ in kept)
+        limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+
+
+def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ...]) -> str:
+    """Rendered ``(entry id, text)`` lines cut to ``room`` characters in all (newlines
+    included): the longest line is clipped first, each with a mark naming its entry and how
+    many of its characters are not shown, so a small result beside a huge one stays whole."""
+    lines = [text for _, text in messages]
+    clipped = [False] * len(lines)
+    while sum(len(line) for line in lines) + len(lines) - 1 > room:
+        candidates = [i for i in range(len(lines)) if not clipped[i]]
+        if not candidates:
+            # Marks alone outgrow the room (many parallel results in a tiny budget).
+            return scrub("\n".join(lines)[: max(0, room)], keys)
+        index = max(candidates, key=lambda i: len(lines[i]))
+        whole = messages[index][1]
+        over = sum(len(line) for line in lines) + len(lines) - 1 - room
+        mark_size = len(CLIPPED_MARK.format(rest=len(whole), id=messages[index][0]))
+        keep = max(0, len(whole) - over - mark_size)
+        mark = CLIPPED_MARK.format(rest=len(whole) - keep, id=messages[index][0])
+        lines[index] = scrub(whole[:keep], keys) + mark
+        clipped[index] = True
+    return "\n".join(lines)
 
 
 def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unobserved:

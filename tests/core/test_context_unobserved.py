@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from om_core.context import MIN_CONTEXT_TOKENS, Unobserved, build_context, gap_note
-from om_core.models import Observation
+from om_core.models import Observation, ToolCall
 from om_core.settings import resolve_settings
 from om_core.tokens import estimate_text_tokens
+from om_core.window import render_message
 from tests.core.builders import Branch, mid
 
 SETTINGS = resolve_settings({"context": {"recentMessages": 2}})
@@ -65,6 +68,29 @@ def test_an_oversized_message_is_clipped_with_its_entry_id() -> None:
     assert context.recent.entry_ids[-1] == big.id
     assert f"the whole message is entry {big.id}]" in context.recent.text
     assert estimate_text_tokens(context.recent.text) <= 4_000
+
+
+def test_the_clip_mark_names_the_message_clipped_and_its_true_remainder() -> None:
+    b = observed_then(0)
+    b.message(
+        "assistant",
+        "",
+        tool_calls=(ToolCall(id="c1", name="dump"), ToolCall(id="c2", name="ls")),
+    )
+    big = b.result("c1", "x" * 2_000_000, name="dump")  # 2 MB, past the window's 512 KiB cap
+    small = b.result("c2", "two small files", name="ls")
+    context = build_context(b.entries, SETTINGS, max_tokens=4_000)
+    text = context.recent.text
+    assert estimate_text_tokens(text) <= 4_000
+    assert text.endswith("[tool ls c2] two small files")  # the small result stays whole
+    marks = re.findall(
+        r"\[clipped: (\d+) more characters; the whole message is entry (\w+)\]", text
+    )
+    assert [entry for _, entry in marks] == [big.id]
+    whole = len(render_message(big.message))  # type: ignore[arg-type]
+    shown = text.split("[tool dump c1] ", 1)[1].split(" …[clipped", 1)[0]
+    assert int(marks[0][0]) == whole - len("[tool dump c1] ") - len(shown)
+    assert list(context.recent.entry_ids or ())[-2:] == [big.id, small.id]
 
 
 def test_older_unobserved_messages_a_store_did_not_read_are_reported() -> None:
