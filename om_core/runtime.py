@@ -259,6 +259,7 @@ class ObservationalMemoryRuntime:
             secrets=self.secrets,
         )
         state.ran.append("observer")
+        state.observed_messages += sum(1 for e in backlog if is_eligible_observation_source(e))
         for chunk in chunks:
             record = run_observer(
                 worker.provider,

@@ -30,10 +30,12 @@ class FlushResult(Frozen):
 
     ``error`` is set when a step failed closed (each step's text redacted and bounded to
     ``maxWorkerErrorBytes``, joined by ``; ``); a failed step wrote nothing, and later steps
-    still ran unless an append was not visible at the leaf.
+    still ran unless an append was not visible at the leaf. ``observed_messages`` counts the
+    messages the observer read (user/assistant/tool), whether or not it recorded anything.
     """
 
     ran: tuple[str, ...] = ()
+    observed_messages: int = 0
     appended_entry_ids: tuple[str, ...] = ()
     observation_ids: tuple[str, ...] = ()
     reflection_ids: tuple[str, ...] = ()
@@ -48,12 +50,30 @@ class FlushResult(Frozen):
         return bool(self.appended_entry_ids) or self.compacted
 
     @property
+    def recorded(self) -> bool:
+        """True when the flush recorded memory: an observation, a reflection, a drop or a
+        compaction (a coverage marker alone, from an observer that found nothing, is not)."""
+        return bool(
+            self.observation_ids
+            or self.reflection_ids
+            or self.dropped_observation_ids
+            or self.compacted
+        )
+
+    @property
     def note(self) -> str | None:
-        """Why a flush that recorded nothing did nothing (each skipped step, ``; ``-joined),
-        ``None`` when it advanced or failed (then ``error`` says why)."""
-        if self.advanced or self.error or not self.skipped:
+        """Why a flush that recorded nothing did nothing, ``; ``-joined: the observer that
+        read messages and recorded nothing (``observer observed 3 messages, recorded
+        nothing``), then each skipped step. ``None`` when it recorded memory or failed (then
+        ``error`` says why)."""
+        if self.recorded or self.error:
             return None
-        return "; ".join(skip.describe() for skip in self.skipped)
+        parts = [skip.describe() for skip in self.skipped]
+        if "observer" in self.ran:
+            parts.insert(
+                0, f"observer observed {self.observed_messages} messages, recorded nothing"
+            )
+        return "; ".join(parts) or None
 
 
 class FlushState:
@@ -61,6 +81,7 @@ class FlushState:
 
     def __init__(self) -> None:
         self.ran: list[str] = []
+        self.observed_messages = 0
         self.appended: list[str] = []
         self.observations: list[str] = []
         self.reflections: list[str] = []
@@ -75,6 +96,7 @@ class FlushState:
     def result(self) -> FlushResult:
         return FlushResult(
             ran=tuple(self.ran),
+            observed_messages=self.observed_messages,
             appended_entry_ids=tuple(self.appended),
             observation_ids=tuple(self.observations),
             reflection_ids=tuple(self.reflections),

@@ -78,6 +78,24 @@ def test_empty_observer_run_still_advances_coverage() -> None:
     assert again.appended_entry_ids == ()  # nothing unscanned is eligible any more
 
 
+def test_an_observer_that_records_nothing_says_so() -> None:
+    s = Session()
+    chat(s, 2)
+    result = runtime(
+        s, observation=WorkerConfig(provider=ScriptedProvider([], then_stop=True))
+    ).flush()
+    assert result.advanced and not result.recorded  # a coverage marker only
+    assert result.observed_messages == 4
+    assert result.note is not None
+    assert result.note.startswith("observer observed 4 messages, recorded nothing; ")
+    assert "reflector below threshold" in result.note
+    below = runtime(s, {"observation": {"messageTokens": 10_000}}).flush()
+    assert below.note is not None and "observer observed" not in below.note
+    recorded = Session()
+    chat(recorded, 2)
+    assert runtime(recorded).flush().note is None  # it recorded observations
+
+
 def test_backlog_larger_than_transcript_cap_is_chunked_oldest_first() -> None:
     s = Session()
     chat(s, 30)
