@@ -194,17 +194,22 @@ def test_flower_lists_the_workers_and_the_flush_tasks(
         jobs = []
         for session in ("f1", "f2", "f3"):
             store.create_session(tenant, session)
-            add_chat(store, tenant, session, 1)
+            if session != "f3":  # f3 has nothing to observe: its flush says why
+                add_chat(store, tenant, session, 1)
             jobs.append(enqueue_flush(store, client, tenant, session, app=app).job_id)
         wait_for(
             lambda: all(store.get_job(tenant, job).state == "succeeded" for job in jobs),
             30,
             "the flushes",
         )
+        reasons = {job: store.get_job(tenant, job).reason for job in jobs}
+        assert reasons[jobs[0]] is None and reasons[jobs[1]] is None  # they recorded memory
+        idle = reasons[jobs[2]]
+        assert idle is not None and idle.startswith("observer below threshold: 0 of 1 tokens")
 
         def flush_tasks(tasks: dict[str, Any]) -> bool:
-            seen = {t["args"] for t in tasks.values() if t.get("state") == "SUCCESS"}
-            return all(any(job in args for args in seen) for job in jobs)
+            done = [t for t in tasks.values() if t.get("state") == "SUCCESS"]
+            return all(any(job in str(t["args"]) for t in done) for job in jobs)
 
         wait_for(
             lambda: _answers(f"{base}/api/tasks?taskname=om.flush", auth, flush_tasks),
@@ -212,6 +217,16 @@ def test_flower_lists_the_workers_and_the_flush_tasks(
             "Flower listing the three om.flush tasks as SUCCESS",
             lambda: _get(f"{base}/api/tasks?taskname=om.flush", auth),
         )
+        tasks = _get(f"{base}/api/tasks?taskname=om.flush", auth)
+        # The task's result, as Flower shows it: the outcome, and why a flush did nothing.
+        results = {
+            job: str(t.get("result"))
+            for job in jobs
+            for t in tasks.values()
+            if job in str(t["args"]) and t.get("state") == "SUCCESS"
+        }
+        assert results[jobs[0]].strip("'\"") == "succeeded", results
+        assert f"succeeded: {idle}" in results[jobs[2]], results
         with pytest.raises(urllib.error.HTTPError):
             _get(f"{base}/api/workers", base64.b64encode(b"u:wrong").decode())
     finally:
