@@ -103,6 +103,17 @@ class Settings(BaseSettings):
     hard_time_limit_s: float | None = Field(default=None, gt=0, description="Override (all 3).")
     visibility_timeout_s: float | None = Field(default=None, gt=0, description="Override.")
     reconcile_interval_s: float = Field(default=60.0, gt=0, description="om.reconcile period.")
+    # Fair queueing across tenants (docs/architecture.md, "Fair queueing across tenants").
+    fair_queueing: bool = Field(
+        default=True,
+        description="Admit flush jobs to the broker fairly across tenants (off: first in, "
+        "first out).",
+    )
+    fair_queue_capacity: int = Field(
+        default=0,
+        ge=0,
+        description="Flush jobs admitted or running at once; 0: the live workers' task slots.",
+    )
 
     # HTTP API.
     admin_token: str | None = Field(

@@ -28,6 +28,7 @@ from om_core.provider import Provider
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_workers.config import Settings
 from om_workers.coordination.connection import connect
+from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.errors import ConfigError
 from om_workers.jobs.flush import FlushDeps, PublishJob
 from om_workers.prompts import load_prompts
@@ -124,6 +125,16 @@ class Services:
             worker_models=dict(self.worker_models),
             prompts=self.prompts,
         )
+
+    def publisher(self, send: PublishJob) -> PublishJob:
+        """The process's flush publisher: ``send`` (the broker publish of ``om.flush``) behind
+        the fair queue across tenants (:class:`~om_workers.coordination.fairness.FairPublisher`,
+        capacity ``OM_FAIR_QUEUE_CAPACITY``), or ``send`` itself when ``OM_FAIR_QUEUEING`` is
+        off (first in, first out)."""
+        if not self.settings.fair_queueing:
+            return send
+        queue = FairQueue(self.redis, capacity=self.settings.fair_queue_capacity)
+        return FairPublisher(queue, send)
 
     def close(self) -> None:
         """Close the store's and the Redis client's pooled connections (both reconnect if

@@ -14,6 +14,11 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
 - ``om:rate:{key id}:{class}``: an API key's rate-limit bucket for one request class, its GCRA
   theoretical arrival time in microseconds (``SET PX`` in the ``rate_limit.lua`` script,
   :mod:`om_workers.coordination.rate_limit`); it expires once the bucket is full again;
+  ``om:throttled`` counts each tenant's refused requests;
+- ``om:fair:*``, ``om:backlog``: the fair queue of flush jobs across tenants (waiting jobs per
+  tenant, jobs in flight, the order tenants are served in; ``lua/fair_queue.lua``,
+  :mod:`om_workers.coordination.fairness`); ``om:pool`` and ``om:pool:slots``: the live
+  workers' task slots, the fair queue's capacity (:mod:`om_workers.coordination.pool`).
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -111,6 +116,59 @@ def rate_key(key_id: str, request_class: str) -> str:
     return f"{PREFIX}rate:{_part(key_id)}:{_part(request_class)}"
 
 
+FAIR_JOBS: Final = f"{PREFIX}fair:jobs"
+"""Every flush job the fair queue holds: job id -> ``[state, tenant id, session id]`` (JSON)."""
+FAIR_READY: Final = f"{PREFIX}fair:ready"
+"""Tenants with waiting jobs, ranked by who goes next (see ``lua/fair_queue.lua``)."""
+FAIR_LINES: Final = f"{PREFIX}fair:lines"
+"""Tenant id -> the key of its line of waiting job ids (:func:`fair_line_key`)."""
+FAIR_IN_FLIGHT: Final = f"{PREFIX}fair:in_flight"
+"""Jobs admitted to the broker or running: job id -> ms when admitted or started."""
+FAIR_IN_FLIGHT_COUNTS: Final = f"{PREFIX}fair:in_flight_counts"
+FAIR_RUNNING_COUNTS: Final = f"{PREFIX}fair:running_counts"
+FAIR_SERVED: Final = f"{PREFIX}fair:served"
+FAIR_ADMISSIONS: Final = f"{PREFIX}fair:admissions"
+BACKLOG: Final = f"{PREFIX}backlog"
+"""One token per flush job the fair queue holds (waiting, admitted or running); only its
+length means anything: KEDA scales the workers on it."""
+POOL: Final = f"{PREFIX}pool"
+"""Live worker processes: worker id -> ms when its advertisement expires."""
+POOL_SLOTS: Final = f"{PREFIX}pool:slots"
+"""Worker id -> its task slots (``OM_WORKER_CONCURRENCY``)."""
+THROTTLED: Final = f"{PREFIX}throttled"
+"""Tenant id -> requests its API keys had refused by a rate limit (since Redis started)."""
+
+
+def fair_line_key(tenant_id: str) -> str:
+    """Key of the tenant's line of waiting flush job ids, oldest first.
+
+    Raises ``ValueError`` for an empty id.
+    """
+    return f"{PREFIX}fair:line:{_part(tenant_id)}"
+
+
+def fair_queue_keys(tenant_id: str | None = None) -> list[str]:
+    """The ``KEYS`` of ``fair_queue.lua``, in its order; with a tenant, its line last (the
+    ``add`` and ``return`` steps need it).
+
+    Raises ``ValueError`` for an empty id.
+    """
+    shared = [
+        FAIR_JOBS,
+        FAIR_READY,
+        FAIR_LINES,
+        FAIR_IN_FLIGHT,
+        FAIR_IN_FLIGHT_COUNTS,
+        FAIR_RUNNING_COUNTS,
+        FAIR_SERVED,
+        FAIR_ADMISSIONS,
+        BACKLOG,
+        POOL,
+        POOL_SLOTS,
+    ]
+    return shared if tenant_id is None else [*shared, fair_line_key(tenant_id)]
+
+
 PENDING_PATTERN: Final = f"{PREFIX}pending:*"
 """``SCAN MATCH`` pattern of every session's ``pending`` marker (for the reconciler)."""
 
@@ -150,3 +208,7 @@ SET_PENDING: Final = _script("set_pending.lua")
 DELETE_IF_EQUAL: Final = _script("delete_if_equal.lua")
 
 RATE_LIMIT: Final = _script("rate_limit.lua")
+
+FAIR_QUEUE: Final = _script("fair_queue.lua")
+
+POOL_ADVERTISE: Final = _script("pool_advertise.lua")

@@ -1,6 +1,7 @@
 """One reconciler pass (what ``om.reconcile`` runs on Celery beat), pure of Celery.
 
-Lost Redis state must cost latency, never work. A pass heals, in order:
+Lost Redis state must cost latency, never work. A pass first sweeps the fair queue (places
+held by jobs whose message was lost), then heals, in order:
 
 1. ``pending`` markers that outlived any lock (their message was dropped at a busy lock and
    the holder died before its release re-published, or the broker lost it): re-published;
@@ -35,6 +36,7 @@ import redis
 
 from om_workers.coordination import coalesce, keys, liveness, timing
 from om_workers.coordination.connection import translate_errors
+from om_workers.coordination.fairness import FairPublisher
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
 from om_workers.jobs.flush import PublishJob, request_flush
 from om_workers.metrics import METRICS
@@ -103,6 +105,9 @@ def reconcile_once(
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
     """
+    if isinstance(publish, FairPublisher):
+        # Places in the fair queue held longer than any run: their message was lost.
+        publish.sweep(stuck_job_s)
     markers = list(coalesce.pending_flushes(client))
     METRICS.observe_pending(m.age_s for m in markers)
     republished = []

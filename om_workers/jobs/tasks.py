@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Final
 
@@ -27,6 +28,9 @@ from om_workers import metrics
 from om_workers.config import Settings, get_settings
 from om_workers.coordination import keys, liveness
 from om_workers.coordination.coalesce import FlushTicket
+from om_workers.coordination.fairness import FairPublisher, FairQueue
+from om_workers.coordination.liveness import LIVENESS
+from om_workers.coordination.pool import PoolAdvert
 from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
 from om_workers.errors import ConfigError
 from om_workers.jobs.celery_app import (
@@ -46,7 +50,7 @@ from om_workers.jobs.flush import (
 from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
 from om_workers.logs import configure_json_logging, log_context
 from om_workers.providers.setup import provider_secrets
-from om_workers.services import build_services
+from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
 
 log = logging.getLogger(__name__)
@@ -206,46 +210,100 @@ def enqueue_flush(
     force: bool = False,
     *,
     app: Any = None,
+    fair: bool = True,
 ) -> FlushTicket:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
     See :func:`om_workers.jobs.flush.request_flush` (a coalesced request writes no job row).
-    ``app`` defaults to :func:`get_app`. Raises what that function raises, and whatever the
-    broker raises when ``om.flush`` cannot be sent (the new job row is then failed).
+    ``app`` defaults to :func:`get_app`; ``fair`` puts the job through the fair queue on
+    ``client`` (capacity: the live workers' slots), as the API does by default. Raises what
+    that function raises, and whatever the broker raises when ``om.flush`` cannot be sent
+    (the new job row is then failed).
     """
     publish = publisher(app if app is not None else get_app())
+    if fair:
+        publish = FairPublisher(FairQueue(client), publish)
     return request_flush(store, client, tenant_id, session_id, publish=publish, force=force)
 
 
 @lru_cache(maxsize=1)
+def worker_services() -> Services:
+    """This worker process's :class:`~om_workers.services.Services`, built on first use.
+
+    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROMPTS_FILE`` is bad."""
+    return build_services(get_settings())
+
+
+@lru_cache(maxsize=1)
 def worker_deps() -> FlushDeps:
-    """The flush dependencies of this worker process, built on first use from the process's
-    :func:`~om_workers.services.build_services` (one store, one Redis client, the provider)
-    and the app's publisher (see :meth:`~om_workers.services.Services.flush_deps`).
+    """The flush dependencies of this worker process, built on first use from
+    :func:`worker_services` (one store, one Redis client, the provider) and its publisher (the
+    app's, behind the fair queue unless ``OM_FAIR_QUEUEING`` is off; see
+    :meth:`~om_workers.services.Services.flush_deps`).
 
     Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROVIDER`` is bad: the
     first task fails, loudly."""
-    services = build_services(get_settings())
-    return services.flush_deps(publisher(get_app()))
+    services = worker_services()
+    return services.flush_deps(services.publisher(publisher(get_app())))
+
+
+def _fair_queue() -> FairPublisher | None:
+    """The worker's fair-queue publisher, ``None`` when fair queueing is off."""
+    publish = worker_deps().publish
+    return publish if isinstance(publish, FairPublisher) else None
 
 
 def _flush_task(
     self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False
 ) -> str:
-    """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`)."""
+    """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`).
+
+    Its place in the fair queue is marked running when the message starts and freed when the
+    message is finished with, whatever the outcome, except when Celery retries it (the retried
+    message keeps the place)."""
     with log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
-        outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
-    if outcome.outcome == "unavailable":
-        # Redis or the database was down before the job started: try again shortly instead
-        # of acking a message that did nothing.
-        raise self.retry(countdown=RETRY_COUNTDOWN_S, max_retries=MAX_UNAVAILABLE_RETRIES)
-    wait_s = _redelivered_into_a_held_lock(outcome, tenant_id, session_id, self.request.retries)
-    if wait_s is not None:
-        # RabbitMQ gave a dead worker's message back before that worker's lock expired.
-        raise self.retry(countdown=wait_s, max_retries=_busy_retry_limit(get_settings()))
+        fair = _fair_queue()
+        if fair is not None:
+            _quietly("marking a flush job running", fair.started, job_id, LIVENESS.worker_id)
+        retrying = False
+        try:
+            outcome = run_flush_job(worker_deps(), tenant_id, session_id, job_id, force)
+            retry = _retry(outcome, tenant_id, session_id, self.request.retries)
+            if retry is not None:
+                countdown_s, max_retries = retry
+                retrying = (self.request.retries or 0) < max_retries
+                raise self.retry(countdown=countdown_s, max_retries=max_retries)
+        finally:
+            if fair is not None and not retrying:
+                _quietly("freeing a flush job's place", fair.finished, job_id)
     log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
     # The task's result is what Flower shows: the outcome, and why a flush did nothing.
     return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
+
+
+def _quietly(what: str, step: Callable[..., None], *args: str) -> None:
+    """Run a fair-queue step; a failure costs fairness, never the job (the reconciler's sweep
+    frees a place that was not freed), so it is logged, not raised."""
+    try:
+        step(*args)
+    except Exception:
+        log.warning("%s failed; the reconciler's sweep heals it", what, exc_info=True)
+
+
+def _retry(
+    outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+) -> tuple[float, int] | None:
+    """``(countdown seconds, max retries)`` when the message is to be retried, else ``None``.
+
+    A job whose Redis or database was down before it started is tried again shortly instead of
+    acking a message that did nothing; a message RabbitMQ gave back while its dead worker's
+    lock is still held waits for that lock (:func:`_redelivered_into_a_held_lock`)."""
+    if outcome.outcome == "unavailable":
+        return RETRY_COUNTDOWN_S, MAX_UNAVAILABLE_RETRIES
+    wait_s = _redelivered_into_a_held_lock(outcome, tenant_id, session_id, retries)
+    if wait_s is not None:
+        return wait_s, _busy_retry_limit(get_settings())
+    return None
 
 
 def _redelivered_into_a_held_lock(
@@ -343,12 +401,50 @@ def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
     configure_json_logging([None], level, lambda: secrets)
 
 
+_POOL: list[PoolAdvert] = []
+"""The process's pool advertisement, once its worker is ready."""
+
+
+def join_pool(sender: Any = None, **_: Any) -> None:
+    """Celery ``worker_ready`` handler: advertise this process's task slots (the pool's
+    concurrency) as fair-queue capacity while it lives, and send what the fair queue admits
+    once they count. Nothing when fair queueing is off. A failure is logged: the worker still
+    serves what other processes admit, and its advertisement beat retries."""
+    if not get_settings().fair_queueing:
+        return
+    try:
+        fair = _fair_queue()
+        controller = getattr(sender, "controller", None)
+        slots = int(getattr(controller, "concurrency", None) or get_settings().worker_concurrency)
+        advert = PoolAdvert(
+            worker_deps().redis, LIVENESS.worker_id, slots, joined=fair.fill if fair else None
+        )
+        advert.start()
+        _POOL.append(advert)
+    except Exception:
+        log.exception("could not join the worker pool; the fair queue does not count its slots")
+
+
+def leave_pool(**_: Any) -> None:
+    """Celery ``worker_shutdown`` handler: withdraw this process's slots (they would expire
+    by themselves a few seconds later)."""
+    while _POOL:
+        _POOL.pop().stop()
+
+
 def _connect_worker_init() -> None:
-    from celery.signals import setup_logging, worker_init  # type: ignore[import-untyped]
+    from celery.signals import (  # type: ignore[import-untyped]
+        setup_logging,
+        worker_init,
+        worker_ready,
+        worker_shutdown,
+    )
 
     # dispatch_uid: rebuilding the app (tests) must not start a second server.
     worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
     setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
+    worker_ready.connect(join_pool, weak=False, dispatch_uid="om-pool-join")
+    worker_shutdown.connect(leave_pool, weak=False, dispatch_uid="om-pool-leave")
 
 
 def _register(app: Any) -> None:

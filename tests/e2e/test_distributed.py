@@ -176,9 +176,12 @@ def test_worker_whose_lock_was_taken_over_cannot_write(
     # The epoch moved twice: this run's pass, then the thief's (the new holder's) pass.
     assert store.get_session(tenant, "stolen").epoch == epoch + 2
     assert {e.kind for e in store.read_branch(tenant, "stolen")} == {"message"}
+    # The job's row is finished a moment before the worker counts its outcome.
+    failed = 'om_worker_flush_jobs_total{outcome="failed"}'
+    wait_for(lambda: metrics_of(port)[failed] == 1, 10, "the failed job to be counted")
     samples = metrics_of(port)
     fenced = samples["om_worker_fence_rejections_total"] + samples["om_worker_lock_lost_total"]
-    assert fenced >= 1 and samples['om_worker_flush_jobs_total{outcome="failed"}'] == 1
+    assert fenced >= 1 and samples[failed] == 1, samples
 
 
 def test_provider_failures_over_http_fail_runs_redacted_and_the_worker_goes_on(

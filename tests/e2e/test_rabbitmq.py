@@ -132,6 +132,7 @@ def test_a_redelivery_into_a_dead_workers_lock_waits_for_it_on_rabbitmq_only(
         store=SimpleNamespace(get_job=lambda tenant, job: SimpleNamespace(state="running")),
         redis=SimpleNamespace(get=lambda key: "a-token-naming-no-worker", pttl=lambda key: 1_200),
         lock_ttl_s=2.0,
+        publish=lambda *job: None,  # a plain publisher: no fair queue
     )
     monkeypatch.setattr(tasks, "get_settings", lambda: settings)
     monkeypatch.setattr(tasks, "worker_deps", lambda: deps)

@@ -1,0 +1,201 @@
+"""Fair queueing of flush jobs across tenants, in Redis.
+
+The broker's queue is first in, first out: were every requested flush published at once, a
+tenant asking for ten thousand would put every other tenant's next flush behind all of them.
+So a flush job first enters the **fair queue**, and only ``capacity`` jobs (the live worker
+pool's task slots, :mod:`om_workers.coordination.pool`) are *admitted* to the broker or running
+at once. Each freed place goes to the tenant with the fewest jobs in flight (ties to the one
+served least recently): the rule of :class:`om_core.fairness.FairQueueModel`, which
+``lua/fair_queue.lua`` runs as one atomic step.
+
+The steps, each one script call that returns the jobs it admitted (the caller publishes them):
+
+- :meth:`FairQueue.add` when a job is published: it waits its turn (a job already waiting
+  keeps its place; one in flight is reported as a duplicate, whose message the caller sends
+  again: it may have been dropped at a busy lock);
+- :meth:`FairQueue.start` when a worker takes its message, :meth:`FairQueue.done` when the
+  message is finished with, whatever the outcome (not when Celery retries it);
+- :meth:`FairQueue.give_back` when the broker refused an admitted job;
+- :meth:`FairQueue.sweep` (the reconciler): forgets jobs in flight for longer than any run
+  (their message was lost) and admits what the capacity allows.
+
+Lost fair-queue state costs fairness and latency, never work: a job the queue forgot still has
+its ``pending`` marker and its ``queued`` row, which the reconciler publishes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal, cast
+
+import redis
+
+from om_core.fairness import QueuedJob, TenantLoad
+from om_workers.coordination import keys
+from om_workers.coordination.connection import translate_errors
+
+Step = Literal["add", "start", "done", "return", "sweep", "fill"]
+
+Send = Callable[[str, str, str], None]
+"""Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``; raises when the broker
+refuses it."""
+
+
+class FairQueue:
+    """The fair queue in Redis. ``capacity`` is the number of jobs admitted or running at once
+    (0: the live worker pool's task slots, at least 1)."""
+
+    def __init__(self, client: redis.Redis, *, capacity: int = 0) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self._client = client
+        self._script = client.register_script(keys.FAIR_QUEUE)
+        self._capacity = capacity
+
+    def add(self, tenant_id: str, session_id: str, job_id: str) -> tuple[bool, list[QueuedJob]]:
+        """Queue a job; returns whether it was already in flight and the jobs admitted now
+        (this one, or others first). Raises
+        :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be reached."""
+        return self._step("add", job_id, tenant_id, session_id)
+
+    def start(self, job_id: str, worker_id: str = "") -> None:
+        """Count the admitted job as running in the worker process ``worker_id`` (its pool
+        advertisement's id): should that advertisement expire (the process died), the job's
+        place is freed."""
+        self._step("start", job_id, worker_id=worker_id)
+
+    def done(self, job_id: str) -> list[QueuedJob]:
+        """Free the job's place; returns the jobs admitted in its stead."""
+        return self._step("done", job_id)[1]
+
+    def give_back(self, job: QueuedJob) -> None:
+        """Put an admitted job the broker refused back at the head of its tenant's line."""
+        self._step("return", job.job_id, job.tenant_id)
+
+    def sweep(self, older_than_s: float) -> list[QueuedJob]:
+        """Forget jobs in flight for longer than ``older_than_s`` seconds (their message was
+        lost: a run never lasts that long) and admit what the capacity allows."""
+        return self._step("sweep", sweep_ms=round(older_than_s * 1000))[1]
+
+    def fill(self) -> list[QueuedJob]:
+        """Admit what the capacity allows (the pool may have grown)."""
+        return self._step("fill")[1]
+
+    def backlog(self) -> int:
+        """Flush jobs the queue holds, waiting, admitted or running (what KEDA scales on)."""
+        with translate_errors("reading the flush backlog"):
+            return int(self._client.llen(keys.BACKLOG))
+
+    def loads(self) -> list[TenantLoad]:
+        """Every tenant with jobs in the queue or requests refused by a rate limit: its jobs
+        waiting, queued in the broker and running, and its throttled requests (two round
+        trips)."""
+        with translate_errors("reading tenant loads"):
+            pipe = self._client.pipeline(transaction=False)
+            for name in (keys.FAIR_LINES, keys.FAIR_IN_FLIGHT_COUNTS, keys.FAIR_RUNNING_COUNTS):
+                pipe.hgetall(name)
+            pipe.hgetall(keys.THROTTLED)
+            lines, in_flight, running, throttled = (
+                cast(dict[str, str], reply) for reply in pipe.execute()
+            )
+            pipe = self._client.pipeline(transaction=False)
+            for line in lines.values():
+                pipe.llen(line)
+            waiting = dict(zip(lines, (int(n) for n in pipe.execute()), strict=True))
+        tenants = sorted({*lines, *in_flight, *throttled})
+        return [
+            TenantLoad(
+                tenant,
+                waiting=waiting.get(tenant, 0),
+                queued=max(0, int(in_flight.get(tenant, 0)) - int(running.get(tenant, 0))),
+                running=int(running.get(tenant, 0)),
+                throttled=int(throttled.get(tenant, 0)),
+            )
+            for tenant in tenants
+        ]
+
+    def _step(
+        self,
+        step: Step,
+        job_id: str = "",
+        tenant_id: str | None = None,
+        session_id: str = "",
+        *,
+        sweep_ms: int = 0,
+        worker_id: str = "",
+    ) -> tuple[bool, list[QueuedJob]]:
+        args: list[str | int] = [
+            step,
+            job_id,
+            tenant_id or "",
+            session_id,
+            self._capacity,
+            sweep_ms,
+            worker_id,
+        ]
+        with translate_errors("scheduling a flush"):
+            reply = cast(
+                list[object], self._script(keys=keys.fair_queue_keys(tenant_id), args=args)
+            )
+        parts = [str(part) for part in reply[1:]]
+        admitted = [
+            QueuedJob(tenant, session, job)
+            for tenant, session, job in zip(parts[::3], parts[1::3], parts[2::3], strict=True)
+        ]
+        return int(cast(int, reply[0])) == 1, admitted
+
+
+def send_admitted(admitted: Sequence[QueuedJob], send: Send, queue: FairQueue) -> None:
+    """Publish every admitted job; one the broker refuses goes back to the head of its
+    tenant's line (the next finished job or reconcile pass admits it again). Raises the first
+    broker error after trying the rest."""
+    failure: Exception | None = None
+    for job in admitted:
+        try:
+            send(job.tenant_id, job.session_id, job.job_id)
+        except Exception as exc:
+            failure = failure or exc
+            queue.give_back(job)
+    if failure is not None:
+        raise failure
+
+
+class FairPublisher:
+    """Publishes flush jobs through the fair queue: what the queue admits is sent with
+    ``send`` (the broker publish), the rest waits its turn. Called like ``send``, it is the
+    :data:`~om_workers.jobs.flush.PublishJob` of every publisher of a process (API, worker
+    release, reconciler); the worker reports each message's start and finish."""
+
+    def __init__(self, queue: FairQueue, send: Send) -> None:
+        self.queue = queue
+        self._send = send
+
+    def __call__(self, tenant_id: str, session_id: str, job_id: str) -> None:
+        """Queue the job and send what the queue admits; a job already in flight is sent
+        again (its message may have been dropped at a busy lock; a duplicate is harmless).
+        Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be
+        reached, and the broker's error when a send fails (that job waits again)."""
+        duplicate, admitted = self.queue.add(tenant_id, session_id, job_id)
+        if duplicate:
+            self._send(tenant_id, session_id, job_id)
+        send_admitted(admitted, self._send, self.queue)
+
+    def started(self, job_id: str, worker_id: str) -> None:
+        """The worker process ``worker_id`` took the job's message. Raises like
+        :meth:`FairQueue.start`."""
+        self.queue.start(job_id, worker_id)
+
+    def finished(self, job_id: str) -> None:
+        """The job's message is finished with: send the jobs admitted in its place. Raises
+        like :meth:`__call__`."""
+        send_admitted(self.queue.done(job_id), self._send, self.queue)
+
+    def fill(self) -> None:
+        """Send what the capacity admits now (a worker joined the pool). Raises like
+        :meth:`__call__`."""
+        send_admitted(self.queue.fill(), self._send, self.queue)
+
+    def sweep(self, older_than_s: float) -> None:
+        """Forget jobs in flight longer than ``older_than_s`` seconds and send what the
+        capacity then admits (the reconciler, every pass). Raises like :meth:`__call__`."""
+        send_admitted(self.queue.sweep(older_than_s), self._send, self.queue)

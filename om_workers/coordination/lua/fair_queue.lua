@@ -1,0 +1,152 @@
+-- Fair queueing of flush jobs across tenants: one step of the scheduler, atomic in Redis.
+-- Mirrors om_core.fairness.FairQueueModel (change both together): at most `capacity` jobs
+-- are admitted (sent to the broker) or running; a freed place goes to the oldest waiting job
+-- of the tenant with the fewest jobs admitted or running, ties to the one served least
+-- recently (an idle tenant first), then by id.
+-- KEYS[1]  jobs: hash, job id -> JSON [state "w"|"a"|"r", tenant id, session id, worker id]
+-- KEYS[2]  ready: zset, tenant id -> in_flight * 2^40 + its last admission number
+--          (tenants with waiting jobs; the lowest score goes next)
+-- KEYS[3]  lines: hash, tenant id -> the key of its list of waiting job ids
+-- KEYS[4]  in flight: zset, job id -> ms when admitted (or started)
+-- KEYS[5]  in-flight counts: hash, tenant id -> jobs admitted or running
+-- KEYS[6]  running counts: hash, tenant id -> jobs running
+-- KEYS[7]  served: hash, tenant id -> number of its latest admission
+-- KEYS[8]  admission counter
+-- KEYS[9]  backlog: list, one token per job the queue holds (KEDA reads its length)
+-- KEYS[10] worker pool: zset, worker id -> expiry ms; KEYS[11] its slots: hash
+-- KEYS[12] "add" and "return" only: the tenant's list of waiting job ids
+-- ARGV[1]  op: "add", "start", "done", "return", "sweep" or "fill"
+-- ARGV[2]  job id ("" for sweep and fill); ARGV[3] tenant id and ARGV[4] session id (add)
+-- ARGV[5]  capacity, or 0 for the live worker pool's task slots (at least 1)
+-- ARGV[6]  sweep only: in-flight entries older than this many ms are forgotten
+-- ARGV[7]  start only: the id of the worker process running the job; when that worker's
+--          advertisement in the pool expires (it died), its running jobs are forgotten
+-- Reply: {duplicate, tenant1, session1, job1, tenant2, ...}: the jobs admitted by this step,
+-- in order, for the caller to publish; duplicate is 1 when "add" named a job in flight.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local op, job = ARGV[1], ARGV[2]
+local SHARE = 1099511627776 -- 2^40: admission numbers stay below it, scores below 2^53
+
+local function record(id)
+  local raw = redis.call('HGET', KEYS[1], id)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function count(hash, tenant)
+  return tonumber(redis.call('HGET', hash, tenant) or '0')
+end
+
+local function bump(hash, tenant, by)
+  if redis.call('HINCRBY', hash, tenant, by) <= 0 then redis.call('HDEL', hash, tenant) end
+end
+
+-- The tenant's place in `ready`, or out of it when nothing of it waits; an idle tenant
+-- (nothing waiting, nothing in flight) is forgotten, so it goes first when it comes back.
+local function rank(tenant)
+  local line = redis.call('HGET', KEYS[3], tenant)
+  local waiting = line and redis.call('LLEN', line) or 0
+  local in_flight = count(KEYS[5], tenant)
+  if waiting > 0 then
+    redis.call('ZADD', KEYS[2], in_flight * SHARE + count(KEYS[7], tenant), tenant)
+    return
+  end
+  redis.call('ZREM', KEYS[2], tenant)
+  if in_flight == 0 then
+    redis.call('HDEL', KEYS[3], tenant)
+    redis.call('HDEL', KEYS[7], tenant)
+    redis.call('HDEL', KEYS[6], tenant)
+  end
+end
+
+local function forget(id, rec)
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[4], id)
+  bump(KEYS[5], rec[2], -1)
+  if rec[1] == 'r' then bump(KEYS[6], rec[2], -1) end
+  redis.call('LPOP', KEYS[9])
+  rank(rec[2])
+end
+
+local function capacity()
+  local fixed = tonumber(ARGV[5])
+  if fixed > 0 then return fixed end
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now)
+  if #expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
+    redis.call('HDEL', KEYS[11], unpack(expired))
+    local dead = {}
+    for _, worker in ipairs(expired) do dead[worker] = true end
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+      local rec = record(id)
+      if rec and rec[1] == 'r' and dead[rec[4]] then forget(id, rec) end
+    end
+  end
+  local slots = 0
+  for _, value in ipairs(redis.call('HVALS', KEYS[11])) do slots = slots + tonumber(value) end
+  return math.max(1, slots)
+end
+
+local duplicate = 0
+local rec = nil
+if job ~= '' then rec = record(job) end
+if op == 'add' then
+  if rec then
+    if rec[1] ~= 'w' then duplicate = 1 end
+  else
+    local tenant = ARGV[3]
+    redis.call('HSET', KEYS[1], job, cjson.encode({'w', tenant, ARGV[4]}))
+    redis.call('HSET', KEYS[3], tenant, KEYS[12])
+    redis.call('RPUSH', KEYS[12], job)
+    redis.call('RPUSH', KEYS[9], '1')
+    rank(tenant)
+  end
+elseif op == 'start' then
+  if rec and rec[1] == 'a' then
+    redis.call('HSET', KEYS[1], job, cjson.encode({'r', rec[2], rec[3], ARGV[7]}))
+    redis.call('ZADD', KEYS[4], now, job)
+    bump(KEYS[6], rec[2], 1)
+  end
+  return {0}
+elseif op == 'done' then
+  if rec and rec[1] ~= 'w' then forget(job, rec) end
+elseif op == 'return' then
+  if rec and rec[1] == 'a' then
+    redis.call('HSET', KEYS[1], job, cjson.encode({'w', rec[2], rec[3]}))
+    redis.call('ZREM', KEYS[4], job)
+    bump(KEYS[5], rec[2], -1)
+    redis.call('HSET', KEYS[3], rec[2], KEYS[12])
+    redis.call('LPUSH', KEYS[12], job)
+    rank(rec[2])
+  end
+  return {0}
+elseif op == 'sweep' then
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[6]))) do
+    local old_rec = record(old)
+    if old_rec then forget(old, old_rec) else redis.call('ZREM', KEYS[4], old) end
+  end
+end
+
+local reply = {duplicate}
+local room = capacity() - redis.call('ZCARD', KEYS[4])
+while room > 0 do
+  local top = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if #top == 0 then break end
+  local tenant = top[1]
+  local line = redis.call('HGET', KEYS[3], tenant)
+  local next_job = line and redis.call('LPOP', line)
+  local next_rec = next_job and record(next_job)
+  if next_rec and next_rec[1] == 'w' then
+    redis.call('HSET', KEYS[1], next_job, cjson.encode({'a', tenant, next_rec[3]}))
+    redis.call('ZADD', KEYS[4], now, next_job)
+    bump(KEYS[5], tenant, 1)
+    redis.call('HSET', KEYS[7], tenant, redis.call('INCR', KEYS[8]))
+    reply[#reply + 1] = tenant
+    reply[#reply + 1] = next_rec[3]
+    reply[#reply + 1] = next_job
+    room = room - 1
+  end
+  rank(tenant)
+end
+return reply

@@ -1,0 +1,140 @@
+"""The fair queue in a real Redis: the Lua script makes the pure model's choices, keeps its
+backlog count exact, and reports each tenant's load."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from om_core.fairness import FairQueueModel, QueuedJob, TenantLoad
+from om_workers.coordination import keys
+from om_workers.coordination.fairness import FairQueue, send_admitted
+from om_workers.coordination.pool import advertise
+
+TENANTS = ("a", "b", "c:d")  # ':' is escaped in key names
+Op = tuple[str, int, int]
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "start", "done", "done", "give_back"]),
+        st.integers(0, len(TENANTS) - 1),
+        st.integers(0, 5),
+    ),
+    max_size=60,
+)
+
+
+def queued(tenant: int, n: int) -> QueuedJob:
+    name = TENANTS[tenant]
+    return QueuedJob(name, f"s{n}", f"{name}/j{n}")
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(steps=ops, capacity=st.integers(1, 4))
+def test_the_script_admits_what_the_model_admits(
+    client: redis.Redis, steps: list[Op], capacity: int
+) -> None:
+    client.flushdb()
+    queue = FairQueue(client, capacity=capacity)
+    model = FairQueueModel()
+    for op, tenant, n in steps:
+        job = queued(tenant, n)
+        if op == "add":
+            model, duplicate, expected = model.add(job, capacity)
+            assert queue.add(job.tenant_id, job.session_id, job.job_id) == (duplicate, expected)
+        elif op == "start":
+            model = model.start(job.job_id)
+            queue.start(job.job_id)
+        elif op == "done":
+            model, expected = model.done(job.job_id, capacity)
+            assert queue.done(job.job_id) == expected
+        else:
+            model = model.give_back(job.job_id)
+            queue.give_back(job)
+        assert client.llen(keys.BACKLOG) == client.hlen(keys.FAIR_JOBS) == len(model.states)
+    loads = {load.tenant_id: load for load in queue.loads()}
+    for tenant in TENANTS:
+        states = [s for j, s in model.states.items() if model.jobs[j].tenant_id == tenant]
+        load = loads.get(tenant, TenantLoad(tenant))
+        assert (load.waiting, load.queued, load.running) == (
+            states.count("waiting"),
+            states.count("admitted"),
+            states.count("running"),
+        )
+
+
+def test_an_idle_queue_leaves_no_keys_behind(client: redis.Redis) -> None:
+    queue = FairQueue(client, capacity=2)
+    for n in range(3):
+        queue.add("t", f"s{n}", f"j{n}")
+    for n in range(3):
+        queue.start(f"j{n}")
+        queue.done(f"j{n}")
+    left = set(client.scan_iter(match="om:*"))
+    assert left <= {keys.FAIR_ADMISSIONS}, left
+
+
+def test_capacity_follows_the_live_pool(client: redis.Redis) -> None:
+    queue = FairQueue(client)  # capacity 0: the pool's slots
+    _, admitted = queue.add("t", "s0", "j0")
+    assert len(admitted) == 1  # no worker advertised: one at a time, never none
+    for n in range(1, 6):
+        queue.add("t", f"s{n}", f"j{n}")
+    assert advertise(client, "w1", 3) == 3
+    assert [j.job_id for j in queue.fill()] == ["j1", "j2"]
+    assert advertise(client, "w2", 2, ttl_s=0.05) == 5
+    assert [j.job_id for j in queue.fill()] == ["j3", "j4"]
+    time.sleep(0.1)  # w2's advertisement expires
+    assert queue.done("j0") == []  # 4 in flight, 3 slots: nothing admitted
+    assert advertise(client, "w1", 0) == 0  # a stopping worker withdraws its slots
+
+
+def test_sweep_forgets_jobs_whose_message_was_lost(client: redis.Redis) -> None:
+    queue = FairQueue(client, capacity=1)
+    queue.add("t", "s0", "j0")
+    queue.add("t", "s1", "j1")
+    assert queue.sweep(older_than_s=3600) == []
+    time.sleep(0.02)
+    assert [j.job_id for j in queue.sweep(older_than_s=0.01)] == ["j1"]
+    assert queue.backlog() == 1
+
+
+def test_a_refused_publish_gives_the_job_back_and_raises(client: redis.Redis) -> None:
+    queue = FairQueue(client, capacity=2)
+    _, admitted = queue.add("t", "s0", "j0")
+    sent: list[str] = []
+
+    def broken(tenant: str, session: str, job: str) -> None:
+        raise ConnectionError("broker down")
+
+    try:
+        send_admitted(admitted, broken, queue)
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the broker's error must propagate")
+    assert queue.loads() == [TenantLoad("t", waiting=1)]
+    send_admitted(queue.fill(), lambda t, s, j: sent.append(j), queue)
+    assert sent == ["j0"]
+
+
+def test_a_dead_workers_running_jobs_free_their_places(client: redis.Redis) -> None:
+    queue = FairQueue(client)
+    advertise(client, "alive", 1)
+    advertise(client, "doomed", 2, ttl_s=0.05)
+    for n in range(5):
+        queue.add("t", f"s{n}", f"j{n}")
+    queue.start("j0", "alive")
+    queue.start("j1", "doomed")
+    queue.start("j2", "doomed")
+    time.sleep(0.1)  # the doomed worker's advertisement expires: it was killed
+    # The next step frees the dead worker's two places; one slot is left, held by j0.
+    assert queue.fill() == []
+    assert queue.loads() == [TenantLoad("t", waiting=2, running=1)]
+    assert [j.job_id for j in queue.done("j0")] == ["j3"]
