@@ -81,6 +81,12 @@ class Settings(BaseSettings):
         default=0, ge=0, le=65535, description="Worker Prometheus port; 0: no metrics server."
     )
     worker_metrics_host: str = Field(default="127.0.0.1", description="Metrics bind address.")
+    metrics_top_tenants: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Tenants named in per-tenant metrics; the rest are summed as (others).",
+    )
     memory_settings: dict[str, Any] = Field(
         default_factory=dict,
         # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.

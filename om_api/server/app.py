@@ -28,10 +28,11 @@ from om_api.server.logging import (
     bind_log_context,
     configure_logging,
 )
-from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics
+from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollector
 from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
+from om_workers.coordination.fairness import FairQueue
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.jobs.flush import PublishJob
 from om_workers.logs import CONTEXT_FIELDS, log_context
@@ -216,6 +217,10 @@ def create_app(
     services.memory()  # invalid memory settings fail here, not at the first request
     registry = SecretRegistry([resolved.admin_token, *services.secrets])
     metrics = ApiMetrics()
+    queue = FairQueue(services.redis)
+    metrics.registry.register(
+        TenantLoadCollector(lambda: (queue.backlog(), queue.loads()), resolved.metrics_top_tenants)
+    )
     # The default publisher puts flush jobs through the fair queue across tenants; an injected
     # one (tests) is used as it is.
     publish_factory: Callable[[], PublishJob] = (

@@ -138,7 +138,7 @@ class ApiRateLimits:
             return
         limit = self.effective(tenant_id)[spent]
         try:
-            decision = self._limiter.acquire(key_id, spent, limit)
+            decision = self._limiter.acquire(key_id, spent, limit, tenant_id=tenant_id)
         except CoordinationError as exc:
             self._metrics.observe_rate_limit_unavailable()
             log.warning(

@@ -5,14 +5,28 @@
   (``/v1/sessions/{session_id}``), never the raw path, so ids do not explode cardinality.
 * ``om_api_flush_enqueue_total{outcome}``: ``published`` (a new job), ``coalesced`` (a job was
   already pending), ``unavailable`` (Redis down: the client got a 503).
+* Read from Redis at each scrape (:class:`TenantLoadCollector`), so every replica reports the
+  same service-wide figures: ``om_flush_backlog`` (flush jobs in the fair queue, all tenants:
+  what KEDA scales on), ``om_tenant_flush_jobs{tenant, state}`` (``waiting`` in the fair
+  queue, ``queued`` in the broker, ``running``) and ``om_tenant_throttled_requests_total
+  {tenant}`` (requests refused by a rate limit since Redis started). ``tenant`` names the
+  ``OM_METRICS_TOP_TENANTS`` busiest tenants and ``(others)`` for the rest, so the label's
+  values stay bounded however many tenants there are.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
 from typing import Final, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client import generate_latest as _generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from om_core.fairness import TenantLoad, top_tenants
+
+log = logging.getLogger("om_api")
 
 EnqueueOutcome = Literal["published", "coalesced", "unavailable"]
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
@@ -78,3 +92,50 @@ class ApiMetrics:
     def render(self) -> bytes:
         """The text exposition format of every metric."""
         return _generate_latest(self.registry)
+
+
+ReadLoads = Callable[[], tuple[int, list[TenantLoad]]]
+"""Returns the fair queue's backlog and every tenant's load; raises when Redis is down."""
+
+
+class TenantLoadCollector:
+    """The per-tenant flush metrics, read with ``read`` at each scrape. A scrape while Redis
+    is down leaves them out (and logs a warning) instead of failing the whole scrape."""
+
+    def __init__(self, read: ReadLoads, top_n: int) -> None:
+        self._read = read
+        self._top_n = top_n
+
+    def describe(self) -> list[Metric]:
+        """Nothing to describe up front: registering must not read Redis."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """The three families of the module docstring."""
+        try:
+            backlog, loads = self._read()
+        except Exception as exc:
+            log.warning("tenant metrics left out: %s", type(exc).__name__)
+            return
+        yield GaugeMetricFamily(
+            "om_flush_backlog",
+            "Flush jobs in the fair queue (waiting, queued or running), all tenants.",
+            value=backlog,
+        )
+        jobs = GaugeMetricFamily(
+            "om_tenant_flush_jobs",
+            "Flush jobs by tenant (top N, then (others)) and state: waiting, queued, running.",
+            labels=("tenant", "state"),
+        )
+        throttled = CounterMetricFamily(
+            "om_tenant_throttled_requests",
+            "Requests refused by a rate limit since Redis started, by tenant (top N).",
+            labels=("tenant",),
+        )
+        for load in top_tenants(loads, self._top_n) if loads else []:
+            jobs.add_metric((load.tenant_id, "waiting"), load.waiting)
+            jobs.add_metric((load.tenant_id, "queued"), load.queued)
+            jobs.add_metric((load.tenant_id, "running"), load.running)
+            throttled.add_metric((load.tenant_id,), load.throttled)
+        yield jobs
+        yield throttled

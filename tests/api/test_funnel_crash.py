@@ -7,10 +7,8 @@ its copy exactly once. On SQLite and, with ``OM_TEST_DATABASE_URL``, PostgreSQL.
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,39 +17,18 @@ from pathlib import Path
 import httpx
 
 from om_core.funnel import funnel_origin
-from om_workers.coordination.embedded import EmbeddedRedis, free_port
+from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore
+from tests.api.processes import start_api
 
-ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = ("c1", "c2", "c3")
 WS = "ws"
 KILL_AFTER_ACKS = 90
 
 
 def _start_api(database_url: str, redis_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
-    env.update(PYTHONPATH=str(ROOT), OM_DATABASE_URL=database_url, OM_REDIS_URL=redis_url)
-    env.update(OM_RATE_LIMITS_ENABLED="false")  # the burst measures the funnel, not the limiter
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "om_api.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
+    # The burst measures the funnel, not the limiter.
+    return start_api(database_url, redis_url, log, OM_RATE_LIMITS_ENABLED="false")
 
 
 def _message(entry_id: str, role: str, text: str) -> dict[str, object]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from om_workers.config import Settings
+from om_workers.coordination import keys
 from om_workers.jobs.tasks import time_limits
 from tests.deploy.topology import K8S, k8s_docs, om_env_names, parse_om, pod_spec
 
@@ -151,7 +152,8 @@ def test_workers_scale_on_the_om_list_with_a_disruption_budget() -> None:
     scaled = _by_kind("ScaledObject")["om-worker"]["spec"]
     assert scaled["scaleTargetRef"]["name"] == "om-worker"
     (trigger,) = scaled["triggers"]
-    assert trigger["type"] == "redis" and trigger["metadata"]["listName"] == "om"
+    # The fair queue's backlog (waiting, queued and running flush jobs), named in one place.
+    assert trigger["type"] == "redis" and trigger["metadata"]["listName"] == keys.BACKLOG
     assert int(trigger["metadata"]["listLength"]) >= 1
     auth = trigger["authenticationRef"]["name"]
     assert auth in _by_kind("TriggerAuthentication")

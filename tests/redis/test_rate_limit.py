@@ -79,3 +79,17 @@ def test_rate_key_escapes_its_parts() -> None:
     assert keys.rate_key("a:b", "reads") == "om:rate:a%3Ab:reads"
     with pytest.raises(ValueError):
         keys.rate_key("", "reads")
+
+
+def test_refusals_are_counted_per_tenant_and_allowed_requests_are_not(
+    client: redis.Redis,
+) -> None:
+    limiter = RateLimiter(client)
+    limit = RateLimit(rate_per_s=0.001, burst=2)
+    outcomes = [
+        limiter.acquire("k1", "flushes", limit, tenant_id="t1", now_us=NOW).allowed
+        for _ in range(5)
+    ]
+    limiter.acquire("k2", "flushes", limit, tenant_id="t2", now_us=NOW)
+    assert outcomes == [True, True, False, False, False]
+    assert client.hgetall(keys.THROTTLED) == {"t1": "3"}

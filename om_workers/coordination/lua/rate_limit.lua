@@ -1,12 +1,14 @@
 -- GCRA rate limit: one atomic check-and-update of a key's theoretical arrival time (TAT).
 -- Mirrors om_core.rate_limit.decide exactly (integer microseconds); change both together.
 -- KEYS[1]  om:rate:{key id}:{class}, value: the TAT in microseconds
+-- KEYS[2]  om:throttled, a hash counting each tenant's refused requests
 -- ARGV[1]  interval between requests at the sustained rate, microseconds (>= 1)
 -- ARGV[2]  burst (>= 1)
 -- ARGV[3]  now in microseconds, or "" for Redis's own clock (TIME), so every API replica
 --          measures against one clock; tests pass it to compare with the pure function
+-- ARGV[4]  the key's tenant id, counted in KEYS[2] when refused ("" counts nothing)
 -- Reply:   {1, 0, new TAT, PX ms} allowed (TAT stored, expiring when the bucket is full),
---          {0, retry_after_us, -1, 0} refused (nothing written)
+--          {0, retry_after_us, -1, 0} refused (the bucket untouched; the tenant counted)
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local now
@@ -22,6 +24,7 @@ if tat == nil or tat < now then
   tat = now
 end
 if tat - now > tau then
+  if ARGV[4] ~= nil and ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
   return {0, tat - tau - now, -1, 0}
 end
 local new_tat = tat + interval

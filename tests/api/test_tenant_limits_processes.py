@@ -1,0 +1,96 @@
+"""Rate limits and per-tenant metrics across two real ``om api`` processes sharing one Redis
+and one store: a key's flush budget holds across both (exactly the burst passes, the next is a
+429 with ``Retry-After``), another tenant's key is unaffected, and either process's ``/metrics``
+reports the same service-wide figures: each tenant's flush jobs by state, its throttled
+requests and the fair queue's backlog."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.store import SqlStore
+from tests.api.processes import start_api
+
+BURST = 3
+
+
+@pytest.fixture
+def two_apis(
+    migrated_url: str, redis_server: EmbeddedRedis, tmp_path: Path
+) -> Iterator[tuple[str, str]]:
+    limits = {
+        "OM_RATE_LIMITS_ENABLED": "true",
+        "OM_RATE_FLUSHES_PER_S": "0.01",  # no refill while the test runs
+        "OM_RATE_FLUSHES_BURST": str(BURST),
+        "OM_RATE_LIMIT_CACHE_S": "0",
+    }
+    processes: list[subprocess.Popen[bytes]] = []
+    urls = []
+    try:
+        for n in range(2):
+            process, url = start_api(
+                migrated_url, redis_server.url, tmp_path / f"api{n}.log", **limits
+            )
+            processes.append(process)
+            urls.append(url)
+        yield urls[0], urls[1]
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _samples(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found = {}
+    for line in text.splitlines():
+        match = re.fullmatch(r"(om_(?:tenant|flush)_\S+) (\S+)", line)
+        if match:
+            found[match.group(1)] = float(match.group(2))
+    return found
+
+
+def test_a_flush_budget_holds_across_processes_and_metrics_name_each_tenant(
+    migrated_url: str, two_apis: tuple[str, str]
+) -> None:
+    store = SqlStore.from_url(migrated_url)
+    try:
+        tenants = {name: store.create_tenant(name).id for name in ("busy", "quiet")}
+        keys = {name: store.create_api_key(tid).plaintext for name, tid in tenants.items()}
+        for tenant_id in tenants.values():
+            for n in range(BURST + 2):
+                store.create_session(tenant_id, f"s{n}")
+    finally:
+        store.close()
+    first, second = two_apis
+
+    def flush(name: str, url: str, n: int) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {keys[name]}"}
+        return httpx.post(f"{url}/v1/sessions/s{n}/flush", headers=headers, timeout=10)
+
+    answers = [flush("busy", (first, second)[n % 2], n) for n in range(BURST + 2)]
+    assert [a.status_code for a in answers] == [202] * BURST + [429, 429]
+    assert answers[BURST].headers["Retry-After"] == "100"  # one request per 100 s
+    assert flush("quiet", second, 0).status_code == 202
+    busy, quiet = tenants["busy"], tenants["quiet"]
+    for url in (first, second):
+        samples = _samples(url)
+        assert samples[f'om_tenant_throttled_requests_total{{tenant="{busy}"}}'] == 2
+        assert samples[f'om_tenant_throttled_requests_total{{tenant="{quiet}"}}'] == 0
+        # No worker has joined the pool: one job is admitted to the broker, the rest wait.
+        assert samples["om_flush_backlog"] == BURST + 1
+        by_state = {
+            state: sum(
+                samples[f'om_tenant_flush_jobs{{state="{state}",tenant="{t}"}}']
+                for t in (busy, quiet)
+            )
+            for state in ("waiting", "queued", "running")
+        }
+        assert by_state == {"waiting": BURST, "queued": 1, "running": 0}
