@@ -1,4 +1,8 @@
-"""``make bench``: run every benchmark, print the figures, write results.md and results.png."""
+"""``make bench``: run every benchmark, print the figures, write results.md and results.png.
+
+``python -m tests.bench fidelity locomo`` (or the module names, ``bench_fidelity``) runs only
+the named benchmarks and replaces only their sections of results.md, keeping the others.
+"""
 
 from __future__ import annotations
 
@@ -28,11 +32,19 @@ BENCHMARKS = [
 
 
 def main() -> int:
-    only = set(sys.argv[1:])
+    only = {name.removeprefix("bench_") for name in sys.argv[1:]}
+    known = {module.__name__.rsplit(".", 1)[-1].removeprefix("bench_") for module in BENCHMARKS}
+    if only - known:
+        print(
+            f"unknown benchmark(s): {', '.join(sorted(only - known))}; known: "
+            f"{', '.join(sorted(known))}",
+            file=sys.stderr,
+        )
+        return 2
     sections: list[Section] = []
     for module in BENCHMARKS:
         name = module.__name__.rsplit(".", 1)[-1]
-        if only and name not in only:
+        if only and name.removeprefix("bench_") not in only:
             continue
         print(f"== {name}", flush=True)
         start = time.perf_counter()

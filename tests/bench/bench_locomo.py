@@ -131,7 +131,9 @@ def run() -> Section:
         "the text of a shown memory item citing one (a reflection through its supporting "
         "observations). Chance: conversation i's answers against conversation i+1's context "
         "(grounded: at the same evidence dia ids). Ungrounded: anywhere in the context. "
-        "Reachable: shown in the recent block, or returned by one recall of a memory id shown. "
-        "See docs/evaluation.md."
+        "Reachable: shown in the recent block, or returned by one recall of a memory id the "
+        "memory block shows or lists in its note (a message behind a paging cursor is not). "
+        "Context tokens: both blocks as rendered; a run of observations of the same time "
+        "writes its date once. See docs/evaluation.md."
     )
     return section
