@@ -688,6 +688,26 @@ class RateLimitsOut(WireModel):
     effective: dict[str, RateLimitOut]
 
 
+class TenantLoadOut(WireModel):
+    """One tenant's flush jobs in the fair queue (``waiting`` for a place, ``queued`` in the
+    broker, ``running``) and its ``throttled`` requests (refused by a rate limit since Redis
+    started)."""
+
+    tenant_id: str
+    waiting: int
+    queued: int
+    running: int
+    throttled: int
+
+
+class FlushQueueOut(WireModel):
+    """``GET /v1/admin/queue``: the fair queue's ``backlog`` (flush jobs waiting, queued or
+    running, all tenants) and each tenant with jobs or throttled requests, busiest first."""
+
+    backlog: int
+    tenants: list[TenantLoadOut]
+
+
 class CreateKeyRequest(RequestModel):
     """``POST /v1/admin/tenants/{id}/keys`` (the body is optional)."""
 

@@ -1,6 +1,6 @@
 """Operator commands that work on the database directly (no API needed, so they also bootstrap
 a fresh deployment): om db upgrade, om keys create, om keys list, om keys revoke, om tenants
-limits.
+limits; and om queue, which reads the fair queue in Redis.
 
 They use --database-url, else OM_DATABASE_URL, the same store the API reads. A revocation
 committed here refuses the key's next request on every API replica at once: the API looks
@@ -170,3 +170,34 @@ def tenants_limits(
         print_json(answer)
     else:
         render.show_limits(answer)
+
+
+RedisUrl = Annotated[
+    str | None, typer.Option("--redis-url", help="Redis URL (default: OM_REDIS_URL).")
+]
+
+
+def queue(as_json: JsonOutput = False, redis_url: RedisUrl = None) -> None:
+    """Show the fair queue of flush jobs: the backlog, and for each tenant (busiest first) its
+    jobs waiting for a place, queued in the broker and running, and its requests refused by a
+    rate limit since Redis started."""
+    from om_api.server.routes.admin import queue_out
+    from om_workers.coordination.connection import connect
+    from om_workers.coordination.fairness import FairQueue
+
+    url = redis_url or get_settings().redis_url
+    if not url:
+        fail("no Redis: pass --redis-url or set OM_REDIS_URL", 2)
+    try:
+        client = connect(url)
+        try:
+            fair = FairQueue(client)
+            answer = queue_out(fair.backlog(), fair.loads())
+        finally:
+            client.close()
+    except OMWorkersError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(answer)
+    else:
+        render.show_queue(answer)

@@ -347,6 +347,7 @@ keys_app.command("create")(admin_commands.keys_create)
 keys_app.command("list")(admin_commands.keys_list)
 keys_app.command("revoke")(admin_commands.keys_revoke)
 tenants_app.command("limits")(admin_commands.tenants_limits)
+app.command(name="queue")(admin_commands.queue)
 for _command in (
     client_commands.sessions,
     client_commands.link,

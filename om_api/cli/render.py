@@ -20,6 +20,7 @@ from om_api.schemas import (
     ApiKeyOut,
     ContextOut,
     EntryOut,
+    FlushQueueOut,
     JobOut,
     RateLimitsOut,
     RecallOut,
@@ -168,6 +169,17 @@ def show_limits(limits: RateLimitsOut) -> None:
         source = "override" if name in limits.overrides else "default"
         table.add_row(name, f"{limit.rate_per_s:g}", str(limit.burst), source)
     typer.echo(f"rate limits per API key of tenant {limits.tenant_id}")
+    _print_table(table)
+
+
+def show_queue(queue: FlushQueueOut) -> None:
+    """The fair queue: the backlog, then a table of tenants, busiest first."""
+    typer.echo(f"{queue.backlog} flush jobs in the fair queue (waiting, queued or running)")
+    if not queue.tenants:
+        return
+    table = _table("TENANT", "WAITING", "QUEUED", "RUNNING", "THROTTLED")
+    for t in queue.tenants:
+        table.add_row(t.tenant_id, str(t.waiting), str(t.queued), str(t.running), str(t.throttled))
     _print_table(table)
 
 

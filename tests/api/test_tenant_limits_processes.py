@@ -6,6 +6,7 @@ requests and the fair queue's backlog."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -13,12 +14,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from om_api.cli.commands import app as cli
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore
 from tests.api.processes import start_api
 
 BURST = 3
+ADMIN_TOKEN = "admin-token-for-the-two-processes"
 
 
 @pytest.fixture
@@ -30,6 +34,7 @@ def two_apis(
         "OM_RATE_FLUSHES_PER_S": "0.01",  # no refill while the test runs
         "OM_RATE_FLUSHES_BURST": str(BURST),
         "OM_RATE_LIMIT_CACHE_S": "0",
+        "OM_ADMIN_TOKEN": ADMIN_TOKEN,
     }
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
@@ -58,7 +63,7 @@ def _samples(url: str) -> dict[str, float]:
 
 
 def test_a_flush_budget_holds_across_processes_and_metrics_name_each_tenant(
-    migrated_url: str, two_apis: tuple[str, str]
+    migrated_url: str, two_apis: tuple[str, str], redis_server: EmbeddedRedis
 ) -> None:
     store = SqlStore.from_url(migrated_url)
     try:
@@ -94,3 +99,15 @@ def test_a_flush_budget_holds_across_processes_and_metrics_name_each_tenant(
             for state in ("waiting", "queued", "running")
         }
         assert by_state == {"waiting": BURST, "queued": 1, "running": 0}
+    # The same figures for an operator: the admin route and `om queue`.
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    queue = httpx.get(f"{first}/v1/admin/queue", headers=admin, timeout=10).json()
+    assert queue["backlog"] == BURST + 1
+    assert [t["tenant_id"] for t in queue["tenants"]] == [busy, quiet]  # busiest first
+    assert queue["tenants"][0]["throttled"] == 2
+    assert httpx.get(f"{first}/v1/admin/queue", timeout=10).status_code == 401
+    shown = CliRunner().invoke(cli, ["queue", "--redis-url", redis_server.url])
+    assert shown.exit_code == 0, shown.output
+    assert f"{BURST + 1} flush jobs" in shown.output and busy in shown.output
+    as_json = CliRunner().invoke(cli, ["queue", "--json", "--redis-url", redis_server.url])
+    assert json.loads(as_json.output) == queue

@@ -1,4 +1,5 @@
-"""Admin routes (``OM_ADMIN_TOKEN``): tenants, their API keys and their rate limits.
+"""Admin routes (``OM_ADMIN_TOKEN``): tenants, their API keys and their rate limits, and the
+fair queue of flush jobs by tenant.
 
 A key is listed by id and prefix only; its plaintext exists in the creating answer alone (the
 store keeps a hash). Revoking takes effect on the key's next request, on every API replica:
@@ -18,16 +19,20 @@ from om_api.schemas import (
     CreateKeyRequest,
     CreateTenantRequest,
     ErrorBody,
+    FlushQueueOut,
     KeyOut,
     RateLimitsOut,
     SetRateLimitsRequest,
+    TenantLoadOut,
     TenantOut,
 )
 from om_api.server.auth import Admin
 from om_api.server.limits import default_limits, limits_out
 from om_api.server.routes import KeyPath, TenantPath
 from om_api.server.state import State
+from om_core.fairness import TenantLoad
 from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
+from om_workers.coordination.fairness import FairQueue
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -98,3 +103,30 @@ def set_limits(
     overrides = state.store.set_rate_limits(tenant_id, wanted)
     state.limits.forget(tenant_id)
     return limits_out(tenant_id, overrides, default_limits(state.settings))
+
+
+@router.get("/queue", response_model=FlushQueueOut, responses=ERRORS)
+def flush_queue(state: State, _: Admin) -> FlushQueueOut:
+    """The fair queue of flush jobs (admin token): the backlog and, busiest first, every tenant
+    with jobs waiting, queued or running, or with requests refused by a rate limit. 503 when
+    Redis is unavailable."""
+    queue = FairQueue(state.redis)
+    return queue_out(queue.backlog(), queue.loads())
+
+
+def queue_out(backlog: int, loads: list[TenantLoad]) -> FlushQueueOut:
+    """The answer of ``GET /v1/admin/queue`` and ``om queue --json``."""
+    ranked = sorted(loads, key=lambda t: (-t.jobs, -t.throttled, t.tenant_id))
+    return FlushQueueOut(
+        backlog=backlog,
+        tenants=[
+            TenantLoadOut(
+                tenant_id=t.tenant_id,
+                waiting=t.waiting,
+                queued=t.queued,
+                running=t.running,
+                throttled=t.throttled,
+            )
+            for t in ranked
+        ],
+    )
