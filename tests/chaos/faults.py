@@ -13,7 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy import create_engine, text
 
 from tests.chaos.provider import Mode
 from tests.chaos.proxy import FaultProxy
@@ -23,12 +27,16 @@ from tests.chaos.topology import Broker, ChaosTopology, Profile
 @dataclass(frozen=True)
 class Injected:
     """What a fault did: a description, its wall-clock start and end (``time.time()``) and
-    whether API errors are expected between them (plus the profile's grace)."""
+    whether API errors are expected between them (plus the profile's grace). A fault of
+    several outages gives each one's (start, end) in ``windows``: errors are expected in those
+    only, not between them. ``in_flight`` counts the flushes running when each blow fell."""
 
     description: str
     start: float
     end: float
     outage: bool
+    windows: tuple[tuple[float, float], ...] = ()
+    in_flight: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,74 @@ def _redis_restart(ctx: FaultContext) -> Injected:
     return Injected(
         f"Redis stopped, started empty on its port ({end - at:.1f} s down)", at, end, True
     )
+
+
+REDIS_RESTARTS: Final = 5
+"""How many times :data:`REDIS_RESTARTS_FAULT` restarts Redis."""
+
+
+def _redis_restarts(ctx: FaultContext) -> Injected:
+    """Redis stopped and started empty :data:`REDIS_RESTARTS` times while the load runs, each
+    time once a flush that started after the previous restart is running (its job row says
+    ``running``: a worker is inside the task), so every restart meets a task in flight."""
+    topology, profile = ctx.topology, ctx.profile
+    wait_s = min(60.0, profile.heal_timeout_s)
+    engine = create_engine(topology.database_url)
+    windows: list[tuple[float, float]] = []
+    in_flight: list[int] = []
+    logs = {name: topology.process(name).log for name in topology.workers()}
+    offsets = {name: log.stat().st_size for name, log in logs.items()}
+    since = datetime.now(UTC)
+    try:
+        for _ in range(REDIS_RESTARTS):
+            in_flight.append(_running_since(engine, since, wait_s))
+            at = time.time()
+            topology.restart_redis(profile.redis_down_s)
+            windows.append((at, time.time()))
+            since = datetime.now(UTC)
+    finally:
+        engine.dispose()
+    down = max(end - start for start, end in windows)
+    flights = ", ".join(str(n) for n in in_flight)
+    # What the workers saw (their logs are appended to, a respawned worker's too).
+    seen = "".join(_read_from(log, offsets[name]) for name, log in logs.items())
+    return Injected(
+        f"Redis stopped and started empty {REDIS_RESTARTS} times under load (at most "
+        f"{down:.1f} s down), flushes running at each restart: {flights}; the workers "
+        f"logged {seen.count(CONNECTION_LOST)} lost broker connections and restored unacked "
+        f"messages {seen.count(RESTORING)} times",
+        windows[0][0],
+        windows[-1][1],
+        True,
+        windows=tuple(windows),
+        in_flight=tuple(in_flight),
+    )
+
+
+CONNECTION_LOST: Final = "Connection to broker lost"
+"""What a Celery worker logs when its broker connection drops."""
+RESTORING: Final = "unacknowledged message(s)"
+"""What kombu logs when it puts a worker's unacked messages back (``Restoring N ...``): the
+step that killed workers when Redis restarted under them."""
+
+
+def _read_from(log: Path, offset: int) -> str:
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode(errors="replace")
+
+
+def _running_since(engine: Any, since: datetime, timeout_s: float) -> int:
+    """Flush jobs ``running`` that started at or after ``since``, once there is one (polled
+    every 50 ms); 0 when none within ``timeout_s``."""
+    query = text("SELECT count(*) FROM flush_jobs WHERE state = 'running' AND started_at >= :since")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with engine.connect() as connection:
+            running = int(connection.execute(query, {"since": since}).scalar_one())
+        if running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.05)
 
 
 def _broker_cut(ctx: FaultContext) -> Injected:
@@ -199,6 +275,17 @@ MATRIX: Final = (
     ),
 )
 """Every fault, in the order ``make chaos`` runs them."""
+
+REDIS_RESTARTS_FAULT: Final = Fault(
+    "redis-restarts",
+    f"Redis restarted {REDIS_RESTARTS} times under load",
+    "state",
+    _redis_restarts,
+    brokers=REDIS,
+)
+"""Kombu's Redis transport once killed a worker that had a task in flight when Redis
+restarted: run on the Redis leg after the matrix, reported in a section of its own (worker
+deaths, lost runs); ``--only redis-restarts`` runs it alone."""
 
 BY_SLUG: Final = {fault.slug: fault for fault in MATRIX}
 SHORT_FORM: Final = (

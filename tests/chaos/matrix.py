@@ -197,9 +197,10 @@ class Leg:
     def _statuses(self, row: Row, began: float) -> None:
         """5xx of the phase outside the fault's window (plus grace); what the window saw."""
         injected, grace = row.injected, self.topology.profile.grace_s
-        window = (injected.start, injected.end + grace) if injected.outage else None
+        spans = injected.windows or ((injected.start, injected.end),)
+        windows = [(start, end + grace) for start, end in spans] if injected.outage else []
         for exchange in self.recorder.between(began, time.time()):
-            inside = window is not None and exchange.at <= window[1] and exchange.done >= window[0]
+            inside = any(exchange.at <= end and exchange.done >= start for start, end in windows)
             if inside:
                 row.in_window[_status_label(exchange)] += 1
             elif exchange.status is not None and exchange.status >= 500:
