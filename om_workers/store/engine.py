@@ -3,16 +3,23 @@
 SQLite allows one writer at a time. Every write transaction here starts with ``BEGIN
 IMMEDIATE``, which takes the write lock up front: two writers queue on the busy timeout instead
 of both reading the same leaf and one failing on upgrade (a deferred transaction that later
-writes gets ``SQLITE_BUSY`` at once, busy timeout or not). Writers of one process queue on a
-Python lock first: SQLite's busy handler sleeps in steps of 1 to 100 ms, so threads waiting
-there left the database idle most of the time (profiled: two thirds of a busy threads-pool
-worker's flush time was spent in ``BEGIN``); the lock hands over at once. WAL lets readers go on
-while one writes. PostgreSQL writers serialise per session with ``SELECT ... FOR UPDATE`` instead.
+writes gets ``SQLITE_BUSY`` at once, busy timeout or not). SQLite's busy handler sleeps in
+steps of 1 to 100 ms, so writers waiting there left the database idle most of the time:
+profiled, two thirds of a busy threads-pool worker's flush time was spent in ``BEGIN``, and an
+API process beside a busy worker took 11 ms to record a flush request instead of 1.5. So
+writers queue before ``BEGIN``: the threads of one process on a Python lock, which hands over
+at once, and the processes on an advisory file lock beside the database (``<file>-writers``),
+polled every 0.1 to 1 ms (:data:`WRITER_POLL`) for at most the busy timeout, after which SQLite's
+own wait applies. WAL lets readers go on while one writes. PostgreSQL writers serialise per
+session with ``SELECT ... FOR UPDATE`` instead.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +29,12 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from om_core.backoff import RetryPolicy, backoff_delay_s
 from om_workers.errors import ConfigError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+WRITER_POLL = RetryPolicy(attempts=2, base_s=0.0001, cap_s=0.001, multiplier=2.0, jitter=0.0)
+"""How often a writer polls the file lock another process holds: 0.1 ms, doubling to 1 ms."""
 _BEGIN_OPTION = "om_sqlite_begin"
 
 
@@ -63,11 +73,55 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(normalized, pool_pre_ping=True, **kwargs)
 
 
-_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+class _SqliteWriters:
+    """The queue of one SQLite file's writers: a lock for the threads of this process, then
+    an advisory lock on ``<file>-writers`` for the processes (none for an in-memory
+    database). Re-entrant within a thread, like the lock it extends."""
+
+    def __init__(self, database: str | None) -> None:
+        self._threads = threading.RLock()
+        self._path = f"{database}-writers" if database not in (None, "", ":memory:") else None
+        self._fd: tuple[int, int] | None = None  # (pid, fd): a forked child opens its own
+        self._depth = 0
+
+    @contextmanager
+    def held(self, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> Iterator[None]:
+        """Hold the queue's head; after ``timeout_s`` seconds of waiting for another process,
+        go on without the file lock (SQLite's busy timeout then decides)."""
+        with self._threads:
+            self._depth += 1
+            fd = self._file_lock(timeout_s) if self._depth == 1 else None
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _file_lock(self, timeout_s: float) -> int | None:
+        if self._path is None:
+            return None
+        if self._fd is None or self._fd[0] != os.getpid():
+            self._fd = (os.getpid(), os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
+        fd = self._fd[1]
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(backoff_delay_s(min(polls, 10) + 1, WRITER_POLL, 0.0))
+                polls += 1
+
+
+_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, _SqliteWriters] = weakref.WeakKeyDictionary()
 
 
 def _configure_sqlite(engine: Engine) -> None:
-    _WRITE_LOCKS[engine] = threading.RLock()
+    _WRITE_LOCKS[engine] = _SqliteWriters(engine.url.database)
     in_memory = engine.url.database in (None, "", ":memory:")
 
     @event.listens_for(engine, "connect")
@@ -96,15 +150,15 @@ def _configure_sqlite(engine: Engine) -> None:
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """A connection in a transaction that may write; committed on success, rolled back on error.
 
-    On SQLite the transaction begins IMMEDIATE (takes the write lock first), after the
-    process's writer lock of the engine.
+    On SQLite the transaction begins IMMEDIATE (takes the write lock first), once this writer
+    is at the head of the file's queue of writers (threads, then processes).
     """
-    lock = _WRITE_LOCKS.get(engine)
-    if lock is None:  # PostgreSQL: writers serialise per row, not per database
+    writers = _WRITE_LOCKS.get(engine)
+    if writers is None:  # PostgreSQL: writers serialise per row, not per database
         with engine.connect() as connection, connection.begin():
             yield connection
         return
-    with lock, engine.connect() as connection:
+    with writers.held(), engine.connect() as connection:
         connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
         with connection.begin():
             yield connection
