@@ -184,8 +184,15 @@ def worker(
 ) -> None:
     """Run a Celery worker on queue om (threads pool, task events on). Needs OM_REDIS_URL."""
     from om_workers.jobs.celery_app import QUEUE
+    from om_workers.jobs.tasks import worker_deps
 
     celery_app = _celery_app()
+    try:
+        # Built now, so a bad OM_PROMPTS_FILE, OM_PROVIDER or OM_DATABASE_URL stops the worker
+        # before it takes a message, not at its first flush.
+        worker_deps()
+    except OMWorkersError as exc:
+        fail(str(exc), 2)
     slots = concurrency if concurrency is not None else get_settings().worker_concurrency
     argv = [
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",

@@ -50,7 +50,7 @@ from om_workers.jobs.flush import (
 from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
 from om_workers.logs import configure_json_logging, log_context
 from om_workers.providers.setup import provider_secrets
-from om_workers.services import Services, build_services
+from om_workers.services import build_services
 from om_workers.store import SqlStore
 
 log = logging.getLogger(__name__)
@@ -227,23 +227,15 @@ def enqueue_flush(
 
 
 @lru_cache(maxsize=1)
-def worker_services() -> Services:
-    """This worker process's :class:`~om_workers.services.Services`, built on first use.
-
-    Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROMPTS_FILE`` is bad."""
-    return build_services(get_settings())
-
-
-@lru_cache(maxsize=1)
 def worker_deps() -> FlushDeps:
-    """The flush dependencies of this worker process, built on first use from
-    :func:`worker_services` (one store, one Redis client, the provider) and its publisher (the
-    app's, behind the fair queue unless ``OM_FAIR_QUEUEING`` is off; see
+    """The flush dependencies of this worker process, built on first use from the process's
+    :func:`~om_workers.services.build_services` (one store, one Redis client, the provider) and
+    its publisher (the app's, behind the fair queue unless ``OM_FAIR_QUEUEING`` is off; see
     :meth:`~om_workers.services.Services.flush_deps`).
 
     Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROVIDER`` is bad: the
     first task fails, loudly."""
-    services = worker_services()
+    services = build_services(get_settings())
     return services.flush_deps(services.publisher(publisher(get_app())))
 
 

@@ -254,3 +254,18 @@ def test_om_worker_that_dies_exits_non_zero(redis_server: EmbeddedRedis, tmp_pat
     output = log.read_text()
     assert "Unrecoverable error" in output and celery_dying_worker.MESSAGE in output, output
     assert code == 1, output
+
+
+def test_om_worker_refuses_to_start_with_a_bad_prompts_file(
+    redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing.toml"
+    result = om(
+        "worker",
+        OM_REDIS_URL=redis_server.url,
+        OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}",
+        OM_PROMPTS_FILE=str(missing),
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OM_PROMPTS_FILE" in lines[0] and str(missing) in lines[0], lines
