@@ -12,6 +12,7 @@ import time
 from . import (
     bench_coalesce,
     bench_context,
+    bench_fairness,
     bench_fidelity,
     bench_fold,
     bench_history,
@@ -28,6 +29,7 @@ BENCHMARKS = [
     bench_fidelity,
     bench_locomo,
     bench_history,
+    bench_fairness,
 ]
 
 
