@@ -44,7 +44,9 @@ rehearsal: $(STAMP)
 	$(BIN)/python -m tests.deploy.rehearsal --workers $(WORKERS)
 
 # The fault matrix (tests/chaos): the topology behind fault proxies, a mixed load, each fault in
-# turn on the Redis broker and on RabbitMQ; writes tests/chaos/results.md. PostgreSQL needed.
+# turn on the Redis broker and on RabbitMQ, then Redis restarted five times under load and
+# malformed input against both stores; writes tests/chaos/results.md. PostgreSQL needed.
+# `python -m tests.chaos --only redis-restarts,malformed` re-runs just those two parts.
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos
 

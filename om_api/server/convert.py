@@ -77,26 +77,26 @@ def session_out(info: SessionInfo, secrets: Iterable[str] = ()) -> SessionOut:
     )
 
 
-def job_out(run: FlushJob, error: str | None) -> JobOut:
+def job_out(job: FlushJob, error: str | None) -> JobOut:
     """The wire form of a flush job; ``error`` is the already-redacted error text."""
     duration = (
-        (run.finished_at - run.started_at).total_seconds()
-        if run.finished_at is not None and run.started_at is not None
+        (job.finished_at - job.started_at).total_seconds()
+        if job.finished_at is not None and job.started_at is not None
         else None
     )
     return JobOut(
-        id=run.id,
-        session_id=run.session_id,
-        state=run.state,
-        force=run.force,
-        full_reflection_rebuild=run.full_reflection_rebuild,
-        attempts=run.attempts,
-        queued_at=run.queued_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
+        id=job.id,
+        session_id=job.session_id,
+        state=job.state,
+        force=job.force,
+        full_reflection_rebuild=job.full_reflection_rebuild,
+        attempts=job.attempts,
+        queued_at=job.queued_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
         duration_s=duration,
-        counts=dict(run.counts),
+        counts=dict(job.counts),
         error=error,
-        reason=run.reason,
-        prompt_version=run.prompt_version,
+        reason=job.reason,
+        prompt_version=job.prompt_version,
     )

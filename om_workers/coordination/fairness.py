@@ -16,8 +16,8 @@ The steps, each one script call that returns the jobs it admitted (the caller pu
 - :meth:`FairQueue.start` when a worker takes its message, :meth:`FairQueue.done` when the
   message is finished with, whatever the outcome (not when Celery retries it);
 - :meth:`FairQueue.give_back` when the broker refused an admitted job;
-- :meth:`FairQueue.sweep` (the reconciler): forgets jobs in flight for longer than any run
-  (their message was lost) and admits what the capacity allows.
+- :meth:`FairQueue.sweep` (the reconciler): forgets jobs in flight for longer than a flush
+  job can last (their message was lost) and admits what the capacity allows.
 
 Lost fair-queue state costs fairness and latency, never work: a job the queue forgot still has
 its ``pending`` marker and its ``queued`` row, which the reconciler publishes again.
@@ -74,7 +74,7 @@ class FairQueue:
 
     def sweep(self, older_than_s: float) -> list[QueuedJob]:
         """Forget jobs in flight for longer than ``older_than_s`` seconds (their message was
-        lost: a run never lasts that long) and admit what the capacity allows."""
+        lost: no flush job lasts that long) and admit what the capacity allows."""
         return self._step("sweep", sweep_ms=round(older_than_s * 1000))[1]
 
     def fill(self) -> list[QueuedJob]:

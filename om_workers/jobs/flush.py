@@ -349,7 +349,7 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
             prompts=deps.prompts,
         )
         result = runtime.flush(full_reflection_rebuild=job.full_reflection_rebuild, force=job.force)
-    except Exception as exc:  # store unreachable mid-run, bad settings, provider factory ...
+    except Exception as exc:  # store unreachable mid-flush, bad settings, provider factory ...
         crashed = f"{type(exc).__name__}: {exc}"
         stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
         return FlushOutcome("failed", job_id, job_id, stored)
@@ -416,7 +416,7 @@ def _finish_quietly(
     version: str | None = None,
 ) -> str | None:
     """Finish the job; a job finished meanwhile (the reconciler swept it) keeps its state.
-    ``version`` is the prompt version of a run that got as far as the pipeline. Returns the
+    ``version`` is the prompt version of a job that got as far as the pipeline. Returns the
     stored (redacted) error."""
     try:
         return deps.store.finish_job(

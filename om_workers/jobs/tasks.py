@@ -312,7 +312,7 @@ def _redelivered_into_a_held_lock(
     delivery), and then takes the dead holder's lock over. On Redis the visibility timeout
     exceeds the lock TTL, so a redelivered message never meets the dead worker's lock.
 
-    A duplicate of a job that a live worker is running is retried the same way until that run
+    A duplicate of a job that a live worker is running is retried the same way until that job
     ends (then it is ``skipped``), while ``retries`` (the message's retry count) is below
     :func:`_busy_retry_limit`, then dropped as busy. An unreadable job row means ``None``, an
     unreadable lock TTL the full lock TTL; raises only the :class:`ConfigError` of invalid
@@ -339,7 +339,7 @@ def _redelivered_into_a_held_lock(
 
 
 def _busy_retry_limit(settings: Settings) -> int:
-    """Retries of a message past a held lock: enough lock TTLs to outlast the longest run
+    """Retries of a message past a held lock: enough lock TTLs to outlast the longest flush job
     (``ceil(hard time limit / lock TTL) + 1``). Passed to Celery as ``max_retries`` too (its
     ``None`` means the task's default of 3, not unlimited). Raises like :func:`time_limits`."""
     return math.ceil(time_limits(settings).hard_time_limit_s / settings.lock_ttl_s) + 1

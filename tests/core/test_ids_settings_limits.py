@@ -38,7 +38,7 @@ def test_parse_memory_ref_accepts_prefixes_and_rejects_the_rest() -> None:
         parse_memory_ref("obs:abcdef012345")
 
 
-def test_settings_defaults_are_the_seeds() -> None:
+def test_settings_defaults_are_the_documented_ones() -> None:
     s = resolve_settings()
     assert s.observation.message_tokens == 10_000
     assert s.reflection.observation_tokens == 20_000
@@ -80,7 +80,7 @@ def test_each_removed_flat_key_raises_type_error_naming_its_replacement(key: str
         resolve_settings(None, overrides={key: 1})
 
 
-def test_removed_keys_cover_the_seeds_list() -> None:
+def test_removed_keys_cover_the_documented_list() -> None:
     expected = {
         "observeAfterTokens",
         "reflectAfterTokens",

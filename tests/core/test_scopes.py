@@ -78,7 +78,7 @@ def test_without_scope_records_the_map_is_the_implicit_session_root() -> None:
     assert scope_map.lineage(SESSION_SCOPE_ID) == (SESSION_SCOPE_ID,)
 
 
-def test_records_use_the_seed_wire_keys() -> None:
+def test_records_use_the_wire_keys_of_the_typescript_package() -> None:
     b = Branch()
     recorded(b, 1)
     c = controller(b)

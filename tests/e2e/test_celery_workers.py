@@ -87,7 +87,7 @@ def test_two_workers_never_run_one_session_twice_at_once(
     assert not [line for line in lines if line.startswith("[20")]  # no plain-text records
 
 
-def test_worker_killed_mid_run_is_completed_after_redelivery(
+def test_worker_killed_mid_flush_is_completed_after_redelivery(
     app: Any, start_worker: StartWorker, store: SqlStore, client: redis.Redis, tenant: str,
     database_url: str,
 ) -> None:  # fmt: skip

@@ -73,7 +73,7 @@ def test_a_burst_from_many_threads_publishes_exactly_once(client: redis.Redis) -
     assert len(answers) == threads_n * 5
 
 
-def test_request_mid_run_causes_exactly_one_republish(client: redis.Redis) -> None:
+def test_request_mid_flush_causes_exactly_one_republish(client: redis.Redis) -> None:
     queue = Queue()
     job_1 = enqueue(client, "t1", "s1", "job-1", queue.publish).job_id
     # A worker takes the lock and claims the pending job before reading the session.

@@ -88,8 +88,10 @@ def test_empty_session_reads_empty(store: SqlStore, tenant: str, session_id: str
     assert state.entries == () and state.leaf_id is None
 
 
-def test_branch_of_many_runs_reads_in_order(store: SqlStore, tenant: str, session_id: str) -> None:
-    # Each side entry breaks the run, so the main line ends up as 70 separate seq ranges,
+def test_branch_of_many_segments_reads_in_order(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    # Each side entry breaks the segment, so the main line ends up as 70 separate seq ranges,
     # more than one read query takes at once.
     mains: list[str] = []
     for index in range(70):

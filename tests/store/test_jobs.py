@@ -11,7 +11,7 @@ from om_workers.errors import InvalidJobStateError
 from om_workers.store import SqlStore
 
 
-def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
+def test_job_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
     run = store.create_job(tenant, session_id, force=True)
     assert (run.state, run.force, run.attempts, run.session_id) == ("queued", True, 0, session_id)
     start = store.start_job(tenant, run.id)
@@ -43,7 +43,7 @@ def test_run_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session
     assert done.counts == {"coalesced": 1}
 
 
-def test_stuck_runs_are_swept(store: SqlStore, tenant: str, session_id: str) -> None:
+def test_stuck_jobs_are_swept(store: SqlStore, tenant: str, session_id: str) -> None:
     stuck = store.create_job(tenant, session_id)
     store.start_job(tenant, stuck.id)
     queued = store.create_job(tenant, session_id)
