@@ -120,6 +120,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Flush jobs admitted or running at once; 0: the live workers' task slots.",
     )
+    fair_queue_half_life_s: float = Field(
+        default=60.0,
+        ge=0.001,
+        description="Seconds until a tenant's past admissions count half in the fair queue.",
+    )
 
     # HTTP API.
     admin_token: str | None = Field(

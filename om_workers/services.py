@@ -129,11 +129,15 @@ class Services:
     def publisher(self, send: PublishJob) -> PublishJob:
         """The process's flush publisher: ``send`` (the broker publish of ``om.flush``) behind
         the fair queue across tenants (:class:`~om_workers.coordination.fairness.FairPublisher`,
-        capacity ``OM_FAIR_QUEUE_CAPACITY``), or ``send`` itself when ``OM_FAIR_QUEUEING`` is
-        off (first in, first out)."""
+        capacity ``OM_FAIR_QUEUE_CAPACITY``, half-life ``OM_FAIR_QUEUE_HALF_LIFE_S``), or
+        ``send`` itself when ``OM_FAIR_QUEUEING`` is off (first in, first out)."""
         if not self.settings.fair_queueing:
             return send
-        queue = FairQueue(self.redis, capacity=self.settings.fair_queue_capacity)
+        queue = FairQueue(
+            self.redis,
+            capacity=self.settings.fair_queue_capacity,
+            half_life_s=self.settings.fair_queue_half_life_s,
+        )
         return FairPublisher(queue, send)
 
     def close(self) -> None:

@@ -4,8 +4,8 @@ The broker's queue is first in, first out: were every requested flush published 
 tenant asking for ten thousand would put every other tenant's next flush behind all of them.
 So a flush job first enters the **fair queue**, and only ``capacity`` jobs (the live worker
 pool's task slots, :mod:`om_workers.coordination.pool`) are *admitted* to the broker or running
-at once. Each freed place goes to the tenant with the fewest jobs in flight (ties to the one
-served least recently): the rule of :class:`om_core.fairness.FairQueueModel`, which
+at once. Each freed place goes to the tenant served least lately (its admissions, decaying by
+half every ``half_life_s``): the rule of :class:`om_core.fairness.FairQueueModel`, which
 ``lua/fair_queue.lua`` runs as one atomic step.
 
 The steps, each one script call that returns the jobs it admitted (the caller publishes them):
@@ -36,6 +36,9 @@ from om_workers.coordination.connection import translate_errors
 
 Step = Literal["add", "start", "done", "return", "sweep", "fill"]
 
+DEFAULT_HALF_LIFE_S = 60.0
+"""How long until a tenant's past admissions count half (``OM_FAIR_QUEUE_HALF_LIFE_S``)."""
+
 Send = Callable[[str, str, str], None]
 """Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``; raises when the broker
 refuses it."""
@@ -43,14 +46,29 @@ refuses it."""
 
 class FairQueue:
     """The fair queue in Redis. ``capacity`` is the number of jobs admitted or running at once
-    (0: the live worker pool's task slots, at least 1)."""
+    (0: the live worker pool's task slots, at least 1); ``half_life_s`` how fast a tenant's
+    usage fades; ``clock`` returns the time in ms (default: Redis's own clock, so every
+    process shares one; tests pass theirs to compare with the pure model).
 
-    def __init__(self, client: redis.Redis, *, capacity: int = 0) -> None:
+    Raises ``ValueError`` for a negative capacity or a half-life under a millisecond."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        capacity: int = 0,
+        half_life_s: float = DEFAULT_HALF_LIFE_S,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if half_life_s < 0.001:
+            raise ValueError(f"half_life_s must be at least 0.001, got {half_life_s}")
         self._client = client
         self._script = client.register_script(keys.FAIR_QUEUE)
         self._capacity = capacity
+        self._half_life_ms = round(half_life_s * 1000)
+        self._clock = clock
 
     def add(self, tenant_id: str, session_id: str, job_id: str) -> tuple[bool, list[QueuedJob]]:
         """Queue a job; returns whether it was already in flight and the jobs admitted now
@@ -124,6 +142,7 @@ class FairQueue:
         sweep_ms: int = 0,
         worker_id: str = "",
     ) -> tuple[bool, list[QueuedJob]]:
+        now = "" if self._clock is None else self._clock()
         args: list[str | int] = [
             step,
             job_id,
@@ -132,6 +151,8 @@ class FairQueue:
             self._capacity,
             sweep_ms,
             worker_id,
+            self._half_life_ms,
+            now,
         ]
         with translate_errors("scheduling a flush"):
             reply = cast(

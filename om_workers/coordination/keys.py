@@ -126,8 +126,8 @@ FAIR_IN_FLIGHT: Final = f"{PREFIX}fair:in_flight"
 """Jobs admitted to the broker or running: job id -> ms when admitted or started."""
 FAIR_IN_FLIGHT_COUNTS: Final = f"{PREFIX}fair:in_flight_counts"
 FAIR_RUNNING_COUNTS: Final = f"{PREFIX}fair:running_counts"
-FAIR_SERVED: Final = f"{PREFIX}fair:served"
-FAIR_ADMISSIONS: Final = f"{PREFIX}fair:admissions"
+FAIR_USAGE: Final = f"{PREFIX}fair:usage"
+"""Tenant id -> its recent admissions, decayed (``om_core.fairness``): who is served next."""
 BACKLOG: Final = f"{PREFIX}backlog"
 """One token per flush job the fair queue holds (waiting, admitted or running); only its
 length means anything: KEDA scales the workers on it."""
@@ -160,8 +160,7 @@ def fair_queue_keys(tenant_id: str | None = None) -> list[str]:
         FAIR_IN_FLIGHT,
         FAIR_IN_FLIGHT_COUNTS,
         FAIR_RUNNING_COUNTS,
-        FAIR_SERVED,
-        FAIR_ADMISSIONS,
+        FAIR_USAGE,
         BACKLOG,
         POOL,
         POOL_SLOTS,

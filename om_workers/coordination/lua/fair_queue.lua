@@ -1,32 +1,39 @@
 -- Fair queueing of flush jobs across tenants: one step of the scheduler, atomic in Redis.
 -- Mirrors om_core.fairness.FairQueueModel (change both together): at most `capacity` jobs
 -- are admitted (sent to the broker) or running; a freed place goes to the oldest waiting job
--- of the tenant with the fewest jobs admitted or running, ties to the one served least
--- recently (an idle tenant first), then by id.
+-- of the tenant served least lately (its admissions, each decaying by half every half-life),
+-- a tenant never served first, ties by id.
 -- KEYS[1]  jobs: hash, job id -> JSON [state "w"|"a"|"r", tenant id, session id, worker id]
--- KEYS[2]  ready: zset, tenant id -> in_flight * 2^40 + its last admission number
---          (tenants with waiting jobs; the lowest score goes next)
+-- KEYS[2]  ready: zset, tenant id -> its usage, -inf when never served (tenants with waiting
+--          jobs; the lowest goes next)
 -- KEYS[3]  lines: hash, tenant id -> the key of its list of waiting job ids
 -- KEYS[4]  in flight: zset, job id -> ms when admitted (or started)
 -- KEYS[5]  in-flight counts: hash, tenant id -> jobs admitted or running
 -- KEYS[6]  running counts: hash, tenant id -> jobs running
--- KEYS[7]  served: hash, tenant id -> number of its latest admission
--- KEYS[8]  admission counter
--- KEYS[9]  backlog: list, one token per job the queue holds (KEDA reads its length)
--- KEYS[10] worker pool: zset, worker id -> expiry ms; KEYS[11] its slots: hash
--- KEYS[12] "add" and "return" only: the tenant's list of waiting job ids
+-- KEYS[7]  usage: zset, tenant id -> log2(decayed admissions) + now / half-life
+-- KEYS[8]  backlog: list, one token per job the queue holds (KEDA reads its length)
+-- KEYS[9]  worker pool: zset, worker id -> expiry ms; KEYS[10] its slots: hash
+-- KEYS[11] "add" and "return" only: the tenant's list of waiting job ids
 -- ARGV[1]  op: "add", "start", "done", "return", "sweep" or "fill"
 -- ARGV[2]  job id ("" for sweep and fill); ARGV[3] tenant id and ARGV[4] session id (add)
 -- ARGV[5]  capacity, or 0 for the live worker pool's task slots (at least 1)
 -- ARGV[6]  sweep only: in-flight entries older than this many ms are forgotten
 -- ARGV[7]  start only: the id of the worker process running the job; when that worker's
 --          advertisement in the pool expires (it died), its running jobs are forgotten
+-- ARGV[8]  half-life of usage, ms
+-- ARGV[9]  now in ms, or "" for Redis's own clock (tests pass it to compare with the model)
 -- Reply: {duplicate, tenant1, session1, job1, tenant2, ...}: the jobs admitted by this step,
 -- in order, for the caller to publish; duplicate is 1 when "add" named a job in flight.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now
+if ARGV[9] ~= nil and ARGV[9] ~= '' then
+  now = tonumber(ARGV[9])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local op, job = ARGV[1], ARGV[2]
-local SHARE = 1099511627776 -- 2^40: admission numbers stay below it, scores below 2^53
+local half_life = tonumber(ARGV[8])
+local FORGET_BELOW = -20
 
 local function record(id)
   local raw = redis.call('HGET', KEYS[1], id)
@@ -34,28 +41,35 @@ local function record(id)
   return cjson.decode(raw)
 end
 
-local function count(hash, tenant)
-  return tonumber(redis.call('HGET', hash, tenant) or '0')
-end
-
 local function bump(hash, tenant, by)
   if redis.call('HINCRBY', hash, tenant, by) <= 0 then redis.call('HDEL', hash, tenant) end
 end
 
--- The tenant's place in `ready`, or out of it when nothing of it waits; an idle tenant
--- (nothing waiting, nothing in flight) is forgotten, so it goes first when it comes back.
+-- A usage as ZADD takes it: every digit of the double (Lua would print 14), '-inf' for never.
+local function score(used)
+  if used == -math.huge then return '-inf' end
+  return string.format('%.17g', used)
+end
+
+local function usage(tenant)
+  local used = redis.call('ZSCORE', KEYS[7], tenant)
+  if used then return tonumber(used) end
+  return -math.huge
+end
+
+-- The tenant's place in `ready`, or out of it when nothing of it waits; a tenant with nothing
+-- waiting and nothing in flight keeps only its usage.
 local function rank(tenant)
   local line = redis.call('HGET', KEYS[3], tenant)
   local waiting = line and redis.call('LLEN', line) or 0
-  local in_flight = count(KEYS[5], tenant)
   if waiting > 0 then
-    redis.call('ZADD', KEYS[2], in_flight * SHARE + count(KEYS[7], tenant), tenant)
+    local used = usage(tenant)
+    redis.call('ZADD', KEYS[2], score(used), tenant)
     return
   end
   redis.call('ZREM', KEYS[2], tenant)
-  if in_flight == 0 then
+  if not redis.call('HGET', KEYS[5], tenant) then
     redis.call('HDEL', KEYS[3], tenant)
-    redis.call('HDEL', KEYS[7], tenant)
     redis.call('HDEL', KEYS[6], tenant)
   end
 end
@@ -65,17 +79,17 @@ local function forget(id, rec)
   redis.call('ZREM', KEYS[4], id)
   bump(KEYS[5], rec[2], -1)
   if rec[1] == 'r' then bump(KEYS[6], rec[2], -1) end
-  redis.call('LPOP', KEYS[9])
+  redis.call('LPOP', KEYS[8])
   rank(rec[2])
 end
 
 local function capacity()
   local fixed = tonumber(ARGV[5])
   if fixed > 0 then return fixed end
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)
   if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
-    redis.call('HDEL', KEYS[11], unpack(expired))
+    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now)
+    redis.call('HDEL', KEYS[10], unpack(expired))
     local dead = {}
     for _, worker in ipairs(expired) do dead[worker] = true end
     for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
@@ -84,8 +98,26 @@ local function capacity()
     end
   end
   local slots = 0
-  for _, value in ipairs(redis.call('HVALS', KEYS[11])) do slots = slots + tonumber(value) end
+  for _, value in ipairs(redis.call('HVALS', KEYS[10])) do slots = slots + tonumber(value) end
   return math.max(1, slots)
+end
+
+-- log2(u) + now / half_life after one more admission (om_core.fairness.used_after_admission).
+local function used_after_admission(used)
+  local t = now / half_life
+  if used == -math.huge then return t end
+  return t + math.log(2 ^ (used - t) + 1) / math.log(2)
+end
+
+local function forget_old_usage()
+  local floor = now / half_life + FORGET_BELOW
+  local below = '(' .. score(floor)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', below)
+  if #old == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', below)
+  for _, tenant in ipairs(old) do
+    if redis.call('ZSCORE', KEYS[2], tenant) then redis.call('ZADD', KEYS[2], '-inf', tenant) end
+  end
 end
 
 local duplicate = 0
@@ -97,9 +129,9 @@ if op == 'add' then
   else
     local tenant = ARGV[3]
     redis.call('HSET', KEYS[1], job, cjson.encode({'w', tenant, ARGV[4]}))
-    redis.call('HSET', KEYS[3], tenant, KEYS[12])
-    redis.call('RPUSH', KEYS[12], job)
-    redis.call('RPUSH', KEYS[9], '1')
+    redis.call('HSET', KEYS[3], tenant, KEYS[11])
+    redis.call('RPUSH', KEYS[11], job)
+    redis.call('RPUSH', KEYS[8], '1')
     rank(tenant)
   end
 elseif op == 'start' then
@@ -116,8 +148,8 @@ elseif op == 'return' then
     redis.call('HSET', KEYS[1], job, cjson.encode({'w', rec[2], rec[3]}))
     redis.call('ZREM', KEYS[4], job)
     bump(KEYS[5], rec[2], -1)
-    redis.call('HSET', KEYS[3], rec[2], KEYS[12])
-    redis.call('LPUSH', KEYS[12], job)
+    redis.call('HSET', KEYS[3], rec[2], KEYS[11])
+    redis.call('LPUSH', KEYS[11], job)
     rank(rec[2])
   end
   return {0}
@@ -128,6 +160,7 @@ elseif op == 'sweep' then
   end
 end
 
+forget_old_usage()
 local reply = {duplicate}
 local room = capacity() - redis.call('ZCARD', KEYS[4])
 while room > 0 do
@@ -141,7 +174,7 @@ while room > 0 do
     redis.call('HSET', KEYS[1], next_job, cjson.encode({'a', tenant, next_rec[3]}))
     redis.call('ZADD', KEYS[4], now, next_job)
     bump(KEYS[5], tenant, 1)
-    redis.call('HSET', KEYS[7], tenant, redis.call('INCR', KEYS[8]))
+    redis.call('ZADD', KEYS[7], score(used_after_admission(usage(tenant))), tenant)
     reply[#reply + 1] = tenant
     reply[#reply + 1] = next_rec[3]
     reply[#reply + 1] = next_job
