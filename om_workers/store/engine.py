@@ -8,10 +8,13 @@ steps of 1 to 100 ms, so writers waiting there left the database idle most of th
 profiled, two thirds of a busy threads-pool worker's flush time was spent in ``BEGIN``, and an
 API process beside a busy worker took 11 ms to record a flush request instead of 1.5. So
 writers queue before ``BEGIN``: the threads of one process on a Python lock, which hands over
-at once, and the processes on an advisory file lock beside the database (``<file>-writers``),
-polled every 0.1 to 1 ms (:data:`WRITER_POLL`) for at most the busy timeout, after which SQLite's
-own wait applies. WAL lets readers go on while one writes. PostgreSQL writers serialise per
-session with ``SELECT ... FOR UPDATE`` instead.
+at once, and the processes on an advisory file lock beside the database (``<file>-writers``,
+``flock``), which the kernel hands to a waiting process as soon as it is released. (Polling it
+instead starved a single-threaded API process beside a worker whose threads passed the lock
+among themselves.) A process that dies releases it with its file; one stopped inside a write
+transaction holds every other writer until it resumes, as it would hold SQLite's own lock.
+WAL lets readers go on while one writes. PostgreSQL writers serialise per session with
+``SELECT ... FOR UPDATE`` instead.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,12 +31,10 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from om_core.backoff import RetryPolicy, backoff_delay_s
 from om_workers.errors import ConfigError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
-WRITER_POLL = RetryPolicy(attempts=2, base_s=0.0001, cap_s=0.001, multiplier=2.0, jitter=0.0)
-"""How often a writer polls the file lock another process holds: 0.1 ms, doubling to 1 ms."""
+
 _BEGIN_OPTION = "om_sqlite_begin"
 
 
@@ -85,12 +85,11 @@ class _SqliteWriters:
         self._depth = 0
 
     @contextmanager
-    def held(self, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> Iterator[None]:
-        """Hold the queue's head; after ``timeout_s`` seconds of waiting for another process,
-        go on without the file lock (SQLite's busy timeout then decides)."""
+    def held(self) -> Iterator[None]:
+        """Hold the head of the queue (block until then)."""
         with self._threads:
             self._depth += 1
-            fd = self._file_lock(timeout_s) if self._depth == 1 else None
+            fd = self._file_lock() if self._depth == 1 else None
             try:
                 yield
             finally:
@@ -98,23 +97,13 @@ class _SqliteWriters:
                 if fd is not None:
                     fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _file_lock(self, timeout_s: float) -> int | None:
+    def _file_lock(self) -> int | None:
         if self._path is None:
             return None
         if self._fd is None or self._fd[0] != os.getpid():
             self._fd = (os.getpid(), os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
-        fd = self._fd[1]
-        deadline = time.monotonic() + timeout_s
-        polls = 0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(backoff_delay_s(min(polls, 10) + 1, WRITER_POLL, 0.0))
-                polls += 1
+        fcntl.flock(self._fd[1], fcntl.LOCK_EX)
+        return self._fd[1]
 
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, _SqliteWriters] = weakref.WeakKeyDictionary()
