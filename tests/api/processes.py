@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -45,3 +51,60 @@ def start_api(
             pass
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.2)
+
+
+RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class ApiProcess:
+    """A running ``om api`` on a port it chose: its base URL and the lines it has written to
+    stderr so far (its JSON log)."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    url: str = ""
+
+
+@contextmanager
+def api_process(database_url: str, redis_url: str, **env: str) -> Iterator[ApiProcess]:
+    """``om api --port 0`` on 127.0.0.1 with the given ``OM_*`` overrides, its stderr read into
+    ``lines``; yields once it says where it listens, terminates it (then kills) on exit.
+    Raises ``RuntimeError`` when it exits or stays silent for :data:`START_TIMEOUT_S`."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
+    environment.update(PYTHONPATH=str(ROOT), OM_DATABASE_URL=database_url, OM_REDIS_URL=redis_url)
+    environment.update(env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "om_api.cli", "api", "--host", "127.0.0.1", "--port", "0"],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    api = ApiProcess(process)
+    reader = threading.Thread(target=_read, args=(process.stderr, api.lines), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not api.url:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("om api did not start: " + "\n".join(api.lines[-20:]))
+            for line in list(api.lines):
+                if match := RUNNING.search(line):
+                    api.url = f"http://127.0.0.1:{match.group(1)}"
+            time.sleep(0.05)
+        yield api
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+
+
+def _read(stream: IO[str] | None, lines: list[str]) -> None:
+    for line in stream or ():
+        lines.append(line.rstrip("\n"))

@@ -11,15 +11,10 @@ import contextvars
 import io
 import json
 import logging
-import os
-import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,26 +29,23 @@ from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.logs import HANDLER_NAME, bind_log_context, configure_json_logging, log_context
 from om_workers.store import SqlStore, upgrade
 from tests.api.conftest import make_settings
+from tests.api.processes import ApiProcess, api_process
 from tests.api.seed import conversation
 from tests.api.server import Published, serve
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "admin-token-for-log-tests-0123456789"
-START_TIMEOUT_S = 60.0
-RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 
-@dataclass
-class ApiProcess:
-    """A running ``om api``: its base URL and the lines it has written to stderr so far."""
+class LoggedApi:
+    """What the tests read of a running ``om api``'s JSON log."""
 
-    process: subprocess.Popen[str]
-    lines: list[str] = field(default_factory=list)
-    url: str = ""
+    def __init__(self, api: ApiProcess) -> None:
+        self.api = api
+        self.url = api.url
 
     def records(self) -> list[dict[str, Any]]:
         """Every stderr line so far, parsed (fails on a line that is not one JSON object)."""
-        return [json.loads(line) for line in list(self.lines) if line.strip()]
+        return [json.loads(line) for line in list(self.api.lines) if line.strip()]
 
     def requests(self, request_id: str) -> list[dict[str, Any]]:
         """The request lines of the request sent with ``X-Request-ID: request_id``."""
@@ -70,11 +62,6 @@ class ApiProcess:
             time.sleep(0.05)
 
 
-def _read(stream: Any, lines: list[str]) -> None:
-    for line in stream:
-        lines.append(line.rstrip("\n"))
-
-
 @pytest.fixture
 def redis_for_api() -> Iterator[EmbeddedRedis]:
     with EmbeddedRedis() as server:
@@ -82,45 +69,11 @@ def redis_for_api() -> Iterator[EmbeddedRedis]:
 
 
 @pytest.fixture
-def om_api(redis_for_api: EmbeddedRedis, tmp_path: Path) -> Iterator[ApiProcess]:
+def om_api(redis_for_api: EmbeddedRedis, tmp_path: Path) -> Iterator[LoggedApi]:
     database_url = f"sqlite:///{tmp_path / 'om.db'}"
     upgrade(database_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        OM_DATABASE_URL=database_url,
-        OM_REDIS_URL=redis_for_api.url,
-        OM_ADMIN_TOKEN=ADMIN_TOKEN,
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "om_api.cli", "api", "--port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    api = ApiProcess(process)
-    reader = threading.Thread(target=_read, args=(process.stderr, api.lines), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not api.url:
-            assert process.poll() is None, "\n".join(api.lines)
-            assert time.monotonic() < deadline, "\n".join(api.lines)
-            for line in list(api.lines):
-                if match := RUNNING.search(line):
-                    api.url = f"http://127.0.0.1:{match.group(1)}"
-            time.sleep(0.05)
-        yield api
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        reader.join(timeout=10)
+    with api_process(database_url, redis_for_api.url, OM_ADMIN_TOKEN=ADMIN_TOKEN) as api:
+        yield LoggedApi(api)
 
 
 def _request_id(name: str) -> str:
@@ -128,7 +81,7 @@ def _request_id(name: str) -> str:
 
 
 def test_api_log_lines_name_the_request_tenant_session_and_job(
-    om_api: ApiProcess, redis_for_api: EmbeddedRedis
+    om_api: LoggedApi, redis_for_api: EmbeddedRedis
 ) -> None:
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     tenant_id, session_id = f"t-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
@@ -206,7 +159,8 @@ def test_api_log_lines_name_the_request_tenant_session_and_job(
     assert inside and all(
         context(r) == {"tenant_id": tenant_id, "session_id": session_id} for r in inside
     ), inside
-    assert key not in "\n".join(om_api.lines) and ADMIN_TOKEN not in "\n".join(om_api.lines)
+    log = "\n".join(om_api.api.lines)
+    assert key not in log and ADMIN_TOKEN not in log
 
 
 def test_an_unhandled_error_is_logged_with_the_request_context(

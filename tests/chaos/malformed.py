@@ -18,25 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import secrets
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import httpx
 
 from om_api.schemas import MAX_JSON_DEPTH
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, upgrade
+from tests.api.processes import ApiProcess, api_process
 from tests.deploy.rehearsal import HOST, PG
 
 Backend = Literal["postgresql", "sqlite"]
@@ -44,7 +41,6 @@ BACKENDS: Final[tuple[Backend, ...]] = ("postgresql", "sqlite")
 START_TIMEOUT_S: Final = 60.0
 VERY_DEEP: Final = 100_000
 """Nesting levels of the deepest probe: far past any recursion limit of a JSON parser."""
-_RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 BAD_TEXT: Final = {"NUL": "\x00", "lone high surrogate": "\ud800", "lone low surrogate": "\udfff"}
 SESSION: Final = "probe"
@@ -298,60 +294,13 @@ def run_probes(
     return report
 
 
-@dataclass
-class _Api:
-    process: subprocess.Popen[str]
-    lines: list[str]
-    url: str = ""
-
-
-def _read(stream: IO[str], lines: list[str]) -> None:
-    for line in stream:
-        lines.append(line.rstrip("\n"))
-
-
 @contextlib.contextmanager
-def _api_process(database_url: str, redis_url: str, admin_token: str) -> Iterator[_Api]:
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
-    env.update(
-        PYTHONPATH=str(root),
-        OM_DATABASE_URL=database_url,
-        OM_REDIS_URL=redis_url,
-        OM_ADMIN_TOKEN=admin_token,
-        # The probes judge validation: a 429 would answer before the body is even read.
-        OM_RATE_LIMITS_ENABLED="false",
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "om_api.cli", "api", "--host", HOST, "--port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=root,
-    )
-    assert process.stderr is not None
-    api = _Api(process, [])
-    reader = threading.Thread(target=_read, args=(process.stderr, api.lines), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not api.url:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("om api did not start: " + "\n".join(api.lines[-20:]))
-            for line in list(api.lines):
-                if match := _RUNNING.search(line):
-                    api.url = f"http://{HOST}:{match.group(1)}"
-            time.sleep(0.05)
+def _api_process(database_url: str, redis_url: str, admin_token: str) -> Iterator[ApiProcess]:
+    # The probes judge validation: a 429 would answer before the body is even read.
+    with api_process(
+        database_url, redis_url, OM_ADMIN_TOKEN=admin_token, OM_RATE_LIMITS_ENABLED="false"
+    ) as api:
         yield api
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        reader.join(timeout=10)
 
 
 @contextlib.contextmanager
