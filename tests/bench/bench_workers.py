@@ -216,7 +216,7 @@ def run() -> Section:
     section.notes.append(
         f"{calls} provider calls per flush. Figure 1 is the best of 3 runs of each kind, "
         "alternating. The worker is CPU-bound there (its CPU time equals the wall time): about "
-        "10 ms of CPU a flush against about 2 ms a no-op task. A flush job costs four Redis "
+        "9 ms of CPU a flush against about 1.4 ms a no-op task. A flush job costs four Redis "
         "round trips (lock and claim, release; fair queue start and done), two SQLite write "
         "transactions (start; last records with the finish) and one read, about 16 SQL "
         "statements with SQLAlchemy's per-statement cost, the extractive observer, and, with "
