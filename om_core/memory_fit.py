@@ -3,10 +3,10 @@ stands in for them.
 
 Two policies share one exact byte account (:class:`Layout`, O(1) per item left out):
 
-* ``count`` (the seed's): lowest-relevance observations go first, then the oldest
-  reflections, and the note only counts them.
+* ``count`` (``render_observational_memory``'s own): lowest-relevance observations go
+  first, then the oldest reflections, and the note only counts them.
 * ``reachable`` (the service's context): observations a reflection covers go first (one
-  recall of that reflection still returns their messages), then the rest in the seed's order;
+  recall of that reflection still returns their messages), then the rest in the ``count`` order;
   the note lists every other item left out by its recall id, so nothing rendered falls out
   of reach. Only when even those ids do not fit are the oldest of them left unlisted, and the
   note names the entry to page messages backward from instead.
@@ -22,7 +22,7 @@ Policy = Literal["count", "reachable"]
 
 
 def count_note(count: int) -> str:
-    """The seed's note: how many items were left out."""
+    """The ``count`` note: how many items were left out."""
     return f"({count} memories omitted to fit the size cap; recall them by id)"
 
 

@@ -30,7 +30,7 @@ def test_observations_a_reflection_covers_go_first_and_stay_one_recall_away() ->
     reflection = ref(20, *(o.id for o in covered), text="the four covered facts")
     full = render_reachable_memory([reflection], [*covered, *loose]).text
     fitted = render_reachable_memory([reflection], [*covered, *loose], max_bytes=sizes(full) - 1)
-    # The seed's order would leave out the low-relevance loose ones; these are covered.
+    # The count order would leave out the low-relevance loose ones; these are covered.
     assert fitted.omitted_ids and set(fitted.omitted_ids) <= {o.id for o in covered}
     assert all(f"[om:{o.id}]" in fitted.text for o in loose)
     assert f"[reflection:{reflection.id}] the four covered facts" in fitted.text
@@ -51,10 +51,10 @@ def test_every_item_left_out_that_no_reflection_covers_is_listed_by_id() -> None
         # Shown, listed by id, or under the reflection (itself shown or listed).
         assert f"om:{o.id}" in shown or f"om:{o.id}" in listed or o.id == mid(1)
     assert fitted.listed == len(listed) and fitted.unlisted == 0
-    # The seed's rendering of the same memory only counts what it left out.
-    seed = render_observational_memory([old], loose, max_bytes=budget)
-    assert seed.endswith(count_note(len(loose) + 1 - seed.count("\n- [")))
-    assert not memory_refs(seed.rsplit("\n", 1)[-1])
+    # render_observational_memory's own note for the same memory only counts what it left out.
+    counted = render_observational_memory([old], loose, max_bytes=budget)
+    assert counted.endswith(count_note(len(loose) + 1 - counted.count("\n- [")))
+    assert not memory_refs(counted.rsplit("\n", 1)[-1])
 
 
 def test_ids_that_do_not_fit_leave_a_cursor_to_page_back_from() -> None:
@@ -121,10 +121,10 @@ def test_the_byte_account_is_exact_at_every_budget(seed: int) -> None:
         reachable = render_reachable_memory(
             reflections, observations, ["- task:a"], max_bytes=budget
         ).text
-        seed_text = render_observational_memory(
+        counted = render_observational_memory(
             reflections, observations, ["- task:a"], max_bytes=budget
         )
-        assert sizes(reachable) <= budget and sizes(seed_text) <= budget, budget
+        assert sizes(reachable) <= budget and sizes(counted) <= budget, budget
 
 
 def long_session(rnd: random.Random, messages: int) -> Branch:
