@@ -31,6 +31,8 @@ from typing import Literal
 
 JobState = Literal["waiting", "admitted", "running"]
 
+DEFAULT_HALF_LIFE_S = 60.0
+"""How long until a tenant's past admissions count half (``OM_FAIR_QUEUE_HALF_LIFE_S``)."""
 NEVER_SERVED = -math.inf
 """The usage of a tenant with no admission remembered: it goes before any other."""
 FORGET_BELOW = -20.0
@@ -71,7 +73,7 @@ class FairQueueModel:
     docstring (absent: never served, or long forgotten).
     """
 
-    half_life_ms: int = 60_000
+    half_life_ms: int = round(DEFAULT_HALF_LIFE_S * 1000)
     jobs: Mapping[str, QueuedJob] = field(default_factory=dict)
     states: Mapping[str, JobState] = field(default_factory=dict)
     waiting: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -195,6 +197,11 @@ class TenantLoad:
         return self.waiting + self.queued + self.running
 
 
+def busiest_first(loads: Iterable[TenantLoad]) -> list[TenantLoad]:
+    """Tenants by load: most jobs, then most throttled requests, then by id."""
+    return sorted(loads, key=lambda t: (-t.jobs, -t.throttled, t.tenant_id))
+
+
 def top_tenants(loads: Iterable[TenantLoad], n: int) -> list[TenantLoad]:
     """The ``n`` busiest tenants (most jobs, then most throttled, then by id), and one
     :data:`OTHER_TENANTS` entry summing the rest when there is a rest: a metric labelled by
@@ -204,7 +211,7 @@ def top_tenants(loads: Iterable[TenantLoad], n: int) -> list[TenantLoad]:
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    ranked = sorted(loads, key=lambda t: (-t.jobs, -t.throttled, t.tenant_id))
+    ranked = busiest_first(loads)
     top, rest = ranked[:n], ranked[n:]
     if not rest:
         return top

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from om_core.context import MIN_CONTEXT_TOKENS
+from om_core.fairness import DEFAULT_HALF_LIFE_S
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
 
@@ -121,7 +122,7 @@ class Settings(BaseSettings):
         description="Flush jobs admitted or running at once; 0: the live workers' task slots.",
     )
     fair_queue_half_life_s: float = Field(
-        default=60.0,
+        default=DEFAULT_HALF_LIFE_S,
         ge=0.001,
         description="Seconds until a tenant's past admissions count half in the fair queue.",
     )

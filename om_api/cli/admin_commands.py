@@ -181,7 +181,7 @@ def queue(as_json: JsonOutput = False, redis_url: RedisUrl = None) -> None:
     """Show the fair queue of flush jobs: the backlog, and for each tenant (busiest first) its
     jobs waiting for a place, queued in the broker and running, and its requests refused by a
     rate limit since Redis started."""
-    from om_api.server.routes.admin import queue_out
+    from om_api.server.convert import queue_out
     from om_workers.coordination.connection import connect
     from om_workers.coordination.fairness import FairQueue
 
@@ -191,8 +191,7 @@ def queue(as_json: JsonOutput = False, redis_url: RedisUrl = None) -> None:
     try:
         client = connect(url)
         try:
-            fair = FairQueue(client)
-            answer = queue_out(fair.backlog(), fair.loads())
+            answer = queue_out(*FairQueue(client).load())
         finally:
             client.close()
     except OMWorkersError as exc:

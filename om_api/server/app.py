@@ -217,9 +217,8 @@ def create_app(
     services.memory()  # invalid memory settings fail here, not at the first request
     registry = SecretRegistry([resolved.admin_token, *services.secrets])
     metrics = ApiMetrics()
-    queue = FairQueue(services.redis)
     metrics.registry.register(
-        TenantLoadCollector(lambda: (queue.backlog(), queue.loads()), resolved.metrics_top_tenants)
+        TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics_top_tenants)
     )
     # The default publisher puts flush jobs through the fair queue across tenants; an injected
     # one (tests) is used as it is.

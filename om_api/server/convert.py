@@ -11,12 +11,15 @@ from om_api.schemas import (
     ContextOut,
     EntryIn,
     EntryOut,
+    FlushQueueOut,
     GapOut,
     JobOut,
     SessionOut,
+    TenantLoadOut,
     UnobservedOut,
 )
 from om_core.context import Context
+from om_core.fairness import TenantLoad, busiest_first
 from om_core.models import SessionEntry
 from om_core.recall import redact_entry
 from om_core.redaction import normalize_secrets, redact_value
@@ -99,4 +102,22 @@ def job_out(job: FlushJob, error: str | None) -> JobOut:
         error=error,
         reason=job.reason,
         prompt_version=job.prompt_version,
+    )
+
+
+def queue_out(backlog: int, loads: Iterable[TenantLoad]) -> FlushQueueOut:
+    """The fair queue on the wire (``GET /v1/admin/queue``, ``om queue --json``): the backlog
+    and every tenant, busiest first."""
+    return FlushQueueOut(
+        backlog=backlog,
+        tenants=[
+            TenantLoadOut(
+                tenant_id=t.tenant_id,
+                waiting=t.waiting,
+                queued=t.queued,
+                running=t.running,
+                throttled=t.throttled,
+            )
+            for t in busiest_first(loads)
+        ],
     )

@@ -30,14 +30,11 @@ from typing import Literal, cast
 
 import redis
 
-from om_core.fairness import QueuedJob, TenantLoad
+from om_core.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
 from om_workers.coordination import keys
 from om_workers.coordination.connection import translate_errors
 
 Step = Literal["add", "start", "done", "return", "sweep", "fill"]
-
-DEFAULT_HALF_LIFE_S = 60.0
-"""How long until a tenant's past admissions count half (``OM_FAIR_QUEUE_HALF_LIFE_S``)."""
 
 Send = Callable[[str, str, str], None]
 """Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``; raises when the broker
@@ -99,29 +96,26 @@ class FairQueue:
         """Admit what the capacity allows (the pool may have grown)."""
         return self._step("fill")[1]
 
-    def backlog(self) -> int:
-        """Flush jobs the queue holds, waiting, admitted or running (what KEDA scales on)."""
-        with translate_errors("reading the flush backlog"):
-            return int(self._client.llen(keys.BACKLOG))
-
-    def loads(self) -> list[TenantLoad]:
-        """Every tenant with jobs in the queue or requests refused by a rate limit: its jobs
-        waiting, queued in the broker and running, and its throttled requests (two round
-        trips)."""
-        with translate_errors("reading tenant loads"):
+    def load(self) -> tuple[int, list[TenantLoad]]:
+        """The backlog (every job the queue holds, waiting, admitted or running: what KEDA
+        scales on) and each tenant with jobs in the queue or requests refused by a rate limit:
+        its jobs waiting, queued in the broker and running, and its throttled requests (two
+        round trips). Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis
+        cannot be reached."""
+        with translate_errors("reading the fair queue's load"):
             pipe = self._client.pipeline(transaction=False)
+            pipe.llen(keys.BACKLOG)
             for name in (keys.FAIR_LINES, keys.FAIR_IN_FLIGHT_COUNTS, keys.FAIR_RUNNING_COUNTS):
                 pipe.hgetall(name)
             pipe.hgetall(keys.THROTTLED)
-            lines, in_flight, running, throttled = (
-                cast(dict[str, str], reply) for reply in pipe.execute()
-            )
+            backlog, *replies = pipe.execute()
+            lines, in_flight, running, throttled = (cast(dict[str, str], r) for r in replies)
             pipe = self._client.pipeline(transaction=False)
             for line in lines.values():
                 pipe.llen(line)
             waiting = dict(zip(lines, (int(n) for n in pipe.execute()), strict=True))
         tenants = sorted({*lines, *in_flight, *throttled})
-        return [
+        return int(backlog), [
             TenantLoad(
                 tenant,
                 waiting=waiting.get(tenant, 0),

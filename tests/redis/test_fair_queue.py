@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -64,7 +65,9 @@ def test_the_script_admits_what_the_model_admits(
             model = model.give_back(job.job_id)
             queue.give_back(job)
         assert client.llen(keys.BACKLOG) == client.hlen(keys.FAIR_JOBS) == len(model.states)
-    loads = {load.tenant_id: load for load in queue.loads()}
+    backlog, found = queue.load()
+    assert backlog == len(model.states)
+    loads = {load.tenant_id: load for load in found}
     for tenant in TENANTS:
         states = [s for j, s in model.states.items() if model.jobs[j].tenant_id == tenant]
         load = loads.get(tenant, TenantLoad(tenant))
@@ -108,7 +111,7 @@ def test_sweep_forgets_jobs_whose_message_was_lost(client: redis.Redis) -> None:
     assert queue.sweep(older_than_s=3600) == []
     time.sleep(0.02)
     assert [j.job_id for j in queue.sweep(older_than_s=0.01)] == ["j1"]
-    assert queue.backlog() == 1
+    assert queue.load()[0] == 1
 
 
 def test_a_refused_publish_gives_the_job_back_and_raises(client: redis.Redis) -> None:
@@ -125,7 +128,7 @@ def test_a_refused_publish_gives_the_job_back_and_raises(client: redis.Redis) ->
         pass
     else:
         raise AssertionError("the broker's error must propagate")
-    assert queue.loads() == [TenantLoad("t", waiting=1)]
+    assert queue.load() == (1, [TenantLoad("t", waiting=1)])
     send_admitted(queue.fill(), lambda t, s, j: sent.append(j), queue)
     assert sent == ["j0"]
 
@@ -142,5 +145,15 @@ def test_a_dead_workers_running_jobs_free_their_places(client: redis.Redis) -> N
     time.sleep(0.1)  # the doomed worker's advertisement expires: it was killed
     # The next step frees the dead worker's two places; one slot is left, held by j0.
     assert queue.fill() == []
-    assert queue.loads() == [TenantLoad("t", waiting=2, running=1)]
+    assert queue.load() == (3, [TenantLoad("t", waiting=2, running=1)])
     assert [j.job_id for j in queue.done("j0")] == ["j3"]
+
+
+def test_a_queue_refuses_a_negative_capacity_and_a_half_life_under_a_millisecond(
+    client: redis.Redis,
+) -> None:
+    FairQueue(client, capacity=0, half_life_s=0.001)  # the smallest of each is accepted
+    with pytest.raises(ValueError, match="capacity"):
+        FairQueue(client, capacity=-1)
+    with pytest.raises(ValueError, match="half_life_s"):
+        FairQueue(client, half_life_s=0.0009)

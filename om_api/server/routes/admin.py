@@ -23,14 +23,13 @@ from om_api.schemas import (
     KeyOut,
     RateLimitsOut,
     SetRateLimitsRequest,
-    TenantLoadOut,
     TenantOut,
 )
 from om_api.server.auth import Admin
+from om_api.server.convert import queue_out
 from om_api.server.limits import default_limits, limits_out
 from om_api.server.routes import KeyPath, TenantPath
 from om_api.server.state import State
-from om_core.fairness import TenantLoad
 from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.coordination.fairness import FairQueue
 
@@ -110,23 +109,4 @@ def flush_queue(state: State, _: Admin) -> FlushQueueOut:
     """The fair queue of flush jobs (admin token): the backlog and, busiest first, every tenant
     with jobs waiting, queued or running, or with requests refused by a rate limit. 503 when
     Redis is unavailable."""
-    queue = FairQueue(state.redis)
-    return queue_out(queue.backlog(), queue.loads())
-
-
-def queue_out(backlog: int, loads: list[TenantLoad]) -> FlushQueueOut:
-    """The answer of ``GET /v1/admin/queue`` and ``om queue --json``."""
-    ranked = sorted(loads, key=lambda t: (-t.jobs, -t.throttled, t.tenant_id))
-    return FlushQueueOut(
-        backlog=backlog,
-        tenants=[
-            TenantLoadOut(
-                tenant_id=t.tenant_id,
-                waiting=t.waiting,
-                queued=t.queued,
-                running=t.running,
-                throttled=t.throttled,
-            )
-            for t in ranked
-        ],
-    )
+    return queue_out(*FairQueue(state.redis).load())
