@@ -9,9 +9,29 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from om_workers.store.engine import _SqliteWriters
 
 HOLD_S = 0.5
+
+
+def _taken_elsewhere(database: Path) -> bool:
+    """Whether another process would have to wait for the database's writer lock now."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os\n"
+            f"fd = os.open({str(database) + '-writers'!r}, os.O_RDWR | os.O_CREAT)\n"
+            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "except BlockingIOError:\n    print('busy')\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return probe.stdout.strip() == "busy"
 
 
 def _hold(lock_file: Path, seconds: float) -> subprocess.Popen[str]:
@@ -36,21 +56,9 @@ def test_a_writer_waits_for_another_process_and_then_holds_the_file(tmp_path: Pa
     with writers.held():
         waited = time.monotonic() - started
         # Now this process holds it: a third process cannot take it without waiting.
-        probe = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import fcntl, os\n"
-                f"fd = os.open({str(database) + '-writers'!r}, os.O_RDWR)\n"
-                "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-                "except BlockingIOError:\n    print('busy')\n",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        held_by_us = _taken_elsewhere(database)
     other.wait(timeout=10)
-    assert probe.stdout.strip() == "busy"
+    assert held_by_us
     assert waited >= HOLD_S * 0.5  # it waited for the other process's write, not around it
 
 
@@ -100,7 +108,20 @@ def test_a_single_writer_beside_a_busy_multi_threaded_process_is_not_starved(
         busy.wait()
 
 
-def test_threads_of_one_process_reenter_and_an_in_memory_database_has_no_file() -> None:
-    writers = _SqliteWriters(":memory:")
-    with writers.held(), writers.held():
+def test_a_nested_hold_keeps_the_file_lock_until_the_outer_one_ends(tmp_path: Path) -> None:
+    database = tmp_path / "om.db"
+    writers = _SqliteWriters(str(database))
+    with writers.held():
+        with writers.held():
+            assert _taken_elsewhere(database)
+        assert _taken_elsewhere(database)  # the inner end did not let go
+    assert not _taken_elsewhere(database)
+
+
+def test_an_in_memory_database_has_no_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with _SqliteWriters(":memory:").held():
         pass
+    assert list(tmp_path.iterdir()) == []
