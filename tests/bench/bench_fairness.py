@@ -7,22 +7,22 @@ alone on the same pool.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from om_workers.coordination import keys
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.jobs.celery_app import create_celery_app
 from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore, upgrade
-from tests.e2e.support import LOW, add_chat
-from tests.e2e.workers import Worker, worker_env
+from tests.e2e.support import add_chat
+from tests.e2e.workers import Worker
 
-from .bench_workers import LIMITS
+from .bench_workers import LIMITS, bench_worker_env
 from .common import Section
 
 BUSY_SESSIONS = 2_000
@@ -54,19 +54,12 @@ def b_latencies(tmp: Path, *, busy: int, fair: bool) -> tuple[list[float], float
         client = connect(redis_server.url)
         stack.callback(client.close)
         app = create_celery_app(broker_url=redis_server.url, limits=LIMITS, concurrency=1)
-        env = worker_env(
-            redis_server.url,
-            url,
-            OM_TEST_PROVIDER_DELAY_S=str(DELAY_S),
-            OM_WORKER_CONCURRENCY=str(SLOTS),
-            OM_SETTINGS_JSON=json.dumps(LOW),
-            OM_LOCK_TTL_S="20",
-            OM_FAIR_QUEUEING="true" if fair else "false",
-        )
+        env = bench_worker_env(redis_server.url, url, delay_s=DELAY_S, slots=SLOTS, fair=fair)
         worker = Worker(f"fair{busy}{fair:d}", env, tmp / f"fair-{busy}-{fair}.log")
         stack.callback(worker.stop)
         worker.wait_ready()
-        time.sleep(1.0)  # the worker's slots are advertised (fair queue capacity)
+        while fair and not client.zcard(keys.POOL):  # its slots are the fair queue's capacity
+            time.sleep(0.05)
         started = time.perf_counter()
         for n in range(busy):
             enqueue_flush(store, client, tenant_a, f"s{n:04d}", app=app, fair=fair)

@@ -75,6 +75,24 @@ def calls_per_flush() -> int:
     return calls
 
 
+def bench_worker_env(
+    redis_url: str, database_url: str, *, delay_s: float, slots: int, fair: bool
+) -> dict[str, str]:
+    """A benchmark worker's environment: the test provider delayed ``delay_s`` a call,
+    ``slots`` threads, memory settings that observe every message, fair queueing on or off."""
+    return worker_env(
+        redis_url,
+        database_url,
+        OM_TEST_PROVIDER_DELAY_S=str(delay_s),
+        OM_WORKER_CONCURRENCY=str(slots),
+        OM_SETTINGS_JSON=json.dumps(LOW),
+        # The e2e tests' 2 s TTL is too tight for a loaded 2-core machine (a starved
+        # heartbeat loses the lock and the run is fenced out); use a production-like one.
+        OM_LOCK_TTL_S="20",
+        OM_FAIR_QUEUEING="true" if fair else "false",
+    )
+
+
 def measure(
     flushes: int,
     delay_s: float,
@@ -98,17 +116,7 @@ def measure(
     with EmbeddedRedis() as redis_server, ExitStack() as stack:
         client = connect(redis_server.url)
         app = create_celery_app(broker_url=redis_server.url, limits=LIMITS, concurrency=1)
-        env = worker_env(
-            redis_server.url,
-            url,
-            OM_TEST_PROVIDER_DELAY_S=str(delay_s),
-            OM_WORKER_CONCURRENCY=str(concurrency),
-            OM_SETTINGS_JSON=json.dumps(LOW),
-            # The e2e tests' 2 s TTL is too tight for a loaded 2-core machine (a starved
-            # heartbeat loses the lock and the run is fenced out); use a production-like one.
-            OM_LOCK_TTL_S="20",
-            OM_FAIR_QUEUEING="true" if fair else "false",
-        )
+        env = bench_worker_env(redis_server.url, url, delay_s=delay_s, slots=concurrency, fair=fair)
         for n in range(processes):
             worker = Worker(f"bench{n}", env, tmp / f"bench-{run}-{n}.log")
             stack.callback(worker.stop)
