@@ -53,7 +53,8 @@ class WorkerLimitError(InvalidInputError):
 
 
 class ScriptExhaustedError(ObservationalMemoryError):
-    """A :class:`~om_core.provider.ScriptedProvider` was asked for more turns than scripted."""
+    """A :class:`~om_core.flush.provider.ScriptedProvider` was asked for more turns than
+    scripted."""
 
 
 class WorkerRunError(ObservationalMemoryError):

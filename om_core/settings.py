@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from om_core.errors import InvalidSettingsError
-from om_core.models import Frozen
+from om_core.ledger.models import Frozen
 
 DEFAULT_OBSERVATION_MESSAGE_TOKENS = 10_000
 DEFAULT_REFLECTION_OBSERVATION_TOKENS = 20_000

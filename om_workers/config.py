@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from om_core.context import MIN_CONTEXT_TOKENS
-from om_core.fairness import DEFAULT_HALF_LIFE_S
+from om_core.policy.fairness import DEFAULT_HALF_LIFE_S
+from om_core.read.context import MIN_CONTEXT_TOKENS
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
 

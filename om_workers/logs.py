@@ -4,7 +4,8 @@ The API, the workers, beat and Flower all write the same shape: ``time``, ``leve
 ``logger``, ``message``, the context of the work at hand (``request_id``, ``job_id``,
 ``tenant_id``, ``session_id``: whichever are known, bound with :func:`log_context`, or with
 :func:`bind_log_context` once they become known inside a block) and any ``extra=`` fields.
-Known secrets are replaced in the rendered line with :func:`om_core.redaction.redact`, the one
+Known secrets are replaced in the rendered line with :func:`om_core.policy.redaction.redact`, the
+one
 redaction function of the system, so a secret echoed inside an exception message or traceback
 is never written either.
 
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from om_core.redaction import redact
+from om_core.policy.redaction import redact
 
 MIN_SECRET_CHARS: Final = 6
 """Shorter values are not treated as secrets: redacting ``"a"`` everywhere would garble logs."""

@@ -2,7 +2,7 @@
 
 The file is JSON (``.json``) or TOML (any other name, ``.toml`` by convention) with a
 ``version`` and at least one of ``observer`` and ``reflector``; a text left out keeps the
-built-in one (:mod:`om_core.prompts`)::
+built-in one (:mod:`om_core.flush.prompts`)::
 
     version = "ours-1"
     observer = \"\"\"You are the observer ...\"\"\"
@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from om_core.prompts import CUSTOM_PROMPTS_VERSION, DEFAULT_PROMPTS, PromptSet
+from om_core.flush.prompts import CUSTOM_PROMPTS_VERSION, DEFAULT_PROMPTS, PromptSet
 from om_workers.errors import ConfigError
 
 PROMPT_KEYS = ("observer", "reflector")

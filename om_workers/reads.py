@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from om_core.commands import MemoryStatus, memory_status, memory_view
-from om_core.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
-from om_core.context import Context, Unobserved, build_context
-from om_core.ids import parse_memory_ref
-from om_core.ledger import is_eligible_observation_source
-from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
-from om_core.recall import RecallResult, recall_memory
+from om_core.flush.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
+from om_core.ledger.fold import is_eligible_observation_source
+from om_core.ledger.ids import parse_memory_ref
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens
+from om_core.read.commands import MemoryStatus, memory_status, memory_view
+from om_core.read.context import Context, Unobserved, build_context
+from om_core.read.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
+from om_core.read.recall import RecallResult, recall_memory
 from om_core.scopes.work_memory import Include
 from om_core.settings import ObservationalMemorySettings
-from om_core.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 
 TAIL_FIRST_READ = 64
@@ -86,7 +86,7 @@ def session_context(
     invalidated_ids: Iterable[str] = (),
     max_tokens: int | None = None,
 ) -> Context:
-    """The context of a stored session (see :func:`om_core.context.build_context`): memory,
+    """The context of a stored session (see :func:`om_core.read.context.build_context`): memory,
     every message memory does not cover yet and the last ``context.recentMessages``, within
     ``max_tokens`` (estimated tokens; ``None``: no budget).
 
@@ -242,7 +242,7 @@ def session_page(
 
     The span widens until it holds one message more than the page (so ``has_more`` is
     exact) or reaches the end of the branch. Fails like
-    :func:`~om_core.paging.recall_branch_page`, and with the store's
+    :func:`~om_core.read.paging.recall_branch_page`, and with the store's
     :class:`~om_workers.errors.SessionNotFoundError`.
     """
     check_page_limit(limit)

@@ -23,8 +23,8 @@ from typing import Any, Generic, TypeVar
 
 import redis
 
-from om_core.prompts import PromptSet
-from om_core.provider import Provider
+from om_core.flush.prompts import PromptSet
+from om_core.flush.provider import Provider
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_workers.config import Settings
 from om_workers.coordination.connection import connect

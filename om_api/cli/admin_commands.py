@@ -142,7 +142,7 @@ def tenants_limits(
     with no option, only show them. API replicas apply a change within OM_RATE_LIMIT_CACHE_S."""
     from om_api.server.limits import default_limits, limits_out
     from om_core.errors import InvalidInputError
-    from om_core.rate_limit import RateLimit, RequestClass
+    from om_core.policy.rate_limit import RateLimit, RequestClass
 
     given: dict[RequestClass, tuple[float | None, int | None]] = {
         "appends": (appends_per_s, appends_burst),

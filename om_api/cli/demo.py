@@ -32,8 +32,8 @@ from rich.text import Text
 from om_api.cli.stack import Stack, StackConfig
 from om_api.client import OMClient
 from om_api.schemas import ContextOut, EntryIn, MessageWire, RecallOut
-from om_core.models import Message, ToolCall
-from om_core.tokens import estimate_message_tokens, estimate_text_tokens
+from om_core.ledger.models import Message, ToolCall
+from om_core.ledger.tokens import estimate_message_tokens, estimate_text_tokens
 from om_workers.config import get_settings
 
 DEMO_MEMORY_SETTINGS: Final = {

@@ -26,7 +26,7 @@ from om_api.schemas import (
     RecallOut,
     SessionsPage,
 )
-from om_core.funnel import ORIGIN_KEY
+from om_core.ledger.funnel import ORIGIN_KEY
 
 _SNIPPET_CHARS = 240
 """A source message longer than this is cut (``recall --json`` has all of it)."""

@@ -53,7 +53,7 @@ from om_api.schemas import (
     TenantOut,
     ViewOut,
 )
-from om_core.backoff import RetryPolicy, backoff_delay_s
+from om_core.policy.backoff import RetryPolicy, backoff_delay_s
 
 T = TypeVar("T")
 

@@ -51,7 +51,7 @@ from om_api.schemas import (
     TenantOut,
     ViewOut,
 )
-from om_core.context import MIN_CONTEXT_TOKENS
+from om_core.read.context import MIN_CONTEXT_TOKENS
 
 Include = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 Direction = Literal["forward", "backward"]

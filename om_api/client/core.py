@@ -1,6 +1,6 @@
 """What the sync and async clients share: the error tree, the retry rule, request descriptions
 and response decoding. No I/O happens here, so both clients behave identically.
-:class:`RetryPolicy` is :class:`om_core.backoff.RetryPolicy`, re-exported here and from
+:class:`RetryPolicy` is :class:`om_core.policy.backoff.RetryPolicy`, re-exported here and from
 :mod:`om_api.client`; its defaults are the client's.
 
 Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``)::
@@ -30,7 +30,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from om_api.schemas import AppendEntriesResponse, EntryIn, ErrorBody, JobOut, MessageWire
-from om_core.backoff import RetryPolicy, next_delay_s, parse_retry_after
+from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
 
 T = TypeVar("T")
 
@@ -155,7 +155,7 @@ _BY_STATUS: Final[Mapping[int, type[OMClientError]]] = {
 
 def retry_wait_s(policy: RetryPolicy, attempt: int, retry_after: float | None) -> float | None:
     """Seconds to wait after failed attempt ``attempt`` (1-based), or ``None`` when the
-    attempts are used up: :func:`om_core.backoff.next_delay_s` with a fresh random draw.
+    attempts are used up: :func:`om_core.policy.backoff.next_delay_s` with a fresh random draw.
 
     With the default :class:`RetryPolicy` the wait before retry ``n`` (from 1) is uniform in
     ``[0, min(cap_s, base_s * 2**(n-1))]`` ("full jitter", so a crowd of clients does not return

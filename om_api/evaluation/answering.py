@@ -15,7 +15,7 @@ from typing import Any
 
 from om_api.evaluation.locomo import Conversation, Question
 from om_core import Message
-from om_core.provider import Provider, ProviderRequest
+from om_core.flush.provider import Provider, ProviderRequest
 
 JUDGED_CATEGORIES = frozenset({1, 2, 3, 4})
 """The categories answered and judged (the published protocol leaves adversarial, 5, out)."""

@@ -38,8 +38,8 @@ from om_api.evaluation.locomo import Conversation, Question, Session
 from om_api.evaluation.scoring import AnswerStatus, answer_status, memory_refs
 from om_api.evaluation.targets import MemoryTarget, ReplayMessage
 from om_core import Message, estimate_message_tokens
-from om_core.tokens import estimate_text_tokens
-from om_core.window import render_message
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.read.window import render_message
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from om_core.render import MEMORY_REF_PATTERN
-from om_core.render import memory_refs as core_memory_refs
+from om_core.read.render import MEMORY_REF_PATTERN
+from om_core.read.render import memory_refs as core_memory_refs
 
 MAX_ANSWER_WORDS = 5
 MAX_EXCLUDED_NUMBER = 31
@@ -178,7 +178,7 @@ def answer_in_context(answer: str | None, normalized_context: str) -> bool | Non
 
 def memory_refs(memory_text: str) -> list[str]:
     """The memory ids (``om:<id>``, ``reflection:<id>``) a memory block shows or lists in a
-    note, in order (:func:`om_core.render.memory_refs`)."""
+    note, in order (:func:`om_core.read.render.memory_refs`)."""
     return core_memory_refs(memory_text)
 
 

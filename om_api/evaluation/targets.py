@@ -24,11 +24,11 @@ from om_core import (
     SessionEntry,
     WorkerConfig,
 )
-from om_core.context import build_context
-from om_core.models import Role
-from om_core.prompts import DEFAULT_PROMPTS, PromptSet
-from om_core.provider import Provider
-from om_core.recall import recall_memory
+from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
+from om_core.flush.provider import Provider
+from om_core.ledger.models import Role
+from om_core.read.context import build_context
+from om_core.read.recall import recall_memory
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 
 T = TypeVar("T")

@@ -53,7 +53,7 @@ from om_api.schemas import (
     Role,
     StatusOut,
 )
-from om_core.context import MIN_CONTEXT_TOKENS
+from om_core.read.context import MIN_CONTEXT_TOKENS
 
 Transport = Literal["stdio", "http"]
 DEFAULT_HTTP_PORT: Final = 8765

@@ -18,11 +18,11 @@ from om_api.schemas import (
     TenantLoadOut,
     UnobservedOut,
 )
-from om_core.context import Context
-from om_core.fairness import TenantLoad, busiest_first
-from om_core.models import SessionEntry
-from om_core.recall import redact_entry
-from om_core.redaction import normalize_secrets, redact_value
+from om_core.ledger.models import SessionEntry
+from om_core.policy.fairness import TenantLoad, busiest_first
+from om_core.policy.redaction import normalize_secrets, redact_value
+from om_core.read.context import Context
+from om_core.read.recall import redact_entry
 from om_workers.store import FlushJob, SessionInfo
 
 

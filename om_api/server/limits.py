@@ -26,7 +26,7 @@ from typing import Final
 from om_api.schemas import RateLimitOut, RateLimitsOut
 from om_api.server.errors import ApiError
 from om_api.server.metrics import ApiMetrics
-from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass, retry_after_header_s
+from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass, retry_after_header_s
 from om_workers.config import Settings
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.errors import CoordinationError

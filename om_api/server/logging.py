@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from typing import Final
 
-from om_core.redaction import REDACTED
+from om_core.policy.redaction import REDACTED
 from om_workers.logs import (
     MIN_SECRET_CHARS,
     JsonFormatter,

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from om_core.fairness import TenantLoad, top_tenants
+from om_core.policy.fairness import TenantLoad, top_tenants
 
 log = logging.getLogger("om_api")
 

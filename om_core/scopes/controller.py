@@ -16,17 +16,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from om_core.appending import append_checked
 from om_core.errors import (
     InvalidScopeInputError,
     ScopeCapError,
     ScopeOwnershipError,
     UnknownMemoryRefError,
 )
-from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, create_memory_id
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
-from om_core.redaction import normalize_secrets, redact
+from om_core.ledger.appending import append_checked
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, create_memory_id
+from om_core.ledger.models import SessionEntry
+from om_core.policy.redaction import normalize_secrets, redact
 from om_core.scopes.index import ScopeFold, WorkScopeMap, fold_work_scope_map
 from om_core.scopes.records import (
     MAX_WORK_SCOPE_BINDS,

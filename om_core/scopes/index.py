@@ -26,7 +26,7 @@ from om_core.errors import (
     ScopeStateError,
     UnknownScopeError,
 )
-from om_core.models import Frozen, SessionEntry
+from om_core.ledger.models import Frozen, SessionEntry
 from om_core.scopes.records import (
     MAX_WORK_SCOPE_BINDS,
     MAX_WORK_SCOPE_DEPTH,

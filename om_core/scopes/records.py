@@ -16,8 +16,8 @@ from pydantic import AfterValidator, Field, ValidationError
 from om_core.errors import (
     InvalidScopeInputError,
 )
-from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, is_memory_id
-from om_core.models import Frozen, SessionEntry
+from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, is_memory_id
+from om_core.ledger.models import Frozen, SessionEntry
 
 SESSION_SCOPE_ID: Final = "session"
 

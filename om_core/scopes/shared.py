@@ -4,8 +4,8 @@ Each shared scope names an owner session whose branch is the only grant authorit
 ``om.scope.granted`` / ``om.scope.revoked`` records decide who may read and contribute (a grant
 is symmetric read+write); grant records on any other branch are inert. Every resolve re-reads
 the owner branch, so a revocation lands on the next read. Branches are folded separately with
-:func:`~om_core.ledger.fold_ledger` and unioned by id with
-:func:`~om_core.ledger.merge_ledgers`; raw entry lists are never concatenated, because coverage
+:func:`~om_core.ledger.fold.fold_ledger` and unioned by id with
+:func:`~om_core.ledger.fold.merge_ledgers`; raw entry lists are never concatenated, because coverage
 cursors and projection boundaries are positional per branch.
 
 Decisions this module makes (the wire format leaves them open):
@@ -20,14 +20,13 @@ Decisions this module makes (the wire format leaves them open):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, parse_memory_ref
-from om_core.ledger import fold_ledger, merge_ledgers
-from om_core.models import Frozen, ObservationalMemoryLedger, SessionEntry
-from om_core.recall import RecallResult, recall_memory
+from om_core.ledger.fold import fold_ledger, merge_ledgers
+from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
+from om_core.ledger.models import Frozen, ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import ScopeBinding, WorkScopeMap, fold_work_scope_map
 from om_core.scopes.records import is_principal_id, is_scope_id
 
@@ -257,24 +256,3 @@ def merge_shared_memory(
     return merged, WorkScopeMap(
         scopes=scope_map.scopes, binds=bindings, stack=scope_map.stack, grants=scope_map.grants
     )
-
-
-def recall_shared_memory(
-    shared: Sequence[SharedScopeMemory],
-    memory_id: str,
-    invalidated_ids: Iterable[str] = (),
-    secrets: Iterable[str] = (),
-) -> RecallResult:
-    """Exact-id recall of shared memory, on the one foreign branch that recorded it.
-
-    Only ids bound to a resolved shared scope are found; sources resolve on that branch alone
-    (entry lists are never concatenated). Answers ``found=False, reason="not_found"`` when no
-    shared scope holds the id. Raises :class:`~om_core.errors.InvalidMemoryIdError` for a
-    malformed id before any lookup.
-    """
-    bare = parse_memory_ref(memory_id)
-    for memory in shared:
-        for branch in memory.branches:
-            if bare in branch.memory_ids:
-                return recall_memory(branch.entries, bare, invalidated_ids, secrets)
-    return RecallResult(id=bare, found=False, reason="not_found")

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from typing import Literal, get_args
 
 from om_core.errors import InvalidScopeInputError
-from om_core.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
-from om_core.models import Frozen, Observation, ObservationalMemoryLedger, Reflection
+from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
+from om_core.ledger.models import Frozen, Observation, ObservationalMemoryLedger, Reflection
 from om_core.scopes.index import WorkScope, WorkScopeMap
 from om_core.scopes.records import check_scope_id
 
@@ -60,7 +60,7 @@ class WorkMemoryProjection(Frozen):
 
     @property
     def outline_lines(self) -> tuple[str, ...]:
-        """The outline as lines for :func:`om_core.render.render_observational_memory`."""
+        """The outline as lines for :func:`om_core.read.render.render_observational_memory`."""
         return tuple(item.line for item in self.outline)
 
 

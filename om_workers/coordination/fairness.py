@@ -5,7 +5,7 @@ tenant asking for ten thousand would put every other tenant's next flush behind 
 So a flush job first enters the **fair queue**, and only ``capacity`` jobs (the live worker
 pool's task slots, :mod:`om_workers.coordination.pool`) are *admitted* to the broker or running
 at once. Each freed place goes to the tenant served least lately (its admissions, decaying by
-half every ``half_life_s``): the rule of :class:`om_core.fairness.FairQueueModel`, which
+half every ``half_life_s``): the rule of :class:`om_core.policy.fairness.FairQueueModel`, which
 ``lua/fair_queue.lua`` runs as one atomic step.
 
 The steps, each one script call that returns the jobs it admitted (the caller publishes them):
@@ -30,7 +30,7 @@ from typing import Literal, cast
 
 import redis
 
-from om_core.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
+from om_core.policy.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
 from om_workers.coordination import keys
 from om_workers.coordination.connection import translate_errors
 

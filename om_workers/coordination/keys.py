@@ -127,7 +127,7 @@ FAIR_IN_FLIGHT: Final = f"{PREFIX}fair:in_flight"
 FAIR_IN_FLIGHT_COUNTS: Final = f"{PREFIX}fair:in_flight_counts"
 FAIR_RUNNING_COUNTS: Final = f"{PREFIX}fair:running_counts"
 FAIR_USAGE: Final = f"{PREFIX}fair:usage"
-"""Tenant id -> its recent admissions, decayed (``om_core.fairness``): who is served next."""
+"""Tenant id -> its recent admissions, decayed (``om_core.policy.fairness``): who is served next."""
 BACKLOG: Final = f"{PREFIX}backlog"
 """One token per flush job the fair queue holds (waiting, admitted or running); only its
 length means anything: KEDA scales the workers on it."""

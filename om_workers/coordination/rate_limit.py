@@ -3,7 +3,8 @@
 One bucket per (key, request class) under ``om:rate:{key id}:{class}``
 (:func:`om_workers.coordination.keys.rate_key`), checked and updated by one Lua script so that
 two replicas can never both spend the last token. The arithmetic is
-:func:`om_core.rate_limit.decide`, which the script mirrors; the script reads Redis's clock, so
+:func:`om_core.policy.rate_limit.decide`, which the script mirrors; the script reads Redis's clock,
+so
 replicas with skewed clocks still share one budget.
 """
 
@@ -13,7 +14,7 @@ from typing import cast
 
 import redis
 
-from om_core.rate_limit import Decision, RateLimit, RequestClass
+from om_core.policy.rate_limit import Decision, RateLimit, RequestClass
 from om_workers.coordination import keys
 from om_workers.coordination.connection import translate_errors
 

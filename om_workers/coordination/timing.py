@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Final
 
-from om_core.backoff import RetryPolicy, backoff_delay_s
+from om_core.policy.backoff import RetryPolicy, backoff_delay_s
 
 HEARTBEAT_DIVISOR = 3
 """The heartbeat extends the lock every ``ttl / 3``: two extensions can fail (a Redis hiccup, a
@@ -67,7 +67,7 @@ def failure_backoff_s(
     at most ``cap_s``. A session whose provider keeps failing so stops spending every reconcile
     pass.
 
-    The same exponential as every other retry (:func:`om_core.backoff.backoff_delay_s` with
+    The same exponential as every other retry (:func:`om_core.policy.backoff.backoff_delay_s` with
     :data:`FAILURE_BACKOFF_POLICY`'s shape): failure number ``after`` is its first retry.
     Raises ``ValueError`` for a negative count or a non-positive ``base_s``/``cap_s``/``after``.
     """

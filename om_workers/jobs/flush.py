@@ -32,10 +32,10 @@ from typing import Any, Literal
 
 import redis
 
-from om_core.extractive import ExtractiveProvider
-from om_core.prompts import DEFAULT_PROMPTS, PromptSet
-from om_core.provider import Provider, ProviderRequest, ProviderResponse
-from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
+from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
+from om_core.flush.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers.coordination import coalesce, keys, timing
 from om_workers.coordination.coalesce import FlushTicket, drop_marker, release_and_republish
 from om_workers.coordination.connection import translate_errors

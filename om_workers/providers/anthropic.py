@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from om_core.backoff import RetryPolicy
-from om_core.models import Message, ToolCall
-from om_core.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.flush.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.ledger.models import Message, ToolCall
+from om_core.policy.backoff import RetryPolicy
 from om_workers.errors import ProviderResponseError
 from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster
 
@@ -25,7 +25,7 @@ _PASSTHROUGH = ("temperature", "top_p", "top_k")
 
 
 class AnthropicProvider:
-    """The :class:`~om_core.provider.Provider` port over Anthropic's Messages API.
+    """The :class:`~om_core.flush.provider.Provider` port over Anthropic's Messages API.
 
     ``api_key`` is used unless the request carries an explicit credential. Failures raise
     :class:`~om_workers.errors.ProviderError` subclasses with secrets redacted; a malformed

@@ -1,7 +1,7 @@
 """The HTTP half every provider adapter shares: one JSON POST with timeouts and retries.
 
 Transient failures (transport errors, timeouts, 408/429/5xx) are retried per a
-:class:`~om_core.backoff.RetryPolicy` (by default
+:class:`~om_core.policy.backoff.RetryPolicy` (by default
 :data:`~om_workers.providers.retry.PROVIDER_RETRY_POLICY`), honouring ``Retry-After``. Every
 error leaves as a :class:`~om_workers.errors.ProviderError` subclass whose text has the API
 key, the request credential and any other known secret redacted, and is cut to a bounded
@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from om_core.backoff import RetryPolicy, next_delay_s, parse_retry_after
-from om_core.redaction import normalize_secrets, redact
+from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
+from om_core.policy.redaction import normalize_secrets, redact
 from om_workers.errors import (
     ProviderError,
     ProviderRateLimitError,

@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from om_core.backoff import RetryPolicy
-from om_core.models import Message, ToolCall
-from om_core.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.flush.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.ledger.models import Message, ToolCall
+from om_core.policy.backoff import RetryPolicy
 from om_workers.errors import ProviderResponseError
 from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster, bounded
 
@@ -22,7 +22,7 @@ _PASSTHROUGH = ("temperature", "top_p", "max_tokens", "seed")
 
 
 class OpenAICompatibleProvider:
-    """The :class:`~om_core.provider.Provider` port over OpenAI-style chat completions.
+    """The :class:`~om_core.flush.provider.Provider` port over OpenAI-style chat completions.
 
     ``api_key`` is used unless the request carries an explicit credential. Failures raise
     :class:`~om_workers.errors.ProviderError` subclasses with secrets redacted; malformed

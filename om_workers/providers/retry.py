@@ -1,6 +1,6 @@
 """Provider retry rules: which answers are worth retrying, and the adapters' default policy.
 
-The policy type and the timing functions are :mod:`om_core.backoff`'s (pure: the adapter
+The policy type and the timing functions are :mod:`om_core.policy.backoff`'s (pure: the adapter
 passes in the attempt number, a random draw in ``[0, 1)`` and the parsed ``Retry-After``).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from om_core.backoff import RetryPolicy
+from om_core.policy.backoff import RetryPolicy
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Final
 
-from om_core.extractive import ExtractiveProvider
-from om_core.provider import Provider
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import Provider
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy

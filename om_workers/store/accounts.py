@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
-from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
+from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.errors import (
     ApiKeyNotFoundError,
     InvalidApiKeyError,

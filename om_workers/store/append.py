@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
-from om_core.ledger import is_eligible_observation_source
-from om_core.models import OBSERVATIONS_RECORDED, SessionEntry
-from om_core.tokens import estimate_entry_tokens
+from om_core.ledger.fold import is_eligible_observation_source
+from om_core.ledger.models import OBSERVATIONS_RECORDED, SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens
 from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotFoundError
 from om_workers.store.branch import MEMORY_KINDS
 from om_workers.store.memory_state import advance_memory_state, refresh_memory_state

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import CTE, Connection, Row, Select, Text, and_, bindparam, cast, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from om_core.models import SessionEntry
+from om_core.ledger.models import SessionEntry
 from om_workers.store.schema import entries
 
 Segment = tuple[int, int]

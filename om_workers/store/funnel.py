@@ -2,7 +2,7 @@
 
 A session linked to a workspace (``sessions.workspace_id``) has every observable message
 appended to it copied onto the workspace (what is copied, and how a copy looks, is pure:
-:mod:`om_core.funnel`). The copy is written **in the same transaction as the original**, by
+:mod:`om_core.ledger.funnel`). The copy is written **in the same transaction as the original**, by
 :func:`append_with_copies`, so a crash can never leave an original without its copy, or a
 copy without its original: either both commit or neither does.
 
@@ -21,8 +21,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select, update
 
-from om_core.funnel import funnel_copies
-from om_core.models import SessionEntry
+from om_core.ledger.funnel import funnel_copies
+from om_core.ledger.models import SessionEntry
 from om_workers.errors import (
     InvalidLinkError,
     LinkConflictError,

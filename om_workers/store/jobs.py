@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
-from om_core.redaction import redact
+from om_core.policy.redaction import redact
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, SessionNotFoundError
 from om_workers.store.base import StoreBase
 from om_workers.store.memory_view import read_memory_view

@@ -16,14 +16,14 @@ from sqlalchemy import BindParameter, Connection, bindparam, delete, insert, sel
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as lite_insert
 
-from om_core.ledger import (
+from om_core.ledger.fold import (
     fold_ledger,
     is_eligible_observation_source,
     ledger_from_snapshot,
     parse_record,
     parse_snapshot,
 )
-from om_core.models import (
+from om_core.ledger.models import (
     Observation,
     ObservationalMemoryLedger,
     ObservationsDropped,
@@ -31,8 +31,8 @@ from om_core.models import (
     Reflection,
     SessionEntry,
 )
+from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
-from om_core.tokens import estimate_entry_tokens
 from om_workers.store.branch import (
     MEMORY_KINDS,
     Segment,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, bindparam, select
 
-from om_core.ledger import fold_ledger, unscanned_entries
-from om_core.models import ObservationalMemoryLedger
+from om_core.flush.unit_of_work import MemoryView
+from om_core.ledger.fold import fold_ledger, unscanned_entries
+from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
-from om_core.unit_of_work import MemoryView
 from om_workers.errors import SessionNotFoundError
 from om_workers.store.branch import branch_segments, read_branch_payloads, to_entries
 from om_workers.store.schema import sessions, snapshots, tombstones

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from sqlalchemy import Row
 
-from om_core.models import ObservationalMemoryLedger, SessionEntry
+from om_core.flush.unit_of_work import MemoryView
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import WorkScopeMap
-from om_core.unit_of_work import MemoryView
 
 JobState = Literal["queued", "running", "succeeded", "failed", "skipped"]
 JOB_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "skipped")

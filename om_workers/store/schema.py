@@ -208,7 +208,8 @@ flush_jobs = Table(
     Column("counts", Json, nullable=False),
     Column("error", Text, nullable=True),
     Column("reason", Text, nullable=True),
-    # Which observer/reflector instructions the job's flush used (om_core.prompts), once it ran.
+    # Which observer/reflector instructions the job's flush used (om_core.flush.prompts), once it
+    # ran.
     Column("prompt_version", String(64), nullable=True),
     Index("ix_flush_jobs_session_pk_queued_at", "session_pk", "queued_at"),
     Index("ix_flush_jobs_state_started_at", "state", "started_at"),

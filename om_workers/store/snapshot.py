@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, Row, bindparam, select
 
-from om_core.models import (
+from om_core.ledger.models import (
     Observation,
     ObservationalMemoryLedger,
     Reflection,

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 
-from om_core.ledger import fold_ledger
-from om_core.models import ObservationalMemoryLedger, SessionEntry
+from om_core.flush.unit_of_work import MemoryView
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_core.scopes.index import fold_work_scope_map
-from om_core.unit_of_work import MemoryView
 from om_workers.config import Settings, get_settings
 from om_workers.errors import (
     EntryNotFoundError,

@@ -1,7 +1,7 @@
 """The memory unit of work over the SQL store, and the host-callback view of one session.
 
 :class:`SqlUnitOfWork` is bound to one tenant's session. As ``om_core``'s
-:class:`~om_core.unit_of_work.MemoryUnitOfWork` it reads a flush's view in one transaction
+:class:`~om_core.flush.unit_of_work.MemoryUnitOfWork` it reads a flush's view in one transaction
 (:meth:`SqlStore.read_memory_view`) and appends a flush's records in one fenced transaction
 that advances the snapshot by just those records. The same object offers the callbacks
 in-process helpers take (``append_entry``, ``entries``), so the scope controller and the
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from om_core.errors import AppendNotVisibleError
-from om_core.models import SessionEntry
-from om_core.unit_of_work import MemoryView
+from om_core.flush.unit_of_work import MemoryView
+from om_core.ledger.models import SessionEntry
 from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
 from om_workers.store.records import AppendResult, ContextState, FlushJob, JobFinish
 from om_workers.store.tombstones import tombstone_scope

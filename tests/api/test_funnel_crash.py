@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from om_core.funnel import funnel_origin
+from om_core.ledger.funnel import funnel_origin
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore
 from tests.api.processes import start_api

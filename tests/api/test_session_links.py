@@ -8,7 +8,7 @@ import asyncio
 import httpx
 
 from om_api.client import AsyncOMClient, Conflict, InvalidRequest, NotFound, OMClient
-from om_core.funnel import funnel_copy_id
+from om_core.ledger.funnel import funnel_copy_id
 from tests.api.server import LiveApi
 
 

@@ -11,7 +11,7 @@ import httpx
 from sqlalchemy import select, text
 
 from om_core import ObservationalMemorySettings, resolve_settings
-from om_core.context import build_context
+from om_core.read.context import build_context
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS, Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
@@ -59,7 +59,7 @@ def run() -> Section:
         "endpoint = `GET /v1/sessions/{id}/context` over HTTP (uvicorn in this process); "
         "in process = `om_workers.reads.session_context` (stored ledger + branch tail back to "
         "the observation cursor, default 32,000-token budget); full re-fold = read and parse "
-        "the branch, then `om_core.context.build_context` with the same budget; rows alone = "
+        "the branch, then `om_core.read.context.build_context` with the same budget; rows alone = "
         "`SELECT payload` of every entry of the session, unparsed. Median of 9 (3 at 100k). "
         "At 100k entries the rest is rendering a 10,000-observation pool down to 256 KiB."
     )

@@ -22,11 +22,11 @@ from om_core import (
     recall_memory,
     resolve_settings,
 )
-from om_core.context import build_context
-from om_core.ledger import is_eligible_observation_source
-from om_core.models import ObservationalMemoryLedger, Role, ToolCall
-from om_core.render import memory_refs
-from om_core.tokens import estimate_text_tokens
+from om_core.ledger.fold import is_eligible_observation_source
+from om_core.ledger.models import ObservationalMemoryLedger, Role, ToolCall
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.read.context import build_context
+from om_core.read.render import memory_refs
 from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 
 from .common import Section

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from om_core.extractive import ExtractiveProvider
-from om_core.provider import ProviderRequest, ProviderResponse
-from om_core.runtime import ObservationalMemoryRuntime, WorkerConfig
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import ProviderRequest, ProviderResponse
+from om_core.flush.runtime import ObservationalMemoryRuntime, WorkerConfig
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from om_core.ids import create_memory_id
-from om_core.models import (
+from om_core.flush.workers.dropper import drop_lowest_relevance, observation_tokens
+from om_core.ledger.ids import create_memory_id
+from om_core.ledger.models import (
     Message,
     Observation,
     ObservationsRecorded,
@@ -14,7 +15,6 @@ from om_core.models import (
     SessionEntry,
     ToolCall,
 )
-from om_core.workers.dropper import drop_lowest_relevance, observation_tokens
 
 
 def branch(n: int, session_id: str = "bench", *, memory_every: int = 50) -> list[SessionEntry]:

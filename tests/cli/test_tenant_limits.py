@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from om_api.cli import app
-from om_core.rate_limit import RateLimit
+from om_core.policy.rate_limit import RateLimit
 from om_workers.config import get_settings
 from om_workers.store import SqlStore, upgrade
 

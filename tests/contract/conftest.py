@@ -12,8 +12,8 @@ from typing import Protocol
 
 import pytest
 
-from om_core.models import SessionEntry
-from om_core.unit_of_work import InMemoryUnitOfWork, MemoryUnitOfWork
+from om_core.flush.unit_of_work import InMemoryUnitOfWork, MemoryUnitOfWork
+from om_core.ledger.models import SessionEntry
 from om_workers.store import SqlStore, tombstone_scope, upgrade
 from tests.conftest import BACKENDS, fresh_database
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from om_core import ExtractiveProvider, ObservationalMemoryRuntime, WorkerConfig, fold_ledger
-from om_core.compaction import ObservationalMemoryCompactionStrategy
-from om_core.ids import create_memory_id
-from om_core.ledger import unscanned_entries
-from om_core.models import Message, SessionEntry
-from om_core.unit_of_work import MemoryUnitOfWork, MemoryView
+from om_core.flush.compaction import ObservationalMemoryCompactionStrategy
+from om_core.flush.unit_of_work import MemoryUnitOfWork, MemoryView
+from om_core.ledger.fold import unscanned_entries
+from om_core.ledger.ids import create_memory_id
+from om_core.ledger.models import Message, SessionEntry
 from tests.contract.conftest import SESSION, Harness
 
 LOW: dict[str, Any] = {"observation": {"messageTokens": 1}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import count
 from typing import Any
 
-from om_core.models import (
+from om_core.ledger.models import (
     Message,
     Observation,
     ObservationsDropped,

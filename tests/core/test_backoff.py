@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from om_core.backoff import RetryPolicy, backoff_delay_s, next_delay_s, parse_retry_after
 from om_core.errors import InvalidInputError
+from om_core.policy.backoff import RetryPolicy, backoff_delay_s, next_delay_s, parse_retry_after
 
 # Half jitter, give up on a long Retry-After: the provider adapters' shape.
 GIVE_UP = RetryPolicy(

@@ -2,17 +2,17 @@ from __future__ import annotations
 
 import pytest
 
-from om_core.commands import VIEW_USAGE, memory_status, memory_view
-from om_core.compaction import (
+from om_core.errors import CapExceededError
+from om_core.flush.compaction import (
     ObservationalMemoryCompactionStrategy,
     create_folded_memory_details,
     folded_payload_bytes,
 )
-from om_core.errors import CapExceededError
-from om_core.ledger import fold_ledger
-from om_core.limits import MAX_FOLDED_PAYLOAD_BYTES
-from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.recall import recall_memory
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_core.policy.limits import MAX_FOLDED_PAYLOAD_BYTES
+from om_core.read.commands import VIEW_USAGE, memory_status, memory_view
+from om_core.read.recall import recall_memory
 from om_core.settings import resolve_settings
 
 from .builders import Branch, mid, obs, ref

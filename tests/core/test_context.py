@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from om_core.context import build_context_blocks
-from om_core.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
-from om_core.projection import build_projection
-from om_core.render import render_observational_memory
+from om_core.ledger.projection import build_projection
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
+from om_core.read.context import build_context_blocks
+from om_core.read.render import render_observational_memory
+from om_core.read.window import render_recent_message_window, select_recent_message_entries
 from om_core.settings import resolve_settings
-from om_core.window import render_recent_message_window, select_recent_message_entries
 
 from .builders import Branch, mid, obs, ref
 

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from om_core.context import build_context
-from om_core.ledger import fold_ledger, is_eligible_observation_source
-from om_core.memory_fit import count_note
-from om_core.models import Observation, SessionEntry
-from om_core.recall import recall_memory
-from om_core.render import memory_refs, render_observational_memory, render_reachable_memory
+from om_core.ledger.fold import fold_ledger, is_eligible_observation_source
+from om_core.ledger.models import Observation, SessionEntry
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.read.context import build_context
+from om_core.read.memory_fit import count_note
+from om_core.read.recall import recall_memory
+from om_core.read.render import memory_refs, render_observational_memory, render_reachable_memory
 from om_core.settings import resolve_settings
-from om_core.tokens import estimate_text_tokens
 from tests.core.builders import Branch, mid, obs, ref
 
 SETTINGS = resolve_settings({"context": {"recentMessages": 2}})

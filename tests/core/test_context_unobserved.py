@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from om_core.context import MIN_CONTEXT_TOKENS, Unobserved, build_context, gap_note
-from om_core.models import Observation, ToolCall
+from om_core.ledger.models import Observation, ToolCall
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.read.context import MIN_CONTEXT_TOKENS, Unobserved, build_context, gap_note
+from om_core.read.window import render_message
 from om_core.settings import resolve_settings
-from om_core.tokens import estimate_text_tokens
-from om_core.window import render_message
 from tests.core.builders import Branch, mid
 
 SETTINGS = resolve_settings({"context": {"recentMessages": 2}})

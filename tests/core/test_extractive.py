@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from om_core.extractive import ExtractiveProvider, relevance_of, summarize
-from om_core.limits import WorkerLimits
-from om_core.models import Observation
-from om_core.provider import ProviderRequest
-from om_core.tokens import estimate_text_tokens
-from om_core.workers import run_dropper, run_observer, run_reflector
+from om_core.flush.extractive import ExtractiveProvider, relevance_of, summarize
+from om_core.flush.provider import ProviderRequest
+from om_core.flush.workers import run_dropper, run_observer, run_reflector
+from om_core.ledger.models import Observation
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.policy.limits import WorkerLimits
 from tests.core.builders import Branch, mid
 
 

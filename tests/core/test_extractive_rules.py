@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from om_core.extractive import OBSERVATION_CHARS, ExtractiveProvider
-from om_core.limits import WorkerLimits
-from om_core.models import Observation, SessionEntry
-from om_core.tokens import estimate_text_tokens
-from om_core.workers import run_observer, run_reflector
-from om_core.workers.observer import observer_prompt
+from om_core.flush.extractive import OBSERVATION_CHARS, ExtractiveProvider
+from om_core.flush.workers import run_observer, run_reflector
+from om_core.flush.workers.observer import observer_prompt
+from om_core.ledger.models import Observation, SessionEntry
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.policy.limits import WorkerLimits
 from tests.core.builders import Branch
 
 MONDAY = "2023-05-08T13:56:00.000Z"  # a Monday

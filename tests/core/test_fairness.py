@@ -1,4 +1,4 @@
-"""The fair queue's rule, step by step, on the pure model (om_core.fairness)."""
+"""The fair queue's rule, step by step, on the pure model (om_core.policy.fairness)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from om_core.fairness import (
+from om_core.policy.fairness import (
     NEVER_SERVED,
     OTHER_TENANTS,
     FairQueueModel,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from om_core import funnel_copies, funnel_copy_id, funnel_origin
-from om_core.funnel import COPY_ID_PREFIX, ORIGIN_KEY, FunnelOrigin, funnel_copy
-from om_core.models import Message, SessionEntry
+from om_core.ledger.funnel import COPY_ID_PREFIX, ORIGIN_KEY, FunnelOrigin, funnel_copy
+from om_core.ledger.models import Message, SessionEntry
 
 
 def _message(entry_id: str, role: str = "user", **extra: object) -> SessionEntry:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from om_core.ledger import (
+from om_core.ledger.fold import (
     eligible_observation_sources,
     fold_ledger,
     is_eligible_observation_source,
@@ -8,9 +8,13 @@ from om_core.ledger import (
     observations_uncovered_by_reflection,
     unscanned_entries,
 )
-from om_core.models import ObservationalMemoryLedger
-from om_core.projection import snapshot_of
-from om_core.tokens import estimate_entry_tokens, estimate_message_tokens, estimate_text_tokens
+from om_core.ledger.models import ObservationalMemoryLedger
+from om_core.ledger.projection import snapshot_of
+from om_core.ledger.tokens import (
+    estimate_entry_tokens,
+    estimate_message_tokens,
+    estimate_text_tokens,
+)
 
 from .builders import Branch, mid, obs, ref
 

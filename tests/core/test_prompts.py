@@ -8,9 +8,7 @@ from typing import Any
 import pytest
 
 from om_core.errors import WorkerOutputRejectedError
-from om_core.limits import WorkerLimits
-from om_core.models import Message, Observation, ToolCall
-from om_core.prompts import (
+from om_core.flush.prompts import (
     CUSTOM_PROMPTS_VERSION,
     DEFAULT_PROMPTS,
     OBSERVER_VERSION,
@@ -18,13 +16,15 @@ from om_core.prompts import (
     REFLECTOR_VERSION,
     PromptSet,
 )
-from om_core.provider import ScriptedProvider
-from om_core.render import format_time, in_time_order, render_observational_memory
-from om_core.runtime import ObservationalMemoryRuntime
-from om_core.workers import run_observer, run_reflector
-from om_core.workers.observer import observer_prompt
-from om_core.workers.protocol import parse_block
-from om_core.workers.reflector import best_candidates
+from om_core.flush.provider import ScriptedProvider
+from om_core.flush.runtime import ObservationalMemoryRuntime
+from om_core.flush.workers import run_observer, run_reflector
+from om_core.flush.workers.observer import observer_prompt
+from om_core.flush.workers.protocol import parse_block
+from om_core.flush.workers.reflector import best_candidates
+from om_core.ledger.models import Message, Observation, ToolCall
+from om_core.policy.limits import WorkerLimits
+from om_core.read.render import format_time, in_time_order, render_observational_memory
 from tests.core.builders import Branch, mid
 
 LIMITS = WorkerLimits()
@@ -137,7 +137,7 @@ def test_reflector_never_commits_an_empty_set() -> None:
 
 
 def test_best_candidates_leave_out_the_least_saving_until_the_set_shrinks_memory() -> None:
-    from om_core.models import Reflection
+    from om_core.ledger.models import Reflection
 
     citable = {o.id: o for o in WINDOW}  # 10 tokens each
     a = Reflection(id=mid(10), text="a" * 32, observation_ids=(mid(1), mid(2)))  # 8 of 20

@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from om_core.compaction import create_folded_memory_details, folded_payload_bytes
-from om_core.context import build_context_blocks
-from om_core.ledger import fold_ledger, merge_ledgers
-from om_core.models import SessionEntry
-from om_core.projection import build_projection, snapshot_of
-from om_core.recall import recall_memory
-from om_core.render import render_observational_memory
+from om_core.flush.compaction import create_folded_memory_details, folded_payload_bytes
+from om_core.ledger.fold import fold_ledger, merge_ledgers
+from om_core.ledger.models import SessionEntry
+from om_core.ledger.projection import build_projection, snapshot_of
+from om_core.read.context import build_context_blocks
+from om_core.read.recall import recall_memory
+from om_core.read.render import render_observational_memory
 
 from .builders import Branch, mid, obs, ref
 

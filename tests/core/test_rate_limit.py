@@ -1,11 +1,12 @@
-"""GCRA arithmetic (:mod:`om_core.rate_limit`) as a table: burst, refill, retry-after, TTL."""
+"""GCRA arithmetic (:mod:`om_core.policy.rate_limit`) as a table: burst, refill, retry-after,
+TTL."""
 
 from __future__ import annotations
 
 import pytest
 
 from om_core.errors import InvalidInputError
-from om_core.rate_limit import Decision, RateLimit, decide, retry_after_header_s
+from om_core.policy.rate_limit import Decision, RateLimit, decide, retry_after_header_s
 
 NOW = 1_700_000_000_000_000  # a realistic microsecond clock: exactness must hold at this size
 

@@ -13,10 +13,10 @@ from om_core.errors import (
     UnknownCursorError,
     WrongSessionError,
 )
-from om_core.models import SessionEntry
-from om_core.paging import recall_branch_page
-from om_core.recall import recall_memory
-from om_core.recall_tool import RecallMemoryTool
+from om_core.ledger.models import SessionEntry
+from om_core.read.paging import recall_branch_page
+from om_core.read.recall import recall_memory
+from om_core.read.recall_tool import RecallMemoryTool
 
 from .builders import Branch, mid, obs, ref
 

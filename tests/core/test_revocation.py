@@ -7,17 +7,17 @@ from itertools import count
 
 import pytest
 
-from om_core.compaction import ObservationalMemoryCompactionStrategy
-from om_core.context import build_context_blocks
 from om_core.errors import AppendNotVisibleError, InvalidInputError, WrongSessionError
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
-from om_core.revocation import (
+from om_core.flush.compaction import ObservationalMemoryCompactionStrategy
+from om_core.flush.revocation import (
     ObservationalMemoryDropHandler,
     Tombstone,
     TombstoneSource,
     list_invalidated_ids,
 )
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import SessionEntry
+from om_core.read.context import build_context_blocks
 from om_core.settings import resolve_settings
 
 from .builders import Branch, mid, obs, ref

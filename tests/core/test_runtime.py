@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from om_core.extractive import ExtractiveProvider
-from om_core.ledger import fold_ledger
-from om_core.limits import WorkerLimits
-from om_core.models import Message, Observation, Reflection, SessionEntry, ToolCall
-from om_core.provider import ProviderRequest, ProviderResponse, ScriptedProvider
-from om_core.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import ProviderRequest, ProviderResponse, ScriptedProvider
+from om_core.flush.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
+from om_core.flush.workers.dropper import observation_tokens
+from om_core.flush.workers.protocol import parse_block
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import Message, Observation, Reflection, SessionEntry, ToolCall
+from om_core.policy.limits import WorkerLimits
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.records import ScopeEntered, ScopeOpened
-from om_core.workers.dropper import observation_tokens
-from om_core.workers.protocol import parse_block
 from tests.core.builders import Branch, mid
 
 SECRET = "sk-live-abcdef"

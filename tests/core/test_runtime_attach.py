@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from om_core.attach import CompactionGateContext, ObservationalMemory
 from om_core.errors import AppendNotVisibleError, InvalidTriggerError
-from om_core.extractive import ExtractiveProvider
-from om_core.ledger import fold_ledger
-from om_core.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
-from om_core.models import SessionEntry
-from om_core.recall import recall_memory
-from om_core.runtime import WorkerConfig
-from om_core.tokens import estimate_entry_tokens, estimate_text_tokens
-from om_core.workers.dropper import observation_tokens
+from om_core.flush.attach import CompactionGateContext, ObservationalMemory
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.runtime import WorkerConfig
+from om_core.flush.workers.dropper import observation_tokens
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens, estimate_text_tokens
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
+from om_core.read.recall import recall_memory
 from tests.core.test_runtime import Session
 
 SECRET = "pk-live-777"

@@ -19,8 +19,8 @@ from om_core.errors import (
     UnknownMemoryRefError,
     UnknownScopeError,
 )
-from om_core.models import SessionEntry
-from om_core.redaction import REDACTED
+from om_core.ledger.models import SessionEntry
+from om_core.policy.redaction import REDACTED
 from om_core.scopes.controller import WorkScopeController, with_work_scope
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.records import (

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from itertools import count
 
-from om_core.compaction import ObservationalMemoryCompactionStrategy
-from om_core.context import build_context_blocks
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
-from om_core.render import OUTLINE_HEADING
+from om_core.flush.compaction import ObservationalMemoryCompactionStrategy
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import SessionEntry
+from om_core.read.context import build_context_blocks
+from om_core.read.render import OUTLINE_HEADING
 from om_core.scopes.controller import WorkScopeController
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.shared import SharedScopeConfig, SharedScopeMemory, resolve_shared_scopes

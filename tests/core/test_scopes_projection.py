@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from om_core.errors import InvalidScopeInputError, UnknownScopeError
-from om_core.ledger import fold_ledger
-from om_core.render import OUTLINE_HEADING, render_observational_memory
+from om_core.ledger.fold import fold_ledger
+from om_core.read.render import OUTLINE_HEADING, render_observational_memory
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.records import SESSION_SCOPE_ID, ScopeBound, ScopeClosed, ScopeOpened
 from om_core.scopes.work_memory import has_host_scopes, project_work_memory

@@ -7,9 +7,10 @@ from itertools import count
 
 import pytest
 
-from om_core.compaction import ObservationalMemoryCompactionStrategy
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
+from om_core.flush.compaction import ObservationalMemoryCompactionStrategy
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import SessionEntry
+from om_core.read.recall import recall_shared_memory
 from om_core.scopes.controller import WorkScopeController
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.shared import (
@@ -17,7 +18,6 @@ from om_core.scopes.shared import (
     SharedScopeConfig,
     SharedScopeMemory,
     merge_shared_memory,
-    recall_shared_memory,
     resolve_shared_scopes,
 )
 from om_core.scopes.work_memory import project_work_memory
@@ -261,8 +261,8 @@ def test_no_shared_scopes_means_no_decisions(scopes: object) -> None:
 
 
 def test_recall_tool_and_view_include_granted_shared_memory_and_status_stays_local() -> None:
-    from om_core.commands import memory_status, memory_view
-    from om_core.recall_tool import RecallMemoryTool
+    from om_core.read.commands import memory_status, memory_view
+    from om_core.read.recall_tool import RecallMemoryTool
 
     store = setup()
     tool = RecallMemoryTool(get_entries=store.entries, get_shared=lambda sid: store.resolve(sid))

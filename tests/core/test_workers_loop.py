@@ -13,16 +13,16 @@ from om_core.errors import (
     WorkerRunError,
     WorkerTranscriptOverflowError,
 )
-from om_core.limits import WorkerLimits
-from om_core.models import Message, ToolCall
-from om_core.provider import ProviderRequest, ProviderResponse, ScriptedProvider, ToolSpec
-from om_core.workers.tool_loop import (
+from om_core.flush.provider import ProviderRequest, ProviderResponse, ScriptedProvider, ToolSpec
+from om_core.flush.workers.tool_loop import (
     ToolError,
     ToolLoopResult,
     WorkerTool,
     message_bytes,
     run_tool_loop,
 )
+from om_core.ledger.models import Message, ToolCall
+from om_core.policy.limits import WorkerLimits
 
 SPEC = ToolSpec(name="echo", description="echo", parameters={"type": "object"})
 SECRET = "s3cr3t-token"

@@ -13,18 +13,18 @@ from om_core.errors import (
     WorkerOutputRejectedError,
     WorkerProtocolError,
 )
-from om_core.limits import WorkerLimits
-from om_core.models import Message, Observation, ToolCall
-from om_core.provider import ScriptedProvider
-from om_core.workers import (
+from om_core.flush.provider import ScriptedProvider
+from om_core.flush.workers import (
     drop_lowest_relevance,
     run_dropper,
     run_observer,
     run_reflector,
     select_lowest_relevance,
 )
-from om_core.workers.guards import MAX_RECORD_CHARS
-from om_core.workers.protocol import parse_block
+from om_core.flush.workers.guards import MAX_RECORD_CHARS
+from om_core.flush.workers.protocol import parse_block
+from om_core.ledger.models import Message, Observation, ToolCall
+from om_core.policy.limits import WorkerLimits
 from tests.core.builders import Branch, mid
 
 LIMITS = WorkerLimits()

@@ -39,8 +39,8 @@ from typing import Any, Final
 
 import httpx
 
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import SessionEntry
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.jobs.reconcile import LOST_JOB_ERROR
 from om_workers.store.jobs import STUCK_JOB_ERROR

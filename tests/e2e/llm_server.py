@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from om_core.extractive import ExtractiveProvider
-from om_core.models import Message
-from om_core.provider import ProviderRequest, ToolSpec
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import ProviderRequest, ToolSpec
+from om_core.ledger.models import Message
 
 FAULTS = ("timeout", "ratelimit", "servererror", "malformed")
 HANG_S = 3.0

@@ -11,8 +11,8 @@ import time
 
 import redis
 
-from om_core.extractive import ExtractiveProvider
-from om_core.provider import ProviderRequest, ProviderResponse
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.store import SqlStore
 

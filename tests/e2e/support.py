@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal
 
-from om_core.ledger import fold_ledger
-from om_core.models import Message, SessionEntry
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import Message, SessionEntry
 from om_workers.store import SqlStore
 
 LOW: dict[str, Any] = {

@@ -16,10 +16,10 @@ from typing import Any
 import redis
 from sqlalchemy import create_engine, text
 
-from om_core.extractive import ExtractiveProvider
-from om_core.ledger import fold_ledger
-from om_core.models import ObservationalMemoryLedger, SessionEntry
-from om_core.runtime import ObservationalMemoryRuntime, WorkerConfig
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.runtime import ObservationalMemoryRuntime, WorkerConfig
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_workers.coordination.embedded import free_port
 from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore

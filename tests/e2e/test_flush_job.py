@@ -7,9 +7,9 @@ import time
 import pytest
 import redis
 
-from om_core.extractive import ExtractiveProvider
-from om_core.prompts import DEFAULT_PROMPTS, PromptSet
-from om_core.provider import Provider, ProviderRequest, ProviderResponse
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
+from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job

@@ -19,9 +19,9 @@ from om_api.cli import app
 from om_api.cli.stack import Stack, StackConfig, StackInfo
 from om_api.client import OMClient
 from om_api.schemas import EntryOut
-from om_core.funnel import ORIGIN_KEY
-from om_core.ledger import fold_ledger
-from om_core.models import SessionEntry
+from om_core.ledger.fold import fold_ledger
+from om_core.ledger.funnel import ORIGIN_KEY
+from om_core.ledger.models import SessionEntry
 from tests.e2e.support import LOW
 
 CHILDREN = ("researcher", "coder", "tester")

@@ -10,8 +10,8 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from om_core.extractive import ExtractiveProvider
-from om_core.provider import ProviderRequest, ProviderResponse
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.provider import ProviderRequest, ProviderResponse
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from om_api.cli import app
-from om_core.prompts import DEFAULT_PROMPTS
+from om_core.flush.prompts import DEFAULT_PROMPTS
 from om_workers.config import get_settings
 from tests.eval import synthetic
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from om_core.errors import WorkerProviderError
-from om_core.limits import WorkerLimits
-from om_core.models import Message
-from om_core.provider import Provider, ProviderRequest, ToolSpec
-from om_core.workers import run_observer
+from om_core.flush.provider import Provider, ProviderRequest, ToolSpec
+from om_core.flush.workers import run_observer
+from om_core.ledger.models import Message
+from om_core.policy.limits import WorkerLimits
 from om_workers.errors import (
     ProviderRateLimitError,
     ProviderRequestError,

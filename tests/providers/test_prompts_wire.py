@@ -15,9 +15,14 @@ from typing import Any
 import pytest
 
 from om_core import ObservationalMemoryRuntime, WorkerConfig
-from om_core.context import build_context
-from om_core.prompts import DEFAULT_PROMPTS, OBSERVER_INSTRUCTIONS, OBSERVER_VERSION, PromptSet
-from om_core.workers.protocol import parse_block
+from om_core.flush.prompts import (
+    DEFAULT_PROMPTS,
+    OBSERVER_INSTRUCTIONS,
+    OBSERVER_VERSION,
+    PromptSet,
+)
+from om_core.flush.workers.protocol import parse_block
+from om_core.read.context import build_context
 from tests.core.builders import Branch
 from tests.providers.test_adapters import ANTHROPIC, OPENAI, Wire, make
 from tests.providers.wire_server import Reply, WireServer, running

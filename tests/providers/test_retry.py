@@ -1,13 +1,13 @@
 """The provider adapters' retry rules: retryable statuses and the default policy's shape.
 
-The timing itself is :mod:`om_core.backoff`'s, tabled in ``tests/core/test_backoff.py``.
+The timing itself is :mod:`om_core.policy.backoff`'s, tabled in ``tests/core/test_backoff.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from om_core.backoff import backoff_delay_s, next_delay_s
+from om_core.policy.backoff import backoff_delay_s, next_delay_s
 from om_workers.providers.retry import PROVIDER_RETRY_POLICY, is_retryable_status
 
 

@@ -10,7 +10,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_core.fairness import FairQueueModel, QueuedJob, TenantLoad
+from om_core.policy.fairness import FairQueueModel, QueuedJob, TenantLoad
 from om_workers.coordination import keys
 from om_workers.coordination.fairness import FairQueue, send_admitted
 from om_workers.coordination.pool import advertise

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from om_core.rate_limit import RateLimit, decide
+from om_core.policy.rate_limit import RateLimit, decide
 from om_workers.coordination import keys
 from om_workers.coordination.rate_limit import RateLimiter
 

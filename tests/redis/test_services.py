@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from om_api.server.app import create_app
 from om_api.server.state import ApiState
-from om_core.extractive import ExtractiveProvider
+from om_core.flush.extractive import ExtractiveProvider
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError

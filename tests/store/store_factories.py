@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from om_core.ids import create_memory_id
-from om_core.models import (
+from om_core.ledger.ids import create_memory_id
+from om_core.ledger.models import (
     Message,
     Observation,
     ObservationsDropped,

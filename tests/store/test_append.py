@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from store_factories import message
 
-from om_core.models import SessionEntry
+from om_core.ledger.models import SessionEntry
 from om_workers.errors import (
     EntryConflictError,
     InvalidEntryError,

@@ -6,11 +6,11 @@ import random
 
 from store_factories import assistant, dropped, message, observations, reflections
 
-from om_core.ledger import eligible_observation_sources, fold_ledger, unscanned_entries
-from om_core.models import CompactionEntry, FoldedMemory, SessionEntry
+from om_core.ledger.fold import eligible_observation_sources, fold_ledger, unscanned_entries
+from om_core.ledger.models import CompactionEntry, FoldedMemory, SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.controller import WorkScopeController
 from om_core.scopes.index import fold_work_scope_map
-from om_core.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 
 

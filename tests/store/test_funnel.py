@@ -15,8 +15,8 @@ from appender import append_and_die_writing_the_copy
 from sqlalchemy import delete
 from store_factories import assistant, message, observations
 
-from om_core.funnel import ORIGIN_KEY, FunnelOrigin, funnel_copy_id, funnel_origin
-from om_core.models import SessionEntry
+from om_core.ledger.funnel import ORIGIN_KEY, FunnelOrigin, funnel_copy_id, funnel_origin
+from om_core.ledger.models import SessionEntry
 from om_workers.errors import (
     InvalidLinkError,
     LinkConflictError,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_core.redaction import REDACTED
+from om_core.policy.redaction import REDACTED
 from om_workers.errors import InvalidJobStateError
 from om_workers.store import SqlStore
 

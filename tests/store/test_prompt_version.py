@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from om_core.prompts import DEFAULT_PROMPTS
+from om_core.flush.prompts import DEFAULT_PROMPTS
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.prompts import load_prompts

@@ -6,9 +6,9 @@ import pytest
 from store_factories import assistant, message, observations, reflections
 
 from om_core import ToolCall, fold_ledger, recall_memory, resolve_settings
-from om_core.context import build_context
-from om_core.models import Message, SessionEntry
-from om_core.tokens import estimate_text_tokens
+from om_core.ledger.models import Message, SessionEntry
+from om_core.ledger.tokens import estimate_text_tokens
+from om_core.read.context import build_context
 from om_workers.reads import recent_tail, session_context, session_recall
 from om_workers.store import SqlStore
 

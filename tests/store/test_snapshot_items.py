@@ -12,10 +12,10 @@ import random
 import pytest
 from store_factories import message
 
-from om_core.compaction import ObservationalMemoryCompactionStrategy
-from om_core.ids import create_memory_id
-from om_core.ledger import fold_ledger, is_eligible_observation_source, unscanned_entries
-from om_core.models import (
+from om_core.flush.compaction import ObservationalMemoryCompactionStrategy
+from om_core.ledger.fold import fold_ledger, is_eligible_observation_source, unscanned_entries
+from om_core.ledger.ids import create_memory_id
+from om_core.ledger.models import (
     Observation,
     ObservationsDropped,
     ObservationsRecorded,
@@ -23,7 +23,7 @@ from om_core.models import (
     ReflectionsRecorded,
     SessionEntry,
 )
-from om_core.tokens import estimate_entry_tokens
+from om_core.ledger.tokens import estimate_entry_tokens
 from om_workers.store import SqlStore
 
 

@@ -30,7 +30,7 @@ from om_api.server.convert import queue_out
 from om_api.server.limits import default_limits, limits_out
 from om_api.server.routes import KeyPath, TenantPath
 from om_api.server.state import State
-from om_core.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
+from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.coordination.fairness import FairQueue
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

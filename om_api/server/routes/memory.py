@@ -30,9 +30,9 @@ from om_api.server.state import ApiState, State
 from om_core import (
     RecallResult,
 )
-from om_core.context import MIN_CONTEXT_TOKENS, Context
 from om_core.errors import UnknownScopeError
-from om_core.ids import create_memory_id
+from om_core.ledger.ids import create_memory_id
+from om_core.read.context import MIN_CONTEXT_TOKENS, Context
 from om_workers.coordination.coalesce import flush_pending
 from om_workers.errors import CoordinationError, OMWorkersError
 from om_workers.jobs.flush import request_flush

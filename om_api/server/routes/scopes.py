@@ -26,7 +26,7 @@ from om_api.server.errors import ApiError
 from om_api.server.routes import ScopePath, SessionPath
 from om_api.server.state import ApiState, State
 from om_core import SessionEntry, WorkScopeController
-from om_core.revocation import drop_resting_on
+from om_core.flush.revocation import drop_resting_on
 from om_workers.store import tombstone_scope
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["scopes"])

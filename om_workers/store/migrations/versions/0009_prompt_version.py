@@ -1,6 +1,6 @@
 """A flush job's ``prompt_version``: which observer/reflector instructions its flush used.
 
-Recorded when the job finishes (``om_core.prompts``; ``custom`` when instructions came from
+Recorded when the job finishes (``om_core.flush.prompts``; ``custom`` when instructions came from
 the memory settings), so jobs under two prompt versions can be told apart and compared.
 
 Revision ID: 0009

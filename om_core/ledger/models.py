@@ -1,0 +1,247 @@
+"""Frozen models of the ledger's wire format.
+
+JSON keys are camelCase (``sessionId``, ``sourceEntryIds``, ``coversUpToId`` ...),
+Python attributes are snake_case; both spellings are accepted on input, and
+``model_dump(by_alias=True)`` writes what the TypeScript package writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+from om_core.ledger.ids import MEMORY_ID_PATTERN
+
+Role = Literal["user", "assistant", "tool", "system"]
+ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
+
+OBSERVATIONS_RECORDED: Final = "om.observations.recorded"
+REFLECTIONS_RECORDED: Final = "om.reflections.recorded"
+OBSERVATIONS_DROPPED: Final = "om.observations.dropped"
+FOLDED: Final = "om.folded"
+
+
+class Frozen(BaseModel):
+    """Base of every core model: immutable, camelCase on the wire, strict about unknown keys."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=to_camel,
+        extra="forbid",
+    )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The wire form: camelCase keys, ``None`` fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# Checked by pydantic's own (Rust) pattern matcher: a Python validator per id made parsing a
+# 10,000-observation ledger three times slower.
+MemoryId = Annotated[str, StringConstraints(pattern=MEMORY_ID_PATTERN.pattern)]
+
+
+class ToolCall(Frozen):
+    """One call an assistant message asks for; ``arguments`` is a JSON object."""
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContentPart(Frozen):
+    """A part of a multi-part message: ``text`` parts carry text, others (images ...) data."""
+
+    type: str = Field(min_length=1)
+    text: str | None = None
+    data: dict[str, Any] | None = None
+
+
+class Message(Frozen):
+    """A chat message: text or parts, with tool calls (assistant) or a tool-call id (tool)."""
+
+    role: Role
+    content: str | tuple[ContentPart, ...] = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if p.text is not None)
+
+
+class SessionEntry(Frozen):
+    """One node of a session's entry tree.
+
+    ``kind`` is ``message`` (with ``message``), ``custom`` (with ``data``; memory records are
+    custom entries whose ``data.type`` is an ``om.*`` marker), ``compaction`` (with ``summary``
+    and ``data``) or any other bookkeeping kind the host uses.
+    """
+
+    id: str = Field(min_length=1, max_length=256)
+    session_id: str = Field(min_length=1, max_length=256)
+    parent_id: str | None = None
+    kind: str = Field(min_length=1, max_length=64)
+    created_at: str | None = None
+    message: Message | None = None
+    data: dict[str, Any] | None = None
+    summary: str | None = None
+
+    @model_validator(mode="after")
+    def _check_kind_payload(self) -> SessionEntry:
+        if self.kind == "message" and self.message is None:
+            raise ValueError("a message entry needs a message")
+        if self.kind != "message" and self.message is not None:
+            raise ValueError(f"a {self.kind} entry cannot carry a message")
+        if self.kind == "custom" and self.data is None:
+            raise ValueError("a custom entry needs data")
+        if self.kind == "compaction" and self.summary is None:
+            raise ValueError("a compaction entry needs a summary")
+        return self
+
+    @property
+    def record_type(self) -> str | None:
+        """``data.type`` of a custom entry, else ``None``."""
+        if self.kind != "custom" or self.data is None:
+            return None
+        value = self.data.get("type")
+        return value if isinstance(value, str) else None
+
+
+class Observation(Frozen):
+    """A source-backed fact; ``relevance`` (0..1) orders lowest-relevance dropping."""
+
+    id: MemoryId
+    text: str = Field(min_length=1)
+    source_entry_ids: tuple[str, ...] = Field(min_length=1)
+    relevance: float = Field(default=0.5, ge=0.0, le=1.0)
+    observed_at: str | None = None
+
+
+class Reflection(Frozen):
+    """A higher-level summary resting on known observation ids."""
+
+    id: MemoryId
+    text: str = Field(min_length=1)
+    observation_ids: tuple[MemoryId, ...] = Field(min_length=1)
+    reflected_at: str | None = None
+
+
+class ObservationsRecorded(Frozen):
+    """Payload of ``om.observations.recorded``; coverage advances even with no observations."""
+
+    type: Literal["om.observations.recorded"] = OBSERVATIONS_RECORDED
+    observations: tuple[Observation, ...] = ()
+    covers_up_to_id: str | None = None
+
+
+class ReflectionsRecorded(Frozen):
+    """Payload of ``om.reflections.recorded``."""
+
+    type: Literal["om.reflections.recorded"] = REFLECTIONS_RECORDED
+    reflections: tuple[Reflection, ...] = ()
+    covers_up_to_id: str | None = None
+
+
+class ObservationsDropped(Frozen):
+    """Payload of ``om.observations.dropped``; revocation drops carry no ``coversUpToId``."""
+
+    type: Literal["om.observations.dropped"] = OBSERVATIONS_DROPPED
+    observation_ids: tuple[MemoryId, ...] = Field(min_length=1)
+    covers_up_to_id: str | None = None
+
+
+class FoldedMemory(Frozen):
+    """Compaction ``data.memory``: a snapshot of the ledger at the compaction point.
+
+    The wire format's keys (``fullFold``, ``observations``, ``reflections``,
+    ``droppedObservationIds``) plus the coverage state this package needs to resume a fold
+    from the snapshot alone. A snapshot without those keys (written elsewhere) is still read
+    for rendering, but a fold does not start from it.
+    """
+
+    type: Literal["om.folded"] = FOLDED
+    version: Literal[1] = 1
+    full_fold: bool = False
+    observations: tuple[Observation, ...] = ()
+    reflections: tuple[Reflection, ...] = ()
+    dropped_observation_ids: tuple[str, ...] = ()
+    observation_covers_up_to_id: str | None = None
+    reflection_covers_up_to_id: str | None = None
+    pending_reflection_observation_ids: tuple[str, ...] | None = None
+
+    @property
+    def resumable(self) -> bool:
+        """True when the snapshot carries the coverage state a fold resumes from."""
+        return self.pending_reflection_observation_ids is not None
+
+
+class CompactionEntry(Frozen):
+    """``data`` of a compaction entry written by the observational-memory strategy."""
+
+    through_entry_id: str | None
+    keep_entry_ids: tuple[str, ...]
+    strategy: str = "observational-memory"
+    trigger: str = "manual"
+    memory: FoldedMemory
+
+
+class ObservationalMemoryLedger(Frozen):
+    """The folded memory of one branch.
+
+    ``observations`` holds every recorded observation in record order (dropped ones too: the
+    full ledger stays for audit and recall); ``dropped_observation_ids`` says which are inactive.
+    ``pending_reflection_observation_ids`` are the observations recorded after the last
+    ``om.reflections.recorded`` entry, the reflector's next window.
+    """
+
+    observations: tuple[Observation, ...] = ()
+    reflections: tuple[Reflection, ...] = ()
+    dropped_observation_ids: tuple[str, ...] = ()
+    observation_covers_up_to_id: str | None = None
+    reflection_covers_up_to_id: str | None = None
+    pending_reflection_observation_ids: tuple[str, ...] = ()
+
+    @cached_property
+    def observations_by_id(self) -> dict[str, Observation]:
+        return {o.id: o for o in self.observations}
+
+    @cached_property
+    def reflections_by_id(self) -> dict[str, Reflection]:
+        return {r.id: r for r in self.reflections}
+
+    @cached_property
+    def dropped(self) -> frozenset[str]:
+        return frozenset(self.dropped_observation_ids)
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> ObservationalMemoryLedger:
+        """A copy whose id maps are rebuilt (a plain copy would keep stale cached maps)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("observations_by_id", "reflections_by_id", "dropped"):
+            copy.__dict__.pop(cached, None)
+        return copy
+
+    @property
+    def active_observations(self) -> tuple[Observation, ...]:
+        """Recorded observations that were not dropped, in record order."""
+        dropped = self.dropped
+        return tuple(o for o in self.observations if o.id not in dropped)
+
+
+class ContextBlock(Frozen):
+    """A block of provider context: ``observational-memory`` or ``recent-messages``."""
+
+    id: str
+    text: str
+    entry_ids: tuple[str, ...] = ()

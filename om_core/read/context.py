@@ -1,0 +1,386 @@
+"""Context blocks for the next provider turn: memory, then the recent exact messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from om_core.ledger.fold import fold_ledger, is_eligible_observation_source, unscanned_entries
+from om_core.ledger.models import (
+    ContextBlock,
+    Frozen,
+    Observation,
+    ObservationalMemoryLedger,
+    SessionEntry,
+)
+from om_core.ledger.projection import ObservationalMemoryProjection, project_ledger
+from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_entry_tokens, estimate_text_tokens
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
+from om_core.policy.redaction import normalize_secrets, redact, scrub
+from om_core.read.render import RenderedMemory, render_observational_memory, render_reachable_memory
+from om_core.read.window import (
+    render_message,
+    render_recent_message_window,
+    select_recent_message_entries,
+    tool_units,
+)
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
+from om_core.scopes.work_memory import Include, leaf_memory
+from om_core.settings import ObservationalMemorySettings, resolve_settings
+
+MEMORY_BLOCK_ID = "observational-memory"
+RECENT_BLOCK_ID = "recent-messages"
+
+
+def visible_observations(
+    projection: ObservationalMemoryProjection, recent_ids: Iterable[str]
+) -> tuple[Observation, ...]:
+    """Active observations not wholly inside the recent window (those are shown verbatim)."""
+    recent = frozenset(recent_ids)
+    return tuple(o for o in projection.observations if not recent.issuperset(o.source_entry_ids))
+
+
+def build_context_blocks(
+    entries: Sequence[SessionEntry],
+    settings: ObservationalMemorySettings | None = None,
+    invalidated_ids: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+    *,
+    ledger: ObservationalMemoryLedger | None = None,
+    scope_map: WorkScopeMap | None = None,
+    shared: Sequence[SharedScopeMemory] = (),
+    scope: str | None = None,
+    include: Include = "self+ancestors",
+) -> tuple[ContextBlock, ContextBlock]:
+    """Render the ``observational-memory`` and ``recent-messages`` blocks of one branch.
+
+    ``entries`` is the current branch (at least from the latest snapshot on, and covering
+    the recent window); pass ``ledger`` when it is already folded (a store keeps one) so
+    nothing is folded again. Both blocks are always returned; their text may be empty.
+
+    With host work scopes the memory block renders the current leaf's ``self+ancestors``
+    projection (Scope Outline, Reflections, Observations). The scope map is folded from
+    ``entries`` unless ``scope_map`` is given (a store that reads from a snapshot on must
+    pass it: snapshots do not carry scope records). ``shared`` (from
+    :func:`~om_core.scopes.shared.resolve_shared_scopes`) joins for rendering only.
+    ``scope`` / ``include`` pick another view than the leaf's ``self+ancestors``; an unknown
+    scope or mode raises the typed scope errors of
+    :func:`~om_core.scopes.work_memory.project_work_memory`.
+    """
+    resolved = settings or resolve_settings()
+    recent = select_recent_message_entries(
+        entries,
+        resolved.context.recent_messages,
+        resolved.context.recent_message_max_tokens,
+    )
+    recent_text, recent_ids = render_recent_message_window(recent, secrets)
+    memory_text = _memory_block(
+        [e for e in recent if e.id in set(recent_ids)],
+        resolved,
+        invalidated_ids,
+        secrets,
+        ledger if ledger is not None else fold_ledger(entries),
+        scope_map,
+        entries,
+        shared,
+        scope,
+        include,
+        None,
+    ).text
+    return (
+        ContextBlock(id=MEMORY_BLOCK_ID, text=memory_text),
+        ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
+    )
+
+
+# The service's context: every message memory does not cover yet, within a token budget.
+
+
+class Unobserved(Frozen):
+    """The messages memory does not cover yet: after the observation cursor, in branch order.
+
+    ``messages`` and ``tokens`` (estimated) count user/assistant/tool messages; ``first_id``
+    is the oldest of them (``None`` when memory covers everything).
+    """
+
+    messages: int = 0
+    tokens: int = 0
+    first_id: str | None = None
+
+
+class ContextGap(Frozen):
+    """Unobserved messages the budget left out of the recent block.
+
+    ``messages`` and ``tokens`` count them; ``first_id`` is the oldest; page them backward
+    from ``cursor`` (the oldest message the recent block shows).
+    """
+
+    messages: int
+    tokens: int
+    first_id: str
+    cursor: str
+
+
+class MemoryOmission(Frozen):
+    """Memory items the budget left out of the memory block, each still in reach: ``covered``
+    observations under a reflection shown or listed (its recall returns their messages),
+    ``listed`` by recall id in the block's note, ``unlisted`` only behind the note's paging
+    cursor (when even the ids did not fit). ``unreflected`` counts the observations left out
+    that no reflection has gone over yet: a flush with reflection would condense them."""
+
+    items: int
+    covered: int = 0
+    listed: int = 0
+    unlisted: int = 0
+    unreflected: int = 0
+
+
+class Context(Frozen):
+    """What an agent's next turn gets: the memory block, the recent block (every unobserved
+    message and at least the last ``context.recentMessages``, as the budget allows), what
+    memory does not cover yet, the part of it the budget left out (``gap``), and the memory
+    items the budget left out of the memory block (``omitted``)."""
+
+    memory: ContextBlock
+    recent: ContextBlock
+    unobserved: Unobserved
+    gap: ContextGap | None = None
+    omitted: MemoryOmission | None = None
+    max_tokens: int | None = None
+
+    @property
+    def blocks(self) -> tuple[ContextBlock, ContextBlock]:
+        """The two blocks, memory first."""
+        return self.memory, self.recent
+
+
+MIN_CONTEXT_TOKENS = 256
+"""The smallest budget a context can be fitted into (a heading, a note, one clipped message)."""
+
+MEMORY_SHARE = 2
+"""Memory takes at most ``1 / MEMORY_SHARE`` of the budget; recent messages the rest."""
+
+CLIPPED_MARK = " …[clipped: {rest} more characters; the whole message is entry {id}]"
+
+
+def build_context(
+    entries: Sequence[SessionEntry],
+    settings: ObservationalMemorySettings | None = None,
+    invalidated_ids: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+    *,
+    ledger: ObservationalMemoryLedger | None = None,
+    scope_map: WorkScopeMap | None = None,
+    shared: Sequence[SharedScopeMemory] = (),
+    scope: str | None = None,
+    include: Include = "self+ancestors",
+    max_tokens: int | None = None,
+    older: Unobserved | None = None,
+) -> Context:
+    """The context an agent server can replace its history with: nothing is out of sight.
+
+    The recent block holds every message after the observation cursor (not only the last
+    ``context.recentMessages``, which stay a floor), so a message is always either shown or
+    covered by memory. ``entries`` is the branch from at least the observation cursor on
+    (the whole branch in process); a store that reads only the newest part passes the
+    unobserved messages before it as ``older`` (they are left out, and reported).
+
+    With ``max_tokens`` (estimated tokens, at least :data:`MIN_CONTEXT_TOKENS`) memory is
+    rendered within half the budget and recent messages fill the rest, oldest units (a call
+    with its results) first to go; the newest unit is always shown, its text clipped with its
+    entry id when it alone does not fit. Unobserved messages left out are reported as
+    ``gap``, and the memory block names them with the cursor to page from.
+
+    Memory items that do not fit stay in reach
+    (:func:`~om_core.read.render.render_reachable_memory`):
+    observations a reflection covers go first, and the block's note lists the recall id of
+    every other item left out; they are reported as ``omitted``. The other
+    arguments are those of :func:`build_context_blocks`. Raises ``ValueError`` for a budget
+    below the minimum, and the scope errors of :func:`build_context_blocks`.
+    """
+    if max_tokens is not None and max_tokens < MIN_CONTEXT_TOKENS:
+        raise ValueError(f"max_tokens must be at least {MIN_CONTEXT_TOKENS}, got {max_tokens}")
+    resolved = settings or resolve_settings()
+    folded = ledger if ledger is not None else fold_ledger(entries)
+    unobserved = [
+        e for e in unscanned_entries(entries, folded) if is_eligible_observation_source(e)
+    ]
+    keep = max(resolved.context.recent_messages, len(unobserved))
+    window = select_recent_message_entries(
+        entries, keep, None if unobserved else resolved.context.recent_message_max_tokens
+    )
+
+    def memory_text(
+        shown: Sequence[SessionEntry], max_bytes: int | None, page_from: str | None
+    ) -> RenderedMemory:
+        return _memory_block(
+            shown, resolved, invalidated_ids, secrets, folded, scope_map, entries, shared,
+            scope, include, max_bytes, reachable=True, page_from=page_from,
+        )  # fmt: skip
+
+    if max_tokens is None:
+        recent_text, recent_ids = _fitted_recent(window, secrets, None)
+        shown = set(recent_ids)
+        rendered = memory_text([e for e in window if e.id in shown], None, _first(recent_ids))
+    else:
+        # Memory first within half the budget, recent messages in what it leaves; then memory
+        # again for the messages actually shown, in what they leave (observations of messages
+        # the budget pushed out must show), so the two never exceed the budget together.
+        first = memory_text(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None).text
+        recent_text, recent_ids = _fitted_recent(
+            window, secrets, max_tokens - estimate_text_tokens(first)
+        )
+        gap = _gap(unobserved, older, recent_ids)
+        note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
+        room = (max_tokens - estimate_text_tokens(recent_text) - note) * CHARS_PER_TOKEN
+        shown = set(recent_ids)
+        rendered = memory_text(
+            [e for e in window if e.id in shown], max(0, room), _first(recent_ids)
+        )
+    memory = rendered.text
+    gap = _gap(unobserved, older, recent_ids)
+    if gap is not None:
+        memory = f"{memory}\n\n{gap_note(gap)}" if memory else gap_note(gap)
+    return Context(
+        memory=ContextBlock(id=MEMORY_BLOCK_ID, text=memory),
+        recent=ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
+        unobserved=_unobserved(unobserved, older),
+        gap=gap,
+        omitted=_omission(rendered, folded),
+        max_tokens=max_tokens,
+    )
+
+
+def _first(ids: Sequence[str]) -> str | None:
+    return ids[0] if ids else None
+
+
+def _omission(rendered: RenderedMemory, ledger: ObservationalMemoryLedger) -> MemoryOmission | None:
+    if not rendered.omitted_ids:
+        return None
+    pending = set(ledger.pending_reflection_observation_ids)
+    return MemoryOmission(
+        items=len(rendered.omitted_ids),
+        covered=rendered.covered,
+        listed=rendered.listed,
+        unlisted=rendered.unlisted,
+        unreflected=sum(1 for i in rendered.omitted_ids if i in pending),
+    )
+
+
+def _memory_block(
+    window: Sequence[SessionEntry],
+    settings: ObservationalMemorySettings,
+    invalidated_ids: Iterable[str],
+    secrets: Iterable[str],
+    ledger: ObservationalMemoryLedger,
+    scope_map: WorkScopeMap | None,
+    entries: Sequence[SessionEntry],
+    shared: Sequence[SharedScopeMemory],
+    scope: str | None,
+    include: Include,
+    max_bytes: int | None,
+    *,
+    reachable: bool = False,
+    page_from: str | None = None,
+) -> RenderedMemory:
+    memory, scopes = merge_shared_memory(
+        ledger, scope_map if scope_map is not None else fold_work_scope_map(entries), shared
+    )
+    projection = project_ledger(memory, invalidated_ids)
+    shown = {e.id for e in window}
+    reflections, observations, outline = leaf_memory(
+        scopes,
+        projection.reflections,
+        visible_observations(projection, shown),
+        from_=scope,
+        include=include,
+    )
+    limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
+    if reachable:
+        return render_reachable_memory(
+            reflections, observations, outline, secrets, max_bytes=limit, page_from=page_from
+        )
+    text = render_observational_memory(
+        reflections, observations, outline, secrets=secrets, max_bytes=limit
+    )
+    return RenderedMemory(text=text)
+
+
+def _fitted_recent(
+    window: Sequence[SessionEntry], secrets: Iterable[str], budget: int | None
+) -> tuple[str, tuple[str, ...]]:
+    """The recent block within ``budget`` tokens: oldest units out first, then the newest
+    unit clipped with its entry id."""
+    if budget is None:
+        return render_recent_message_window(window, secrets)
+    units = tool_units([e for e in window if e.message is not None])
+    room = max(budget, 1) * CHARS_PER_TOKEN
+    # Sizes as rendered (role tags, tool calls), one newline between lines.
+    sizes = [sum(len(render_message(e.message)) + 1 for e in u if e.message) for u in units]
+    while len(units) > 1 and sum(sizes) - 1 > room:
+        units.pop(0)
+        sizes.pop(0)
+    keys = normalize_secrets(secrets)
+    kept = [(e.id, redact(render_message(e.message), keys)) for u in units for e in u if e.message]
+    limit = min(room, MAX_RECENT_WINDOW_BYTES)
+    while True:
+        text = _clipped(kept, limit, keys)
+        # The window's byte cap holds too: shrink the room until the UTF-8 text fits it.
+        size = len(text.encode("utf-8"))
+        if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
+            return text, tuple(entry_id for entry_id, _ in kept)
+        limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+
+
+def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ...]) -> str:
+    """Rendered ``(entry id, text)`` lines cut to ``room`` characters in all (newlines
+    included): the longest line is clipped first, each with a mark naming its entry and how
+    many of its characters are not shown, so a small result beside a huge one stays whole."""
+    lines = [text for _, text in messages]
+    clipped = [False] * len(lines)
+    while sum(len(line) for line in lines) + len(lines) - 1 > room:
+        candidates = [i for i in range(len(lines)) if not clipped[i]]
+        if not candidates:
+            # Marks alone outgrow the room (many parallel results in a tiny budget).
+            return scrub("\n".join(lines)[: max(0, room)], keys)
+        index = max(candidates, key=lambda i: len(lines[i]))
+        whole = messages[index][1]
+        over = sum(len(line) for line in lines) + len(lines) - 1 - room
+        mark_size = len(CLIPPED_MARK.format(rest=len(whole), id=messages[index][0]))
+        keep = max(0, len(whole) - over - mark_size)
+        mark = CLIPPED_MARK.format(rest=len(whole) - keep, id=messages[index][0])
+        lines[index] = scrub(whole[:keep], keys) + mark
+        clipped[index] = True
+    return "\n".join(lines)
+
+
+def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unobserved:
+    before = older or Unobserved()
+    tokens = sum(estimate_entry_tokens(e) for e in shown)
+    first = before.first_id or (shown[0].id if shown else None)
+    return Unobserved(
+        messages=before.messages + len(shown), tokens=before.tokens + tokens, first_id=first
+    )
+
+
+def _gap(
+    unobserved: Sequence[SessionEntry], older: Unobserved | None, shown_ids: Sequence[str]
+) -> ContextGap | None:
+    shown = set(shown_ids)
+    left = [e for e in unobserved if e.id not in shown]
+    before = older or Unobserved()
+    messages = before.messages + len(left)
+    if not messages or not shown_ids:
+        return None
+    first = before.first_id or left[0].id
+    tokens = before.tokens + sum(estimate_entry_tokens(e) for e in left)
+    return ContextGap(messages=messages, tokens=tokens, first_id=first, cursor=shown_ids[0])
+
+
+def gap_note(gap: ContextGap) -> str:
+    """The memory block's line naming unobserved messages the budget left out."""
+    return (
+        f"({gap.messages} older messages, about {gap.tokens} tokens, are not in memory yet and "
+        f"not shown here: page them backward from entry {gap.cursor}, oldest {gap.first_id})"
+    )

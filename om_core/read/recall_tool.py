@@ -1,0 +1,123 @@
+"""The optional ``recall`` tool: exact-id recall or current-branch paging, one per call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from om_core.errors import AmbiguousInputError, InvalidInputError, WrongSessionError
+from om_core.ledger.ids import parse_memory_ref
+from om_core.ledger.models import SessionEntry
+from om_core.policy.redaction import normalize_secrets
+from om_core.read.paging import check_page_request, recall_branch_page
+from om_core.read.recall import recall_memory, recall_shared_memory
+from om_core.scopes.shared import SharedScopeMemory
+from om_core.settings import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+
+GetEntries = Callable[[str], Sequence[SessionEntry]]
+GetInvalidated = Callable[[str], Iterable[str]]
+GetShared = Callable[[str], Sequence[SharedScopeMemory]]
+
+RECALL_TOOL_NAME = "recall"
+_PAGE_KEYS = frozenset({"cursor", "limit", "direction", "detail"})
+
+
+class RecallMemoryTool:
+    """Recall memory by exact id, or page raw messages around a cursor. No topic search.
+
+    ``get_entries(session_id)`` returns that session's current branch; entries of any other
+    session make the call fail closed (:class:`WrongSessionError`). Arguments must hold
+    exactly one of ``id`` or ``cursor`` (:class:`AmbiguousInputError` otherwise); page
+    arguments are only valid with ``cursor``. Results are JSON-ready dicts with secrets redacted.
+    ``get_shared(session_id)`` (resolved shared scopes) extends exact-id recall to memory
+    bound to a granted shared scope; paging stays on the current branch.
+    """
+
+    def __init__(
+        self,
+        *,
+        get_entries: GetEntries,
+        secrets: Iterable[str] = (),
+        page_limit: int = DEFAULT_PAGE_LIMIT,
+        get_invalidated_ids: GetInvalidated | None = None,
+        get_shared: GetShared | None = None,
+    ) -> None:
+        self._get_entries = get_entries
+        self._secrets = normalize_secrets(secrets)
+        self._page_limit = page_limit
+        self._get_invalidated = get_invalidated_ids
+        self._get_shared = get_shared
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """The tool's name, description and JSON-schema parameters, for a provider request."""
+        return {
+            "name": RECALL_TOOL_NAME,
+            "description": (
+                "Recall the exact raw messages behind a memory id (om:<id> or "
+                "reflection:<id>), or page raw messages around a message entry id. "
+                "Give exactly one of id or cursor. There is no topic search."
+            ),
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "id": {"type": "string"},
+                    "cursor": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT},
+                    "direction": {"type": "string", "enum": ["forward", "backward"]},
+                    "detail": {"type": "string", "enum": ["summary", "full"]},
+                },
+            },
+        }
+
+    def __call__(self, session_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one recall for ``session_id``; typed errors for every invalid request."""
+        if not isinstance(arguments, Mapping):
+            raise InvalidInputError("recall arguments must be an object")
+        unknown = set(arguments) - _PAGE_KEYS - {"id"}
+        if unknown:
+            raise InvalidInputError(f"unknown recall arguments: {sorted(unknown)}")
+        has_id, has_cursor = "id" in arguments, "cursor" in arguments
+        if has_id == has_cursor:
+            raise AmbiguousInputError("recall needs exactly one of 'id' or 'cursor'")
+        if has_id and set(arguments) != {"id"}:
+            raise AmbiguousInputError("page arguments are only valid with 'cursor'")
+        # Everything the arguments alone can refute is refuted before any host callback runs:
+        # an invalid id or page request never reads the branch.
+        if has_id:
+            memory_id = parse_memory_ref(arguments["id"])
+            entries = self._entries(session_id)
+            invalidated = self._get_invalidated(session_id) if self._get_invalidated else ()
+            result = recall_memory(entries, memory_id, invalidated, self._secrets)
+            if result.reason == "not_found" and self._get_shared is not None:
+                # Granted shared scopes are the one exception to single-branch recall.
+                shared = self._get_shared(session_id)
+                result = recall_shared_memory(shared, result.id, invalidated, self._secrets)
+            return result.to_json_dict()
+        cursor = arguments["cursor"]
+        if not isinstance(cursor, str):
+            raise InvalidInputError("cursor must be an entry id string")
+        limit, direction, detail = check_page_request(
+            arguments.get("limit", self._page_limit),
+            arguments.get("direction", "forward"),
+            arguments.get("detail", "summary"),
+        )
+        page = recall_branch_page(
+            self._entries(session_id),
+            cursor,
+            limit=limit,
+            direction=direction,
+            detail=detail,
+            secrets=self._secrets,
+        )
+        return page.to_json_dict()
+
+    def _entries(self, session_id: str) -> Sequence[SessionEntry]:
+        entries = self._get_entries(session_id)
+        foreign = next((e for e in entries if e.session_id != session_id), None)
+        if foreign is not None:
+            raise WrongSessionError(
+                f"entries for session {session_id!r} include one of another session"
+            )
+        return entries

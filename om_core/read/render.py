@@ -1,0 +1,244 @@
+"""Rendering prepared memory: reflections, then observations, within the 256 KiB cap.
+
+Observations are shown oldest first by the time of their sources, each with its date, so a
+model reading the context can tell what was true when, and which of two facts is the newer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX
+from om_core.ledger.models import Frozen, Observation, Reflection
+from om_core.ledger.relative_dates import MONTHS
+from om_core.policy.limits import MAX_RENDERED_MEMORY_BYTES
+from om_core.policy.redaction import normalize_secrets, redact
+from om_core.read.memory_fit import Candidates, Policy, count_note, fit, reachable_note
+
+MEMORY_HEADING = "# Observational memory"
+OUTLINE_HEADING = "## Scope Outline"
+REFLECTIONS_HEADING = "## Reflections"
+OBSERVATIONS_HEADING = "## Observations"
+
+
+def render_observational_memory(
+    reflections: Sequence[Reflection],
+    observations: Sequence[Observation],
+    outline: Sequence[str] | None = None,
+    secrets: Iterable[str] = (),
+    *,
+    max_bytes: int = MAX_RENDERED_MEMORY_BYTES,
+) -> str:
+    """Render memory as markdown: optional scope outline, reflections, then observations.
+
+    Each item shows its recall id (``reflection:<id>`` / ``om:<id>``). Observations are in
+    time order (:func:`in_time_order`), dated when their ``observedAt`` is known
+    (``- [om:<id>] (8 May 2023, 13:56 UTC) text``); a line of the same time as the line above
+    it does not repeat the date. Known secrets are redacted. The result never exceeds
+    ``max_bytes`` (UTF-8, at most 256 KiB): lowest-relevance observations go first, then the
+    oldest reflections, and a final line says how many were left out. Returns ``""`` when
+    there is nothing to render.
+    """
+    return _render(reflections, observations, outline, secrets, max_bytes, "count", None).text
+
+
+class RenderedMemory(Frozen):
+    """A memory block fitted to a budget, and what it left out (:func:`render_reachable_memory`).
+
+    ``omitted_ids`` are the bare ids of the observations and reflections left out;
+    ``covered`` of them are observations a reflection shown or listed covers, ``listed`` are
+    named by recall id in the note, ``unlisted`` are behind the note's paging cursor only.
+    """
+
+    text: str
+    omitted_ids: tuple[str, ...] = ()
+    covered: int = 0
+    listed: int = 0
+    unlisted: int = 0
+
+
+def render_reachable_memory(
+    reflections: Sequence[Reflection],
+    observations: Sequence[Observation],
+    outline: Sequence[str] | None = None,
+    secrets: Iterable[str] = (),
+    *,
+    max_bytes: int = MAX_RENDERED_MEMORY_BYTES,
+    page_from: str | None = None,
+) -> RenderedMemory:
+    """Render memory as :func:`render_observational_memory` does, leaving nothing out of reach.
+
+    What does not fit ``max_bytes`` is left out in this order: observations a reflection
+    covers (recalling the reflection returns their messages), then the rest lowest-relevance
+    first, then the oldest reflections; the final note lists every item left out that no
+    reflection covers by its recall id (``[om:<id>]``, ``[reflection:<id>]``), so each stays
+    one recall away. Only when those ids do not fit either are the oldest of them left
+    unlisted, and the note says to page messages backward from entry ``page_from`` (the
+    oldest message the context shows). Never exceeds ``max_bytes`` but for the heading and
+    that note when ``max_bytes`` cannot hold even them.
+    """
+    return _render(reflections, observations, outline, secrets, max_bytes, "reachable", page_from)
+
+
+def _render(
+    reflections: Sequence[Reflection],
+    observations: Sequence[Observation],
+    outline: Sequence[str] | None,
+    secrets: Iterable[str],
+    max_bytes: int,
+    policy: Policy,
+    page_from: str | None,
+) -> RenderedMemory:
+    max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
+    keys = normalize_secrets(secrets)
+    outline_lines = [redact(line, keys) for line in outline or ()]
+    observations = in_time_order(observations)
+    if not (outline_lines or reflections or observations):
+        return RenderedMemory(text="")
+    ref_lines = [_item(REFLECTION_REF_PREFIX, r.id, r.text, keys) for r in reflections]
+    obs_lines = [_item(OBSERVATION_REF_PREFIX, o.id, o.text, keys) for o in observations]
+    runs, prefixes = _date_runs(observations)
+    position = {o.id: i for i, o in enumerate(observations)}
+    items = Candidates(
+        outline_bytes=[_bytes(line) for line in outline_lines],
+        reflection_bytes=[_bytes(line) for line in ref_lines],
+        reflection_refs=[REFLECTION_REF_PREFIX + r.id for r in reflections],
+        reflection_covers=[
+            [position[i] for i in r.observation_ids if i in position] for r in reflections
+        ],
+        observation_bytes=[_bytes(line) for line in obs_lines],
+        observation_refs=[OBSERVATION_REF_PREFIX + o.id for o in observations],
+        relevance=[o.relevance for o in observations],
+        runs=runs,
+        run_prefix_bytes=[_bytes(p) for p in prefixes],
+    )
+    omission, cut = fit(items, _HEADING_BYTES, max_bytes, policy, page_from)
+    sections = [MEMORY_HEADING]
+    if outline_lines[: len(outline_lines) - cut]:
+        sections += ["", OUTLINE_HEADING, *outline_lines[: len(outline_lines) - cut]]
+    kept_refs = [line for i, line in enumerate(ref_lines) if i not in omission.reflections]
+    if kept_refs:
+        sections += ["", REFLECTIONS_HEADING, *kept_refs]
+    kept_obs: list[str] = []
+    dated_run = -1
+    for i, line in enumerate(obs_lines):
+        if i in omission.observations:
+            continue
+        if runs[i] != dated_run:
+            dated_run = runs[i]
+            line = _dated(line, prefixes[runs[i]])
+        kept_obs.append(line)
+    if kept_obs:
+        sections += ["", OBSERVATIONS_HEADING, *kept_obs]
+    if omission.count:
+        if policy == "count":
+            note = count_note(omission.count)
+        else:
+            note = reachable_note(
+                omission.count, omission.covered, list(omission.listed), omission.unlisted,
+                page_from,
+            )  # fmt: skip
+        sections += ["", note]
+    omitted = [observations[i].id for i in sorted(omission.observations)]
+    omitted += [reflections[i].id for i in sorted(omission.reflections)]
+    return RenderedMemory(
+        text="\n".join(sections),
+        omitted_ids=tuple(omitted),
+        covered=omission.covered,
+        listed=len(omission.listed),
+        unlisted=omission.unlisted,
+    )
+
+
+def _date_runs(observations: Sequence[Observation]) -> tuple[list[int], list[str]]:
+    """Each observation's date run (consecutive observations of the same shown time) and
+    each run's ``(date) `` prefix (empty for undated observations)."""
+    runs: list[int] = []
+    prefixes: list[str] = []
+    last: object = object()
+    for o in observations:
+        when = format_time(o.observed_at)
+        if when != last or not prefixes:
+            prefixes.append(f"({when}) " if when else "")
+            last = when
+        runs.append(len(prefixes) - 1)
+    return runs, prefixes
+
+
+def _dated(line: str, prefix: str) -> str:
+    """``- [om:<id>] text`` with ``prefix`` after the id."""
+    head, _, body = line.partition("] ")
+    return f"{head}] {prefix}{body}"
+
+
+MEMORY_REF_PATTERN = re.compile(r"\[(om|reflection):([a-f0-9]{12})\]")
+"""A recall id as a memory block writes it, in an item or in a note: ``[om:<id>]``."""
+
+
+def memory_refs(memory_text: str) -> list[str]:
+    """Every memory id (``om:<id>``, ``reflection:<id>``) a memory block shows as an item or
+    lists in its note, each once, in order: what an agent reading the block can recall."""
+    found = MEMORY_REF_PATTERN.findall(memory_text)
+    return list(dict.fromkeys(f"{kind}:{memory_id}" for kind, memory_id in found))
+
+
+def in_time_order(observations: Sequence[Observation]) -> list[Observation]:
+    """``observations`` sorted by ``observedAt``, oldest first; stable, so those of the same
+    time keep their record order. Undated ones (recorded before sources carried times, or
+    with an unreadable time) come first, in record order: they are the older memory."""
+    return sorted(observations, key=lambda o: _moment(o.observed_at) or _UNDATED)
+
+
+def format_time(value: str | None) -> str | None:
+    """A timestamp as a reader wants it: ``8 May 2023``, plus ``, 13:56`` when the time of
+    day is not midnight and its zone (``UTC``, ``+02:00``) when known; ``None`` if unreadable."""
+    moment = _parse(value)
+    if moment is None:
+        return None
+    text = f"{moment.day} {MONTHS[moment.month - 1]} {moment.year}"
+    if (moment.hour, moment.minute, moment.second) != (0, 0, 0):
+        text += f", {moment:%H:%M}"
+        offset = moment.utcoffset()
+        if offset is not None:
+            text += " UTC" if not offset else " " + moment.isoformat(timespec="minutes")[-6:]
+    return text
+
+
+_UNDATED = datetime.min.replace(tzinfo=UTC)
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _moment(value: str | None) -> datetime | None:
+    """An instant comparable with any other (a naive time is taken as UTC)."""
+    moment = _parse(value)
+    if moment is None:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _item(prefix: str, memory_id: str, text: str, secrets: tuple[str, ...]) -> str:
+    # Continuation lines are indented so a multi-line text stays one list item.
+    body = redact(text, secrets).replace("\n", "\n  ")
+    return f"- [{prefix}{memory_id}] {body}"
+
+
+def _bytes(line: str) -> int:
+    return len(line.encode("utf-8"))
+
+
+_HEADING_BYTES = {
+    "memory": _bytes(MEMORY_HEADING),
+    "outline": _bytes(OUTLINE_HEADING),
+    "reflections": _bytes(REFLECTIONS_HEADING),
+    "observations": _bytes(OBSERVATIONS_HEADING),
+}

@@ -1,0 +1,127 @@
+"""The recent-message window: the last N exact messages, never splitting a tool call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from om_core.ledger.fold import is_eligible_observation_source
+from om_core.ledger.models import Message, SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
+from om_core.policy.redaction import normalize_secrets, redact, scrub
+
+TRUNCATED_MARK = " …[truncated]"
+
+
+def tool_units(entries: Sequence[SessionEntry]) -> list[list[SessionEntry]]:
+    """Group message entries into units: a message plus the tool results that answer it.
+
+    A tool result joins the unit of the assistant message whose call it answers when that
+    message is in ``entries``; otherwise (an orphan) it stands alone.
+    """
+    units: list[list[SessionEntry]] = []
+    owner: dict[str, list[SessionEntry]] = {}
+    for entry in entries:
+        message = entry.message
+        assert message is not None
+        unit = owner.get(message.tool_call_id or "") if message.role == "tool" else None
+        if unit is None:
+            unit = [entry]
+            units.append(unit)
+        else:
+            unit.append(entry)
+        for call in message.tool_calls:
+            owner[call.id] = unit
+    return units
+
+
+def _extend_to_calls(messages: Sequence[SessionEntry], start: int) -> int:
+    """Move ``start`` back so that every tool result in the window has its call with it."""
+    position_of_call: dict[str, int] = {}
+    for index, entry in enumerate(messages[:start]):
+        assert entry.message is not None
+        for call in entry.message.tool_calls:
+            position_of_call[call.id] = index
+    earliest = start
+    for entry in messages[start:]:
+        assert entry.message is not None
+        if entry.message.role == "tool" and entry.message.tool_call_id in position_of_call:
+            earliest = min(earliest, position_of_call[entry.message.tool_call_id])
+    return earliest
+
+
+def select_recent_message_entries(
+    entries: Sequence[SessionEntry], keep: int, max_tokens: int | None = None
+) -> list[SessionEntry]:
+    """The last ``keep`` user/assistant/tool message entries, in branch order.
+
+    ``keep`` is a floor: when the oldest kept message is a tool result, the assistant
+    message that called it (and what lies between) is kept too. ``max_tokens`` then trims
+    whole units (a call with its results) oldest first, by :func:`estimate_entry_tokens`;
+    the newest unit always stays.
+    """
+    if keep < 0:
+        raise ValueError("keep must be >= 0")
+    if keep == 0:
+        return []
+    messages = [e for e in entries if is_eligible_observation_source(e)]
+    start = _extend_to_calls(messages, max(0, len(messages) - keep))
+    window = messages[start:]
+    if max_tokens is None:
+        return window
+    units = tool_units(window)
+    total = sum(estimate_entry_tokens(e) for e in window)
+    while len(units) > 1 and total > max_tokens:
+        total -= sum(estimate_entry_tokens(e) for e in units.pop(0))
+    return [e for unit in units for e in unit]
+
+
+def render_message(message: Message) -> str:
+    """One message as plain text: a role tag, its text, and its tool calls."""
+    if message.role == "tool":
+        tag = f"[tool {message.tool_name or ''} {message.tool_call_id or ''}".rstrip() + "]"
+        if message.is_error:
+            tag += " (error)"
+    else:
+        tag = f"[{message.role}]"
+    lines = [f"{tag} {message.text}".rstrip()]
+    for call in message.tool_calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
+        lines.append(f"  -> tool call {call.name} {arguments} (id {call.id})")
+    return "\n".join(lines)
+
+
+def render_recent_message_window(
+    entries: Sequence[SessionEntry],
+    secrets: Iterable[str] = (),
+    *,
+    max_bytes: int = MAX_RECENT_WINDOW_BYTES,
+) -> tuple[str, tuple[str, ...]]:
+    """Render selected message entries; return the text and the ids actually shown.
+
+    Never more than ``max_bytes`` (UTF-8, at most 512 KiB): whole units are left
+    out oldest first, and a single unit that is still too large is cut with a mark.
+    """
+    max_bytes = min(max_bytes, MAX_RECENT_WINDOW_BYTES)
+    keys = normalize_secrets(secrets)
+    units = [
+        [(e.id, redact(render_message(e.message), keys)) for e in unit if e.message]
+        for unit in tool_units([e for e in entries if e.message is not None])
+    ]
+    sizes = [sum(len(text.encode("utf-8")) + 1 for _, text in unit) for unit in units]
+    total = sum(sizes) - 1  # lines are joined by newlines, not ended by them
+    while len(units) > 1 and total > max_bytes:
+        units.pop(0)
+        total -= sizes.pop(0)
+    pairs = [pair for unit in units for pair in unit]
+    text = "\n".join(t for _, t in pairs)
+    if len(text.encode("utf-8")) > max_bytes:
+        text = scrub(_cut(text, max_bytes), keys)
+    return text, tuple(i for i, _ in pairs)
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    room = max_bytes - len(TRUNCATED_MARK.encode("utf-8"))
+    head = text.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    return head + TRUNCATED_MARK
