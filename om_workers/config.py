@@ -179,7 +179,7 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_broker_is_unset(cls, value: str | None) -> str | None:
         """An empty ``OM_BROKER_URL`` (compose's ``${OM_BROKER_URL:-}``) means unset. The
-        scheme is checked where the Celery app is built (``om_workers.jobs.celery_app``), so a
+        scheme is checked where the Celery app is built (``om_workers.celery.config``), so a
         bad URL's password never lands in a validation error."""
         if value is None:
             return None

@@ -1,7 +1,7 @@
 """The composition root: the store, the Redis client, the provider and the settings, built once.
 
 Every process builds its long-lived dependencies here and nowhere else: the Celery worker
-(:func:`om_workers.jobs.tasks.worker_deps`), the HTTP API (``om_api.server.app.create_app``) and the
+(:func:`om_workers.celery.app.worker_deps`), the HTTP API (``om_api.server.app.create_app``) and the
 embedded stack (``om_api.cli.stack``). :func:`build_services` turns one :class:`Settings` into one
 :class:`Services`; its helpers derive what each side needs (:meth:`Services.flush_deps` for the
 worker, :meth:`Services.memory` for the API's reads).
@@ -30,7 +30,7 @@ from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.errors import ConfigError
-from om_workers.jobs.flush import FlushDeps, PublishJob
+from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.prompts import load_prompts
 from om_workers.providers.setup import provider_factory, provider_secrets, worker_models
 from om_workers.store import SqlStore
@@ -104,7 +104,7 @@ class Services:
         return self._memory.get()
 
     def flush_deps(self, publish: PublishJob) -> FlushDeps:
-        """The worker's :class:`~om_workers.jobs.flush.FlushDeps`: this store and Redis client,
+        """The worker's :class:`~om_workers.jobs.deps.FlushDeps`: this store and Redis client,
         ``publish`` (sends ``om.flush`` again), the provider factory, ``OM_MODEL``, a copy of
         the raw memory settings, ``OM_LOCK_TTL_S`` (seconds), ``OM_MAX_DELIVERIES``, the
         redaction secrets, the per-worker models and the prompt set.

@@ -61,7 +61,7 @@ app.add_typer(eval_app, name="eval")
 
 def _celery_app() -> Any:
     # Imported here: building the app reads OM_REDIS_URL, which only the service commands need.
-    from om_workers.jobs.tasks import get_app
+    from om_workers.celery.app import get_app
 
     try:
         return get_app()
@@ -183,8 +183,8 @@ def worker(
     log_level: LogLevel = None,
 ) -> None:
     """Run a Celery worker on queue om (threads pool, task events on). Needs OM_REDIS_URL."""
-    from om_workers.jobs.celery_app import QUEUE
-    from om_workers.jobs.tasks import worker_deps
+    from om_workers.celery.app import worker_deps
+    from om_workers.celery.config import QUEUE
 
     celery_app = _celery_app()
     try:

@@ -34,7 +34,7 @@ from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.fairness import FairQueue
 from om_workers.coordination.rate_limit import RateLimiter
-from om_workers.jobs.flush import PublishJob
+from om_workers.jobs.deps import PublishJob
 from om_workers.logs import CONTEXT_FIELDS, log_context
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
@@ -184,9 +184,10 @@ async def _path_ids_in_log_context(request: Request) -> None:
 
 def _default_publish_factory() -> PublishJob:
     # Imported lazily: building the Celery app needs OM_REDIS_URL, reads do not.
-    from om_workers.jobs import tasks
+    from om_workers.celery.app import get_app
+    from om_workers.celery.tasks import publisher
 
-    return tasks.publisher(tasks.get_app())
+    return publisher(get_app())
 
 
 def create_app(

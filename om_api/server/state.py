@@ -21,7 +21,7 @@ from om_api.server.metrics import ApiMetrics
 from om_core.settings import ObservationalMemorySettings
 from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
-from om_workers.jobs.flush import PublishJob
+from om_workers.jobs.deps import PublishJob
 from om_workers.services import Services
 from om_workers.store import SqlStore, tombstone_scope
 

@@ -178,7 +178,7 @@ def send_admitted(admitted: Sequence[QueuedJob], send: Send, queue: FairQueue) -
 class FairPublisher:
     """Publishes flush jobs through the fair queue: what the queue admits is sent with
     ``send`` (the broker publish), the rest waits its turn. Called like ``send``, it is the
-    :data:`~om_workers.jobs.flush.PublishJob` of every publisher of a process (API, worker
+    :data:`~om_workers.jobs.deps.PublishJob` of every publisher of a process (API, worker
     release, reconciler); the worker reports each message's start and finish."""
 
     def __init__(self, queue: FairQueue, send: Send) -> None:

@@ -1,6 +1,4 @@
-"""The flush and reconcile jobs and their Celery adapters.
-
-:mod:`.flush` holds a flush from request to finished job, pure of Celery; :mod:`.reconcile`
-the periodic pass that heals lost Redis state; :mod:`.celery_app` and :mod:`.tasks` only adapt
-both to Celery (``om.flush``, ``om.reconcile``).
-"""
+"""The job bodies, pure of Celery: accepting a flush request (:mod:`.requests`), running a
+flush job from its lock to its finished row (:mod:`.flush`, with its one handle on the row in
+:mod:`.running`), and the reconciler's pass that heals lost Redis state (:mod:`.reconcile`).
+:mod:`om_workers.celery` adapts them to Celery (``om.flush``, ``om.reconcile``)."""

@@ -28,60 +28,26 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-import redis
-
-from om_core.flush.extractive import ExtractiveProvider
-from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
 from om_core.flush.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
-from om_workers.coordination import coalesce, keys, timing
-from om_workers.coordination.coalesce import FlushTicket, drop_marker, release_and_republish
-from om_workers.coordination.connection import translate_errors
+from om_workers.coordination import timing
+from om_workers.coordination.coalesce import drop_marker, release_and_republish
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
     FlushJobNotFoundError,
     InvalidJobStateError,
-    LockLostError,
     OMWorkersError,
-    StaleEpochError,
 )
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.running import Finished, RunningJob
 from om_workers.metrics import METRICS
-from om_workers.store import SqlStore
-from om_workers.store.records import FlushJob, JobFinish, StartedJob
+from om_workers.store.records import FlushJob, StartedJob
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["succeeded", "failed", "skipped", "busy", "poison", "unknown", "unavailable"]
-PublishJob = Callable[[str, str, str], None]
-"""Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``."""
-
-
-@dataclass(frozen=True)
-class FlushDeps:
-    """What a flush job needs; built once per worker process.
-
-    ``publish`` sends ``om.flush`` again (release re-publish); ``provider`` builds the
-    provider for one job; ``memory_settings`` are the observational-memory settings;
-    ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
-    ``secrets`` are redacted from every stored error and prompt (the provider API key among
-    them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
-    overrides the memory settings' and ``model`` for that worker; ``prompts`` the
-    observer/reflector instructions (their version is recorded on each job row).
-    """
-
-    store: SqlStore
-    redis: redis.Redis
-    publish: PublishJob
-    provider: Callable[[], Provider] = ExtractiveProvider
-    model: str = "extractive"
-    memory_settings: Mapping[str, Any] = field(default_factory=dict)
-    lock_ttl_s: float = keys.DEFAULT_LOCK_TTL_S
-    max_deliveries: int = 5
-    secrets: tuple[str, ...] = ()
-    worker_models: Mapping[str, str] = field(default_factory=dict)
-    prompts: PromptSet = DEFAULT_PROMPTS
 
 
 @dataclass(frozen=True)
@@ -100,91 +66,6 @@ class FlushOutcome:
     error: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
-
-
-def request_flush(
-    store: SqlStore,
-    client: redis.Redis,
-    tenant_id: str,
-    session_id: str,
-    *,
-    publish: PublishJob,
-    force: bool = False,
-    full_reflection_rebuild: bool = False,
-) -> FlushTicket:
-    """Accept a flush request: the job id that will serve it, publishing a new job if needed.
-
-    While a job is pending its id is returned at once and nothing is written (a coalesced
-    request has no job of its own, so a row for it would only be noise). Otherwise a job row
-    is recorded first (a marker never names a job the store does not know), then the
-    marker is set and the job published; a request that loses that race to a concurrent one
-    coalesces after all, and its fresh row is finished ``skipped`` ("coalesced into ...") so no
-    ``queued`` row is left that no message will ever run. When ``publish`` raises, the row is
-    finished ``failed`` and the exception propagates. Raises what
-    :meth:`SqlStore.create_job` and :func:`om_workers.coordination.coalesce.enqueue` raise.
-    """
-    with translate_errors("reading the pending flush"):
-        pending = client.get(keys.pending_key(tenant_id, session_id))
-    if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
-        METRICS.coalesced.inc()
-        _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
-        return FlushTicket(str(pending), coalesced=True)
-    job = store.create_job(
-        tenant_id, session_id, force=force, full_reflection_rebuild=full_reflection_rebuild
-    )
-
-    def send(job_id: str) -> None:
-        publish(tenant_id, session_id, job_id)
-
-    try:
-        request = coalesce.enqueue(client, tenant_id, session_id, job.id, send)
-        if request.coalesced and not _still_queued(
-            store, client, tenant_id, session_id, request.job_id
-        ):
-            # A stale marker won the race and is gone now: ours takes its place.
-            request = coalesce.enqueue(client, tenant_id, session_id, job.id, send)
-    except Exception as exc:
-        store.finish_job(tenant_id, job.id, "failed", error=f"not published: {exc}")
-        raise
-    if request.coalesced:
-        METRICS.coalesced.inc()
-        # Nobody else knows this row's id, so nothing can have finished it meanwhile.
-        store.finish_job(tenant_id, job.id, "skipped", error=f"coalesced into {request.job_id}")
-        _widen(store, tenant_id, request.job_id, force, full_reflection_rebuild)
-    return request
-
-
-def _still_queued(
-    store: SqlStore, client: redis.Redis, tenant_id: str, session_id: str, job_id: str
-) -> bool:
-    """True when the pending job has not read the session yet, so it serves a new request.
-
-    A marker can outlive its job's read (the reconciler re-marks a queued job whose marker it
-    found gone while the job was just starting, say): such a marker would swallow every later
-    request, so it is dropped here and False returned.
-    """
-    try:
-        queued = store.get_job(tenant_id, job_id).state == "queued"
-    except FlushJobNotFoundError:
-        queued = False
-    if not queued:
-        drop_marker(client, tenant_id, session_id, job_id)
-    return queued
-
-
-def _widen(
-    store: SqlStore, tenant_id: str, job_id: str, force: bool, full_reflection_rebuild: bool
-) -> None:
-    """Give the pending job this request's options (its row is read when the job starts).
-
-    A job that already started has claimed its marker, so a request only coalesces into one
-    that is still queued; should it have started in between, it read the session after this
-    request was made, and the options miss one flush at most.
-    """
-    if not store.widen_job_options(
-        tenant_id, job_id, force=force, full_reflection_rebuild=full_reflection_rebuild
-    ):
-        log.info("flush %s started before a coalesced request widened its options", job_id)
 
 
 def run_flush_job(
@@ -312,8 +193,8 @@ def _run_other(
 
 
 def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOutcome:
-    job = started.job
-    tenant_id, session_id, job_id = job.tenant_id, job.session_id, job.id
+    running = RunningJob(deps, started, before_write=lock.check)
+    job = running.job
     # The job row counts attempts to run, not messages: duplicates dropped at a busy lock or
     # skipped as finished are harmless, while a message that kills its worker mid-flush comes
     # back here. Durable, so a Redis restart does not reset it.
@@ -321,65 +202,50 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         METRICS.redeliveries.inc()
     if timing.redelivery_exhausted(job.attempts, max_deliveries=deps.max_deliveries):
         poison = f"poison message: attempted {job.attempts} times (limit {deps.max_deliveries})"
-        stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=poison)
-        return FlushOutcome("poison", job_id, job_id, stored)
+        return _outcome(job.id, running.fail(poison), outcome="poison")
     lock.start_heartbeat()
-    # The last records of the flush commit with the job's finish (one transaction less); any
-    # earlier ones are written before the next provider call starts.
-    memory = deps.store.session(
-        tenant_id,
-        session_id,
-        epoch=started.epoch,
-        before_write=lock.check,
-        view=started.view,
-        hold_last=True,
-    )
-    models = deps.worker_models
     try:
-        provider = _WritingFirst(deps.provider(), memory.write_held)
-        runtime = ObservationalMemoryRuntime(
-            memory,
-            settings=dict(deps.memory_settings),
-            # Reflector and dropper fall back to the observer's provider (one adapter).
-            observation=WorkerConfig(provider=provider, model=models.get("observer")),
-            reflection=WorkerConfig(model=models.get("reflector")),
-            dropper=WorkerConfig(model=models.get("dropper")),
-            session_model=deps.model,
-            secrets=deps.secrets,
-            prompts=deps.prompts,
-        )
+        runtime = _runtime(deps, running)
         result = runtime.flush(full_reflection_rebuild=job.full_reflection_rebuild, force=job.force)
     except Exception as exc:  # store unreachable mid-flush, bad settings, provider factory ...
-        crashed = f"{type(exc).__name__}: {exc}"
-        stored = _finish_quietly(deps, tenant_id, job_id, "failed", error=crashed)
-        return FlushOutcome("failed", job_id, job_id, stored)
-    counts = _counts(result)
-    version = runtime.prompt_version
-    state: Literal["succeeded", "failed"] = "failed" if result.error else "succeeded"
-    if memory.fenced is None:
-        finish = JobFinish(job_id, state, counts, result.error, deps.secrets, result.note, version)
-        try:
-            job_row = memory.finish(finish)
-        except (LockLostError, StaleEpochError):
-            pass  # recorded in memory.fenced: the job is finished as fenced out below
-        except Exception as exc:  # the held records could not be written
-            lost = f"{type(exc).__name__}: {exc}"
-            stored = _finish_quietly(
-                deps, tenant_id, job_id, "failed", counts=counts, error=lost, version=version
-            )
-            return FlushOutcome("failed", job_id, job_id, stored, counts)
-        else:
-            if job_row is None:
-                log.warning("flush job %s was finished meanwhile; kept its state", job_id)
-                return FlushOutcome(state, job_id, job_id, result.error, counts, result.note)
-            return FlushOutcome(state, job_id, job_id, job_row.error, counts, job_row.reason)
-    if isinstance(memory.fenced, StaleEpochError):
-        METRICS.fence_rejections.inc()
-    error = f"fenced out before writing: {memory.fenced}"
-    stored = _finish_quietly(
-        deps, tenant_id, job_id, "failed", counts=counts, error=error, version=version
+        return _outcome(job.id, running.fail(f"{type(exc).__name__}: {exc}"))
+    finished = running.finish(
+        "failed" if result.error else "succeeded",
+        counts=_counts(result),
+        error=result.error,
+        reason=result.note,
+        version=runtime.prompt_version,
     )
-    return FlushOutcome("failed", job_id, job_id, stored, counts)
+    return _outcome(job.id, finished)
+
+
+def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime:
+    """The flush's runtime over the job's memory unit of work; records held back are written
+    before each provider call, so no model work starts while a step's records are not durable."""
+    models = deps.worker_models
+    provider = _WritingFirst(deps.provider(), running.memory.write_held)
+    return ObservationalMemoryRuntime(
+        running.memory,
+        settings=dict(deps.memory_settings),
+        # Reflector and dropper fall back to the observer's provider (one adapter).
+        observation=WorkerConfig(provider=provider, model=models.get("observer")),
+        reflection=WorkerConfig(model=models.get("reflector")),
+        dropper=WorkerConfig(model=models.get("dropper")),
+        session_model=deps.model,
+        secrets=deps.secrets,
+        prompts=deps.prompts,
+    )
+
+
+def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None) -> FlushOutcome:
+    return FlushOutcome(
+        outcome or finished.state,
+        job_id,
+        job_id,
+        finished.error,
+        finished.counts,
+        finished.reason,
+    )
 
 
 class _WritingFirst:
@@ -405,34 +271,6 @@ def _counts(result: FlushResult) -> dict[str, int]:
     }
 
 
-def _finish_quietly(
-    deps: FlushDeps,
-    tenant_id: str,
-    job_id: str,
-    state: Literal["succeeded", "failed", "skipped"],
-    *,
-    counts: Mapping[str, int] | None = None,
-    error: str | None = None,
-    version: str | None = None,
-) -> str | None:
-    """Finish the job; a job finished meanwhile (the reconciler swept it) keeps its state.
-    ``version`` is the prompt version of a job that got as far as the pipeline. Returns the
-    stored (redacted) error."""
-    try:
-        return deps.store.finish_job(
-            tenant_id,
-            job_id,
-            state,
-            counts=counts,
-            error=error,
-            secrets=deps.secrets,
-            prompt_version=version,
-        ).error
-    except (InvalidJobStateError, FlushJobNotFoundError) as exc:
-        log.warning("flush job %s not finished as %s: %s", job_id, state, exc)
-        return error
-
-
 def _bound_publish(deps: FlushDeps, tenant_id: str, session_id: str) -> Callable[[str], None]:
     def publish(job_id: str) -> None:
         deps.publish(tenant_id, session_id, job_id)
@@ -440,10 +278,4 @@ def _bound_publish(deps: FlushDeps, tenant_id: str, session_id: str) -> Callable
     return publish
 
 
-__all__ = [
-    "FlushDeps",
-    "FlushOutcome",
-    "PublishJob",
-    "request_flush",
-    "run_flush_job",
-]
+__all__ = ["FlushOutcome", "run_flush_job"]

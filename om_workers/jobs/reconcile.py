@@ -23,7 +23,7 @@ held by jobs whose message was lost), then heals, in order:
    every pass. This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so
    every marker and queued message is gone) and a request that never reached Redis at all.
 
-Every re-request goes through :func:`om_workers.jobs.flush.request_flush`, so it coalesces with
+Every re-request goes through :func:`om_workers.jobs.requests.request_flush`, so it coalesces with
 whatever is already pending, and a duplicate publish is skipped by the job row's state.
 """
 
@@ -38,7 +38,8 @@ from om_workers.coordination import coalesce, keys, liveness, timing
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
-from om_workers.jobs.flush import PublishJob, request_flush
+from om_workers.jobs.deps import PublishJob
+from om_workers.jobs.requests import request_flush
 from om_workers.metrics import METRICS
 from om_workers.store import (
     JobRef,

@@ -7,13 +7,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from om_workers.celery.config import create_celery_app
+from om_workers.celery.limits import time_limits
+from om_workers.celery.tasks import publisher
 from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.fairness import FairPublisher, FairQueue
-from om_workers.jobs.celery_app import create_celery_app
-from om_workers.jobs.flush import request_flush
-from om_workers.jobs.tasks import publisher, time_limits
+from om_workers.jobs.requests import request_flush
 from om_workers.store import SqlStore, upgrade
 
 from .common import Section, percentile

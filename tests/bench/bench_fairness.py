@@ -13,11 +13,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from om_workers.celery.app import enqueue_flush
+from om_workers.celery.config import create_celery_app
 from om_workers.coordination import keys
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.jobs.celery_app import create_celery_app
-from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore, upgrade
 from tests.e2e.support import add_chat
 from tests.e2e.workers import Worker

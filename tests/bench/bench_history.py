@@ -3,7 +3,7 @@ already hold 0, 2,000, 10,000, 40,000 and 100,000 consolidated entries, on SQLit
 reachable) PostgreSQL, with the SQL statements each flush issues.
 
 The flush runs as a worker runs it: a job row and pending marker from
-``om_workers.jobs.flush.request_flush`` (forced), then ``om_workers.jobs.flush.run_flush_job``
+``om_workers.jobs.requests.request_flush`` (forced), then ``om_workers.jobs.flush.run_flush_job``
 on a private Redis; only ``run_flush_job`` is timed. Baseline: the same flush on an empty history
 in the same run. PostgreSQL: ``OM_TEST_DATABASE_URL`` (a fresh schema in it), else a fresh
 database on 127.0.0.1:5432 (user ``postgres``), dropped afterwards; skipped when neither answers.
@@ -29,7 +29,9 @@ from sqlalchemy.engine import make_url
 from om_core.settings import DEFAULT_DROPPER_TARGET_TOKENS, DEFAULT_OBSERVATIONS_POOL_MAX_TOKENS
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.flush import run_flush_job
+from om_workers.jobs.requests import request_flush
 from om_workers.store import SqlStore, normalize_database_url, upgrade
 
 from .common import Section

@@ -23,11 +23,11 @@ from sqlalchemy import create_engine, text
 from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.provider import ProviderRequest, ProviderResponse
 from om_core.flush.runtime import ObservationalMemoryRuntime, WorkerConfig
+from om_workers.celery.app import enqueue_flush
+from om_workers.celery.config import create_celery_app
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
-from om_workers.jobs.celery_app import create_celery_app
-from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore, upgrade
 from tests.e2e.support import LOW, add_chat
 from tests.e2e.workers import Worker, worker_env

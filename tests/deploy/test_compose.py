@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
+from om_workers.celery.limits import time_limits
 from om_workers.config import Settings
-from om_workers.jobs.tasks import time_limits
 from tests.deploy.topology import (
     COMPOSE_FILE,
     ENV_EXAMPLE,

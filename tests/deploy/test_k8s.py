@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from om_workers.celery.limits import time_limits
 from om_workers.config import Settings
 from om_workers.coordination import keys
-from om_workers.jobs.tasks import time_limits
 from tests.deploy.topology import K8S, k8s_docs, om_env_names, parse_om, pod_spec
 
 IMAGE = "observational-memory:0.1.0"

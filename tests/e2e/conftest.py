@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis
 
+from om_workers.celery.config import create_celery_app
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
-from om_workers.jobs.celery_app import create_celery_app
 from om_workers.store import SqlStore, upgrade
 from tests.e2e.workers import StartWorker, Worker, worker_env
 

@@ -1,7 +1,7 @@
 """End to end through real ``celery worker`` processes, a private real Redis and a SQLite file.
 
 No eager mode: the test process publishes ``om.flush`` the way the API does
-(:func:`om_workers.jobs.tasks.enqueue_flush`) and workers started with ``python -m celery`` run it.
+(:func:`om_workers.celery.app.enqueue_flush`) and workers started with ``python -m celery`` run it.
 Waits are bounded polls that fail with a message; no sleep stands in for an assertion.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import redis
 
-from om_workers.jobs.tasks import enqueue_flush, publisher
+from om_workers.celery.app import enqueue_flush
+from om_workers.celery.tasks import publisher
 from om_workers.store import SqlStore
 from tests.e2e.support import add_chat, assert_observed_once, covered_sources, wait_for
 from tests.e2e.workers import FINAL, StartWorker, runs_of, settled

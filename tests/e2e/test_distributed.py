@@ -20,8 +20,8 @@ from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.runtime import ObservationalMemoryRuntime, WorkerConfig
 from om_core.ledger.fold import fold_ledger
 from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_workers.celery.app import enqueue_flush
 from om_workers.coordination.embedded import free_port
-from om_workers.jobs.tasks import enqueue_flush
 from om_workers.store import SqlStore
 from tests.e2e import llm_server
 from tests.e2e.providers import THIEF_TENANT_ENV

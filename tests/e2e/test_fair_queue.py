@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from om_workers.jobs.tasks import enqueue_flush
+from om_workers.celery.app import enqueue_flush
 from om_workers.store import SqlStore
 from tests.e2e.support import add_chat, wait_for
 from tests.e2e.workers import StartWorker

@@ -12,7 +12,9 @@ from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
-from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.flush import run_flush_job
+from om_workers.jobs.requests import request_flush
 from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
 from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed

@@ -12,11 +12,13 @@ from pydantic import SecretStr
 
 from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.provider import ProviderRequest, ProviderResponse
+from om_workers.celery import app as tasks
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
-from om_workers.jobs import tasks
-from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.flush import run_flush_job
+from om_workers.jobs.requests import request_flush
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider
 from om_workers.providers.setup import (
     provider_factory,

@@ -20,14 +20,16 @@ from typing import Any
 import pytest
 import redis
 
+from om_workers.celery import limits, tasks
+from om_workers.celery.app import enqueue_flush
+from om_workers.celery.config import QUEUE, broker_kind, celery_config, create_celery_app
+from om_workers.celery.limits import time_limits
+from om_workers.celery.tasks import publisher
 from om_workers.config import Settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
 from om_workers.errors import ConfigError
-from om_workers.jobs import tasks
-from om_workers.jobs.celery_app import QUEUE, broker_kind, celery_config, create_celery_app
 from om_workers.jobs.flush import FlushOutcome
-from om_workers.jobs.tasks import enqueue_flush, publisher, time_limits
 from om_workers.store import SqlStore
 from tests.e2e.rabbitmq import AMQP_PORT, answers, fresh_vhost, queue_facts
 from tests.e2e.support import (
@@ -81,21 +83,21 @@ def test_visibility_ordering_applies_to_redis_only() -> None:
 
 def test_broker_selection_from_settings() -> None:
     redis_only = Settings(redis_url="redis://r:6379/0")
-    assert tasks._broker_url(redis_only) == "redis://r:6379/0"
-    assert tasks._broker_url(Settings(redis_url="redis://r:6379/0", broker_url="")) == (
+    assert limits.broker_url(redis_only) == "redis://r:6379/0"
+    assert limits.broker_url(Settings(redis_url="redis://r:6379/0", broker_url="")) == (
         "redis://r:6379/0"
     )
     rabbit = Settings(redis_url="redis://r:6379/0", broker_url=AMQP, lock_ttl_s=600)
-    assert tasks._broker_url(rabbit) == AMQP
+    assert limits.broker_url(rabbit) == AMQP
     time_limits(rabbit)  # lock TTL above the visibility timeout: irrelevant on RabbitMQ
     with pytest.raises(ConfigError, match="below the visibility timeout"):
         time_limits(Settings(redis_url="redis://r:6379/0", lock_ttl_s=10_000))
     two = Settings(broker_url=AMQP, http_timeout_s=2, soft_time_limit_s=20, hard_time_limit_s=25)
     assert time_limits(two).hard_time_limit_s == 25  # no visibility timeout needed
     with pytest.raises(ConfigError, match="OM_REDIS_URL"):
-        tasks._broker_url(Settings(broker_url=AMQP))  # locks and coalescing still need Redis
+        limits.broker_url(Settings(broker_url=AMQP))  # locks and coalescing still need Redis
     with pytest.raises(ConfigError, match="unsupported broker scheme") as caught:
-        tasks._broker_url(Settings(redis_url="redis://r", broker_url="kafka://u:pw@h"))
+        limits.broker_url(Settings(redis_url="redis://r", broker_url="kafka://u:pw@h"))
     assert "pw" not in str(caught.value)
 
 
@@ -135,19 +137,18 @@ def test_a_redelivery_into_a_dead_workers_lock_waits_for_it_on_rabbitmq_only(
         publish=lambda *job: None,  # a plain publisher: no fair queue
     )
     monkeypatch.setattr(tasks, "get_settings", lambda: settings)
-    monkeypatch.setattr(tasks, "worker_deps", lambda: deps)
     monkeypatch.setattr(tasks, "run_flush_job", lambda *a: FlushOutcome("busy", "j1", "j1"))
     if broker == "redis":  # the visibility timeout outlasts the lock: dropped as busy
-        assert tasks._flush_task(_FakeTask(0), "t", "s", "j1") == "busy"
+        assert tasks.flush_task(_FakeTask(0), deps, "t", "s", "j1") == "busy"
         return
-    limit = tasks._busy_retry_limit(settings)
+    limit = limits.busy_retry_limit(settings)
     assert limit == 14  # ceil(25 s / 2 s) + 1: outlasts a live duplicate's longest run
     with pytest.raises(_Retry) as retried:
-        tasks._flush_task(_FakeTask(limit - 1), "t", "s", "j1")
+        tasks.flush_task(_FakeTask(limit - 1), deps, "t", "s", "j1")
     # The remaining 1.2 s of the lock, in whole seconds; an explicit max_retries, since
     # Celery reads None as the task's default of 3.
     assert retried.value.options == {"countdown": 2, "max_retries": limit}
-    assert tasks._flush_task(_FakeTask(limit), "t", "s", "j1") == "busy"
+    assert tasks.flush_task(_FakeTask(limit), deps, "t", "s", "j1") == "busy"
 
 
 # --- end to end on the machine's RabbitMQ ----------------------------------------------------

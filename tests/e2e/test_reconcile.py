@@ -7,12 +7,12 @@ import time
 import pytest
 import redis
 
+from om_workers.celery.limits import stuck_job_age_s, time_limits
 from om_workers.config import Settings
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import ConfigError
-from om_workers.jobs.reconcile import ReconcileReport
-from om_workers.jobs.tasks import reconcile_once, stuck_job_age_s, time_limits
+from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
 from om_workers.store import SqlStore, sessions_of_jobs, sessions_over_unobserved
 from tests.e2e.support import add_chat
 

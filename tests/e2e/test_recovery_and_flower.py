@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import redis
 
+from om_workers.celery.app import enqueue_flush
+from om_workers.celery.config import QUEUE, create_celery_app
+from om_workers.celery.tasks import RECONCILE_TASK
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.coordination.timing import TimeLimits
-from om_workers.jobs.celery_app import QUEUE, create_celery_app
-from om_workers.jobs.tasks import RECONCILE_TASK, enqueue_flush
 from om_workers.store import SqlStore
 from tests.e2e.support import (
     add_chat,
@@ -172,7 +173,7 @@ def test_flower_lists_the_workers_and_the_flush_tasks(
     auth = base64.b64encode(b"u:p").decode()
     log = tmp_path / "flower.log"
     args = [
-        sys.executable, "-m", "celery", "-A", "om_workers.jobs.tasks", "flower",
+        sys.executable, "-m", "celery", "-A", "om_workers.celery.app", "flower",
         f"--port={port}", "--address=127.0.0.1", "--basic-auth=u:p",
     ]  # fmt: skip
     with log.open("ab") as out:

@@ -61,7 +61,7 @@ class Worker:
         self.name = name
         self.log = log
         args = [
-            sys.executable, "-m", "celery", "-A", "om_workers.jobs.tasks", "worker",
+            sys.executable, "-m", "celery", "-A", "om_workers.celery.app", "worker",
             "-P", "threads", "-c", env.get("OM_WORKER_CONCURRENCY", "4"), "-Q", "om",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-E",
             "-n", f"{name}@%h", "--loglevel=INFO",

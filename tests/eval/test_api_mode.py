@@ -15,7 +15,8 @@ from om_api.cli import app
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.jobs.flush import FlushDeps, run_flush_job
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.flush import run_flush_job
 from om_workers.store import SqlStore, upgrade
 from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
 from tests.eval import synthetic

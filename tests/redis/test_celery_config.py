@@ -7,9 +7,9 @@ import json
 import pytest
 import redis
 
+from om_workers.celery.config import QUEUE, celery_config, create_celery_app
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits, derive_time_limits
-from om_workers.jobs.celery_app import QUEUE, celery_config, create_celery_app
 
 LIMITS = derive_time_limits(http_timeout_s=30, max_attempts=3, backoff_cap_s=10, queue_wait_s=60)
 
@@ -55,7 +55,7 @@ def test_published_flush_lands_on_the_om_queue(
 
 
 def test_the_redis_broker_uses_the_transport_that_survives_a_closed_channel() -> None:
-    from om_workers.jobs.broker import TRANSPORT
+    from om_workers.celery.broker import TRANSPORT
 
     config = celery_config(broker_url="redis://127.0.0.1:6379/0", limits=LIMITS, concurrency=2)
     assert config["broker_transport"] == TRANSPORT

@@ -13,11 +13,11 @@ from pydantic import SecretStr
 from om_api.server.app import create_app
 from om_api.server.state import ApiState
 from om_core.flush.extractive import ExtractiveProvider
+from om_workers.celery import app as tasks
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import ConfigError
-from om_workers.jobs import tasks
-from om_workers.jobs.flush import request_flush
+from om_workers.jobs.requests import request_flush
 from om_workers.providers import OpenAICompatibleProvider
 from om_workers.services import Services, build_services
 from om_workers.store import upgrade

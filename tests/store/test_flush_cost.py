@@ -20,7 +20,9 @@ import redis
 from sqlalchemy import event, select
 
 from om_core.settings import DEFAULT_DROPPER_TARGET_TOKENS, DEFAULT_OBSERVATIONS_POOL_MAX_TOKENS
-from om_workers.jobs.flush import FlushDeps, request_flush, run_flush_job
+from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.flush import run_flush_job
+from om_workers.jobs.requests import request_flush
 from om_workers.store import SqlStore
 from om_workers.store.schema import entries
 from tests.bench.synthetic import consolidated_history, new_messages

@@ -19,7 +19,7 @@ from om_api.server.logging import bind_log_context, redact_text
 from om_api.server.routes import JobPath, SessionPath
 from om_api.server.state import State
 from om_workers.errors import CoordinationError
-from om_workers.jobs.flush import request_flush
+from om_workers.jobs.requests import request_flush
 
 router = APIRouter(prefix="/v1", tags=["flush"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -35,7 +35,7 @@ from om_core.ledger.ids import create_memory_id
 from om_core.read.context import MIN_CONTEXT_TOKENS, Context
 from om_workers.coordination.coalesce import flush_pending
 from om_workers.errors import CoordinationError, OMWorkersError
-from om_workers.jobs.flush import request_flush
+from om_workers.jobs.requests import request_flush
 from om_workers.reads import (
     session_compaction,
     session_context,

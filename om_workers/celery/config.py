@@ -50,8 +50,8 @@ from urllib.parse import urlsplit
 
 from celery import Celery  # type: ignore[import-untyped]
 
+from om_workers.celery.broker import TRANSPORT
 from om_workers.coordination.timing import TimeLimits, check_time_limits
-from om_workers.jobs.broker import TRANSPORT
 
 APP_NAME: Final = "om"
 QUEUE: Final = "om"
@@ -149,7 +149,7 @@ def celery_config(
 def _redis_settings(limits: TimeLimits) -> dict[str, Any]:
     return {
         # kombu's Redis transport, but one whose channel survives being closed after a lost
-        # connection (see om_workers.jobs.broker).
+        # connection (see om_workers.celery.broker).
         "broker_transport": TRANSPORT,
         "broker_transport_options": {
             "visibility_timeout": limits.visibility_timeout_s,

@@ -1,0 +1,93 @@
+"""A worker process's start-up and shutdown, as Celery signal handlers: the Prometheus metrics
+server, JSON logs, and the task slots it advertises to the fair queue while it lives."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from om_workers import metrics
+from om_workers.celery.tasks import fair_publisher
+from om_workers.config import get_settings
+from om_workers.coordination.liveness import LIVENESS
+from om_workers.coordination.pool import PoolAdvert
+from om_workers.jobs.deps import FlushDeps
+from om_workers.logs import configure_json_logging
+from om_workers.providers.setup import provider_secrets
+
+log = logging.getLogger(__name__)
+
+_POOL: list[PoolAdvert] = []
+"""The process's pool advertisement, once its worker is ready."""
+
+
+def start_worker_metrics(**_: Any) -> None:
+    """``worker_init`` handler: serve :mod:`om_workers.metrics` on ``OM_WORKER_METRICS_PORT``
+    (0: off) at ``OM_WORKER_METRICS_HOST``. A port that cannot be bound is logged, not fatal:
+    losing metrics must not stop a worker from flushing."""
+    settings = get_settings()
+    try:
+        metrics.serve(settings.worker_metrics_port, settings.worker_metrics_host)
+    except OSError:
+        log.exception("worker metrics port %d not served", settings.worker_metrics_port)
+
+
+def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
+    """``setup_logging`` handler (worker and beat): every record as a redacted JSON line
+    (:mod:`om_workers.logs`), the provider key among the secrets. Connecting it keeps Celery
+    from installing its own plain-text handlers."""
+    settings = get_settings()
+    level = loglevel if isinstance(loglevel, str) else settings.log_level
+    secrets = tuple(provider_secrets(settings))
+    configure_json_logging([None], level, lambda: secrets)
+
+
+def join_pool(deps: Callable[[], FlushDeps], sender: Any = None) -> None:
+    """``worker_ready`` handler: advertise this process's task slots (the pool's concurrency)
+    as fair-queue capacity while it lives, and send what the fair queue admits once they count.
+    Nothing when fair queueing is off. A failure is logged: the worker still serves what other
+    processes admit, and its advertisement beat retries."""
+    if not get_settings().fair_queueing:
+        return
+    try:
+        fair = fair_publisher(deps())
+        controller = getattr(sender, "controller", None)
+        slots = int(getattr(controller, "concurrency", None) or get_settings().worker_concurrency)
+        advert = PoolAdvert(
+            deps().redis, LIVENESS.worker_id, slots, joined=fair.fill if fair else None
+        )
+        advert.start()
+        _POOL.append(advert)
+    except Exception:
+        log.exception("could not join the worker pool; the fair queue does not count its slots")
+
+
+def leave_pool(**_: Any) -> None:
+    """``worker_shutdown`` handler: withdraw this process's slots (they would expire by
+    themselves a few seconds later)."""
+    while _POOL:
+        _POOL.pop().stop()
+
+
+def connect(deps: Callable[[], FlushDeps]) -> None:
+    """Connect the handlers above; ``deps`` is the process's dependency factory. Connecting
+    twice is harmless (``dispatch_uid``): rebuilding the app (tests) must not start a second
+    metrics server."""
+    from celery.signals import (  # type: ignore[import-untyped]
+        setup_logging,
+        worker_init,
+        worker_ready,
+        worker_shutdown,
+    )
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        join_pool(deps, sender)
+
+    worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
+    setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
+    worker_ready.connect(ready, weak=False, dispatch_uid="om-pool-join")
+    worker_shutdown.connect(leave_pool, weak=False, dispatch_uid="om-pool-leave")
+
+
+__all__ = ["connect", "join_pool", "leave_pool", "setup_json_logging", "start_worker_metrics"]

@@ -1,0 +1,198 @@
+"""The Celery tasks ``om.flush`` and ``om.reconcile``: adapters of the job bodies in
+:mod:`om_workers.jobs`, and what to do with a message whose job could not run.
+
+Each task takes the process's :class:`~om_workers.jobs.deps.FlushDeps` from the factory it was
+registered with (:func:`register`), so this module needs no configuration to import. A flush
+whose Redis or database was unreachable before it started is retried shortly instead of acking
+a message that did nothing; on RabbitMQ a message given back while its dead worker's lock is
+still held waits for that lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+from om_workers.celery.config import QUEUE
+from om_workers.celery.limits import (
+    broker_of,
+    busy_retry_limit,
+    stale_pending_age_s,
+    stuck_job_age_s,
+    unobserved_threshold,
+)
+from om_workers.config import get_settings
+from om_workers.coordination import keys, liveness
+from om_workers.coordination.fairness import FairPublisher
+from om_workers.coordination.liveness import LIVENESS
+from om_workers.jobs.deps import FlushDeps, PublishJob
+from om_workers.jobs.flush import FlushOutcome, run_flush_job
+from om_workers.jobs.reconcile import reconcile_once
+from om_workers.logs import log_context
+
+log = logging.getLogger(__name__)
+
+FLUSH_TASK: Final = "om.flush"
+RECONCILE_TASK: Final = "om.reconcile"
+RETRY_COUNTDOWN_S: Final = 5.0
+"""Wait before retrying a flush whose Redis or database was unreachable; far below any
+visibility timeout, because on Redis ``self.retry(countdown=...)`` parks the message unacked in
+the worker, where the broker's visibility clock keeps running. On RabbitMQ the retried message
+waits in the broker instead (native delayed delivery, whole seconds)."""
+MAX_UNAVAILABLE_RETRIES: Final = 6
+
+
+def publisher(app: Any) -> PublishJob:
+    """A :data:`~om_workers.jobs.deps.PublishJob` that sends ``om.flush`` through ``app``."""
+
+    def publish(tenant_id: str, session_id: str, job_id: str) -> None:
+        app.send_task(FLUSH_TASK, args=[tenant_id, session_id, job_id, False], queue=QUEUE)
+
+    return publish
+
+
+def fair_publisher(deps: FlushDeps) -> FairPublisher | None:
+    """The process's fair-queue publisher, ``None`` when fair queueing is off."""
+    return deps.publish if isinstance(deps.publish, FairPublisher) else None
+
+
+def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
+    """Register ``om.flush`` and ``om.reconcile`` on ``app``; each call takes the process's
+    dependencies from ``deps`` (built on first use, so a bad setting fails the task loudly)."""
+
+    # Registered by call, not as decorators: Celery is untyped, and the plain functions stay
+    # typed and importable.
+    def flush(self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False) -> str:
+        return flush_task(self, deps(), tenant_id, session_id, job_id, force)
+
+    def reconcile() -> dict[str, list[str]]:
+        return reconcile_task(deps())
+
+    app.task(name=FLUSH_TASK, bind=True)(flush)
+    app.task(name=RECONCILE_TASK)(reconcile)
+
+
+def flush_task(
+    task: Any, deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool = False
+) -> str:
+    """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`);
+    ``task`` is the bound Celery task (its ``request.retries`` and ``retry``).
+
+    Its place in the fair queue is marked running when the message starts and freed when the
+    message is finished with, whatever the outcome, except when Celery retries it (the retried
+    message keeps the place). Returns what Flower shows: the outcome, and why a flush did
+    nothing."""
+    with log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
+        fair = fair_publisher(deps)
+        if fair is not None:
+            _quietly("marking a flush job running", fair.started, job_id, LIVENESS.worker_id)
+        retrying = False
+        try:
+            outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
+            retry = _retry(deps, outcome, tenant_id, session_id, task.request.retries)
+            if retry is not None:
+                countdown_s, max_retries = retry
+                retrying = (task.request.retries or 0) < max_retries
+                raise task.retry(countdown=countdown_s, max_retries=max_retries)
+        finally:
+            if fair is not None and not retrying:
+                _quietly("freeing a flush job's place", fair.finished, job_id)
+    log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
+    return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
+
+
+def _quietly(what: str, step: Callable[..., None], *args: str) -> None:
+    """Run a fair-queue step; a failure costs fairness, never the job (the reconciler's sweep
+    frees a place that was not freed), so it is logged, not raised."""
+    try:
+        step(*args)
+    except Exception:
+        log.warning("%s failed; the reconciler's sweep heals it", what, exc_info=True)
+
+
+def _retry(
+    deps: FlushDeps, outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+) -> tuple[float, int] | None:
+    """``(countdown seconds, max retries)`` when the message is to be retried, else ``None``.
+
+    A job whose Redis or database was down before it started is tried again shortly instead of
+    acking a message that did nothing; a message RabbitMQ gave back while its dead worker's
+    lock is still held waits for that lock (:func:`_redelivered_into_a_held_lock`)."""
+    if outcome.outcome == "unavailable":
+        return RETRY_COUNTDOWN_S, MAX_UNAVAILABLE_RETRIES
+    wait_s = _redelivered_into_a_held_lock(deps, outcome, tenant_id, session_id, retries)
+    if wait_s is not None:
+        return wait_s, busy_retry_limit(get_settings())
+    return None
+
+
+def _redelivered_into_a_held_lock(
+    deps: FlushDeps, outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+) -> int | None:
+    """Whole seconds to wait before retrying a message that met a busy session lock while its
+    job is still ``running``, on a RabbitMQ broker; ``None``: keep the ``busy`` outcome (ack).
+
+    RabbitMQ gives a killed worker's message back the moment its connection drops, while that
+    worker's session lock lives on until its holder's liveness key expires (a few seconds) or
+    its own TTL passes: dropped at the busy lock, the message would leave its job ``running``
+    until the reconciler swept it. So it is retried once the sooner of the two has passed (at
+    least 1 s, at most the lock TTL; the retried message waits in the broker, native delayed
+    delivery), and then takes the dead holder's lock over. On Redis the visibility timeout
+    exceeds the lock TTL, so a redelivered message never meets the dead worker's lock.
+
+    A duplicate of a job that a live worker is running is retried the same way until that job
+    ends (then it is ``skipped``), while ``retries`` (the message's retry count) is below
+    :func:`~om_workers.celery.limits.busy_retry_limit`, then dropped as busy. An unreadable job
+    row means ``None``, an unreadable lock TTL the full lock TTL; raises only the
+    :class:`ConfigError` of invalid settings, which a running worker has already refused.
+    """
+    settings = get_settings()
+    if outcome.outcome != "busy" or broker_of(settings) != "amqp":
+        return None
+    if (retries or 0) >= busy_retry_limit(settings):
+        return None
+    try:
+        if deps.store.get_job(tenant_id, outcome.job_id).state != "running":
+            return None  # queued: the lock holder reads the session after it and serves it
+    except Exception:  # the row cannot be read: drop as busy, the reconciler heals the job
+        log.warning("flush %s met a busy lock and its row could not be read", outcome.job_id)
+        return None
+    ceiling = max(1, math.ceil(deps.lock_ttl_s))
+    try:
+        wait_ms = liveness.takeover_wait_ms(deps.redis, keys.lock_key(tenant_id, session_id))
+    except Exception:  # Redis hiccup: the lock expires within its TTL at the latest
+        return ceiling
+    return min(ceiling, max(1, math.ceil(wait_ms / 1000)))
+
+
+def reconcile_task(deps: FlushDeps) -> dict[str, list[str]]:
+    """``om.reconcile``: one :func:`~om_workers.jobs.reconcile.reconcile_once` pass with this
+    process's settings; what it republished, failed and requested, for Flower."""
+    settings = get_settings()
+    report = reconcile_once(
+        deps.store,
+        deps.redis,
+        deps.publish,
+        stale_pending_s=stale_pending_age_s(settings),
+        stuck_job_s=stuck_job_age_s(settings),
+        lost_after_s=liveness.ttl_s(settings.lock_ttl_s),
+        unobserved_threshold=unobserved_threshold(settings),
+    )
+    return {
+        "republished": list(report.republished),
+        "failed_jobs": list(report.failed_jobs),
+        "requested": list(report.requested),
+    }
+
+
+__all__ = [
+    "FLUSH_TASK",
+    "RECONCILE_TASK",
+    "fair_publisher",
+    "flush_task",
+    "publisher",
+    "reconcile_task",
+    "register",
+]

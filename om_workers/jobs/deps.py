@@ -1,0 +1,48 @@
+"""What a flush job needs from its process: built once by the composition root
+(:meth:`om_workers.services.Services.flush_deps`), passed to every job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from om_core.flush.extractive import ExtractiveProvider
+from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
+from om_core.flush.provider import Provider
+from om_workers.coordination import keys
+from om_workers.store import SqlStore
+
+PublishJob = Callable[[str, str, str], None]
+"""Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``."""
+
+
+@dataclass(frozen=True)
+class FlushDeps:
+    """What a flush job needs; built once per worker process.
+
+    ``publish`` sends ``om.flush`` again (release re-publish); ``provider`` builds the
+    provider for one job; ``memory_settings`` are the observational-memory settings;
+    ``lock_ttl_s`` is the session lock TTL in seconds; ``max_deliveries`` the poison limit;
+    ``secrets`` are redacted from every stored error and prompt (the provider API key among
+    them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
+    overrides the memory settings' and ``model`` for that worker; ``prompts`` the
+    observer/reflector instructions (their version is recorded on each job row).
+    """
+
+    store: SqlStore
+    redis: redis.Redis
+    publish: PublishJob
+    provider: Callable[[], Provider] = ExtractiveProvider
+    model: str = "extractive"
+    memory_settings: Mapping[str, Any] = field(default_factory=dict)
+    lock_ttl_s: float = keys.DEFAULT_LOCK_TTL_S
+    max_deliveries: int = 5
+    secrets: tuple[str, ...] = ()
+    worker_models: Mapping[str, str] = field(default_factory=dict)
+    prompts: PromptSet = DEFAULT_PROMPTS
+
+
+__all__ = ["FlushDeps", "PublishJob"]
