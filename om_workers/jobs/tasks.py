@@ -27,7 +27,7 @@ from om_core.settings import resolve_settings
 from om_workers import metrics
 from om_workers.config import Settings, get_settings
 from om_workers.coordination import keys, liveness
-from om_workers.coordination.coalesce import FlushTicket
+from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.coordination.pool import PoolAdvert
@@ -211,7 +211,7 @@ def enqueue_flush(
     *,
     app: Any = None,
     fair: bool = True,
-) -> FlushTicket:
+) -> ServingJob:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
     See :func:`om_workers.jobs.flush.request_flush` (a coalesced request writes no job row).
