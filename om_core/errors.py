@@ -12,8 +12,8 @@ so ``except NotFoundError`` catches both. The API answers each category with one
 pydantic at the edge) are translated at their one seam each and never leave it.
 
 The categories, and every error in them (unmarked: defined in ``om_core``; ``[w]``: in
-``om_workers.errors``; ``[c]``: the client, ``om_api.client``; ``[a]``: elsewhere in
-``om_api``)::
+``om_workers``, all in ``om_workers.errors`` but the store's internal ``WriteRace``; ``[c]``:
+the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B subclasses A)::
 
     ObservationalMemoryError
     ├── InvalidInputError (ValueError)    the input can never be valid: fix it
