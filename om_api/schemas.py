@@ -405,7 +405,7 @@ class FlushRequest(RequestModel):
 class FlushTicket(WireModel):
     """The answer to a flush request (202): the job row of ``job_id`` exists. ``coalesced``: a
     job already pending for the session will serve this request too (nothing new was
-    published). The wire form of the worker's ``FlushTicket``."""
+    published). The wire form of the worker's ``ServingJob``."""
 
     job_id: str
     coalesced: bool

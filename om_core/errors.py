@@ -1,19 +1,142 @@
-"""One exception tree for the core: every way an operation fails closed (writes nothing).
+"""One exception tree for the whole service, rooted at :class:`ObservationalMemoryError`.
 
-Each error subclasses :class:`ObservationalMemoryError`; some also subclass the builtin a
-Python caller would expect (``ValueError`` for bad input, ``LookupError`` for unknown ids), so
-``except ValueError`` keeps working for code that does not know this package.
+Every error ``om_core``, ``om_workers`` and ``om_api`` raise descends from the root. The
+*categories* are defined here, once, each named for what the caller can do about the error;
+where a builtin fits, a category also subclasses it (``ValueError`` for bad input,
+``LookupError`` for something missing), so ``except ValueError`` keeps working for code that
+does not know this package. An adapter's or the edge's error subclasses its category and its
+origin (multiple inheritance): a missing session is a ``StoreError`` and a
+:class:`NotFoundError`, the client's 404 an ``OMClientError`` and a :class:`NotFoundError`,
+so ``except NotFoundError`` catches both. The API answers each category with one status
+(``om_api.server.errors.STATUS_BY_ERROR``). Foreign errors (SQLAlchemy, redis-py, httpx,
+pydantic at the edge) are translated at their one seam each and never leave it.
+
+The categories, and every error in them (unmarked: defined in ``om_core``; ``[w]``: in
+``om_workers``, all in ``om_workers.errors`` but the store's internal ``WriteRace``; ``[c]``:
+the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B subclasses A)::
+
+    ObservationalMemoryError
+    ├── InvalidInputError (ValueError)    the input can never be valid: fix it
+    │   ├── InvalidMemoryIdError, InvalidSettingsError, AmbiguousInputError
+    │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError
+    │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
+    │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
+    │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
+    │   └── InvalidRequest [c]            400/422, or refused before sending
+    │       └── PayloadTooLarge [c]       413
+    ├── NotFoundError (LookupError)       no such thing (or another tenant's): check the id
+    │   ├── UnknownScopeError
+    │   ├── TenantNotFoundError [w], SessionNotFoundError [w], EntryNotFoundError [w],
+    │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w]
+    │   └── NotFound [c]
+    ├── ConflictError                     clashes with the stored state: read it again, decide
+    │   ├── WrongSessionError
+    │   │   └── ScopeOwnershipError
+    │   ├── AppendNotVisibleError         the leaf moved under the append: retry
+    │   ├── DuplicateScopeError, ScopeStateError
+    │   ├── FencedOutError                a newer writer owns the session: stop, write nothing
+    │   │   ├── StaleEpochError [w]
+    │   │   └── LockLostError [w]
+    │   ├── AlreadyExistsError [w]: TenantExistsError [w], SessionExistsError [w]
+    │   ├── LinkConflictError [w], WorkspaceMissingError [w], InvalidJobStateError [w]
+    │   ├── RewindError [a]
+    │   └── Conflict [c]
+    ├── UnauthorizedError                 no credentials, or unknown or revoked ones
+    │   ├── InvalidApiKeyError [w]
+    │   └── Unauthorized [c]
+    ├── UnavailableError                  a dependency is down or busy: retry later
+    │   ├── StoreUnavailableError [w], RedisUnavailableError [w]
+    │   ├── ProviderTransportError [w]: ProviderTimeoutError [w]
+    │   ├── ProviderRateLimitError [w], ProviderServerError [w]
+    │   └── Unavailable [c], RateLimited [c]
+    ├── CapExceededError                  a hard cap would be passed, nothing to trim: send less
+    │   └── ScopeCapError
+    ├── WorkerRunError                    a worker run failed closed and recorded nothing
+    │   ├── WorkerProtocolError
+    │   │   └── WorkerCitationError
+    │   └── WorkerTranscriptOverflowError, WorkerOutputRejectedError, WorkerProviderError
+    └── ScriptExhaustedError              the scripted test provider ran past its script
+
+The origins (each error above sits under one of these too, where it has one)::
+
+    ObservationalMemoryError
+    ├── ScopeError                        every work-scope, shared-scope and grant failure
+    ├── OMWorkersError [w]                an adapter failed: the store, Redis, a provider
+    │   ├── ConfigError [w] (ValueError)  an OM_* setting cannot be used: fix the deployment
+    │   │   └── _ApiStartupError [a]      ``om api``: the app cannot be built from them
+    │   ├── StoreError [w]                a store operation failed; nothing was written
+    │   │   └── MigrationError [w], WriteRace [w], InvalidEntryError [w] (ValueError),
+    │   │       EntryConflictError [w], and the store's errors above
+    │   ├── CoordinationError [w]         a Redis step failed (the API answers 503)
+    │   │   └── EmbeddedRedisError [w], and the Redis errors above
+    │   └── ProviderError [w]             a model call failed (text redacted)
+    │       └── ProviderRequestError [w] (ValueError), ProviderResponseError [w], and the
+    │           provider errors above
+    ├── OMClientError [c]                 the client: every error above marked [c], and
+    │   ├── ServerError [c]               a 500, or a status the API does not document
+    │   ├── InvalidResponse [c]           a 2xx body that is not the wire model
+    │   └── JobTimeout [c]                ``wait_for_job`` ran out of time
+    ├── ApiError [a]                      a route's answer, carrying its status and code
+    │   └── RateLimitedError [a]          429 with ``Retry-After``
+    ├── EvalError [a] (RuntimeError)      an evaluation replay could not go on
+    └── StackError [a] (RuntimeError)     ``om up``: a component could not start, or died
+
+One class stays outside: ``om_api.server.app._BodyTooLarge`` must be a FastAPI
+``HTTPException`` (FastAPI turns any other error raised while reading a body into a 400).
 """
 
 from __future__ import annotations
 
 
 class ObservationalMemoryError(Exception):
-    """Root of every error raised by ``om_core``."""
+    """Root of every error raised by ``om_core``, ``om_workers`` and ``om_api``."""
+
+
+# The categories: what the caller can do about it --------------------------------------------
 
 
 class InvalidInputError(ObservationalMemoryError, ValueError):
-    """Input that can never be valid: malformed ids, wrong types, out-of-range values."""
+    """Input that can never be valid: malformed ids, wrong types, out-of-range values, a
+    reference that names nothing. Retrying the same input fails the same way."""
+
+
+class NotFoundError(ObservationalMemoryError, LookupError):
+    """Something that does not exist, or that belongs to another tenant (never told apart)."""
+
+
+class ConflictError(ObservationalMemoryError):
+    """The request clashes with the stored state (an id taken, a state that forbids the
+    change, a concurrent writer); read the state again before deciding to retry."""
+
+
+class UnauthorizedError(ObservationalMemoryError):
+    """No credentials, or credentials that are unknown or revoked."""
+
+
+class UnavailableError(ObservationalMemoryError):
+    """A dependency (database, Redis, a model provider, the API) is down, busy or limiting
+    this caller; nothing was done, and retrying later may succeed."""
+
+
+class FencedOutError(ConflictError):
+    """A newer writer owns the session (a newer flush's epoch, or this worker's lock is gone):
+    stop without writing; the newer owner carries on. Never retry the write itself."""
+
+
+class CapExceededError(ObservationalMemoryError):
+    """A hard byte or count cap would be exceeded and nothing can be trimmed."""
+
+
+class WorkerRunError(ObservationalMemoryError):
+    """A worker run failed closed and recorded nothing; the message is redacted and bounded."""
+
+
+class ScopeError(ObservationalMemoryError):
+    """Root of every work-scope, shared-scope and grant failure; nothing was appended. Each
+    concrete scope error is also in the category a caller acts on."""
+
+
+# Invalid input ------------------------------------------------------------------------------
 
 
 class InvalidMemoryIdError(InvalidInputError):
@@ -24,16 +147,12 @@ class InvalidSettingsError(InvalidInputError):
     """Settings with an unknown key or a value out of range."""
 
 
-class WrongSessionError(ObservationalMemoryError):
-    """Entries supplied for one session were asked about another."""
-
-
 class AmbiguousInputError(InvalidInputError):
     """A request naming more than one exclusive operation (e.g. ``id`` and ``cursor``)."""
 
 
-class UnknownCursorError(ObservationalMemoryError, LookupError):
-    """A page cursor that is not an entry on the current branch."""
+class UnknownCursorError(InvalidInputError, LookupError):
+    """A page cursor that is not an entry on the current branch (input naming nothing)."""
 
 
 class NonMessageCursorError(InvalidInputError):
@@ -44,21 +163,27 @@ class OversizedPageError(InvalidInputError):
     """A page limit outside ``1..MAX_PAGE_LIMIT``."""
 
 
-class CapExceededError(ObservationalMemoryError):
-    """A hard byte or count cap would be exceeded and nothing can be trimmed."""
-
-
 class WorkerLimitError(InvalidInputError):
     """A worker limit that is not a positive integer within its hard cap."""
 
 
-class ScriptExhaustedError(ObservationalMemoryError):
-    """A :class:`~om_core.flush.provider.ScriptedProvider` was asked for more turns than
-    scripted."""
+class InvalidTriggerError(InvalidInputError):
+    """A compact-when ``trigger`` of unknown type, or a ``should_compact`` that is not callable."""
 
 
-class WorkerRunError(ObservationalMemoryError):
-    """A worker run failed closed and recorded nothing; the message is redacted and bounded."""
+# Conflicts ----------------------------------------------------------------------------------
+
+
+class WrongSessionError(ConflictError):
+    """Entries supplied for one session were asked about another."""
+
+
+class AppendNotVisibleError(ConflictError):
+    """An appended memory entry is not the session leaf: the append went to another branch
+    (a concurrent writer moved the leaf); read again and retry."""
+
+
+# Worker runs --------------------------------------------------------------------------------
 
 
 class WorkerProtocolError(WorkerRunError):
@@ -81,16 +206,13 @@ class WorkerProviderError(WorkerRunError):
     """The provider call raised or answered with something that is not an assistant message."""
 
 
-class AppendNotVisibleError(ObservationalMemoryError):
-    """An appended memory entry is not the session leaf: the append went to another branch."""
+class ScriptExhaustedError(ObservationalMemoryError):
+    """A :class:`~om_core.flush.provider.ScriptedProvider` was asked for more turns than
+    scripted: the test's script is too short (a worker run reports it as a
+    :class:`WorkerProviderError`)."""
 
 
-class InvalidTriggerError(InvalidInputError):
-    """A compact-when ``trigger`` of unknown type, or a ``should_compact`` that is not callable."""
-
-
-class ScopeError(ObservationalMemoryError):
-    """Root of every work-scope, shared-scope and grant failure; nothing was appended."""
+# Work scopes --------------------------------------------------------------------------------
 
 
 class InvalidScopeInputError(ScopeError, InvalidInputError):
@@ -102,15 +224,15 @@ class ReservedScopeError(ScopeError, InvalidInputError):
     """An operation the implicit ``session`` root cannot take (open, close, grant, revoke)."""
 
 
-class UnknownScopeError(ScopeError, LookupError):
+class UnknownScopeError(ScopeError, NotFoundError):
     """A scope id that is not in the branch's work-scope map."""
 
 
-class DuplicateScopeError(ScopeError):
+class DuplicateScopeError(ScopeError, ConflictError):
     """Opening a scope id that the branch already opened (open or closed: ids are never reused)."""
 
 
-class ScopeStateError(ScopeError):
+class ScopeStateError(ScopeError, ConflictError):
     """An operation the scope's state forbids: a closed parent, a closed grant target, entering
     under a closed lineage, closing a closed or entered scope."""
 
@@ -120,9 +242,9 @@ class ScopeCapError(ScopeError, CapExceededError):
     exceeded."""
 
 
-class UnknownMemoryRefError(ScopeError, LookupError):
+class UnknownMemoryRefError(ScopeError, InvalidInputError, LookupError):
     """A bind/unbind reference to an observation or reflection the branch's ledger never
-    recorded."""
+    recorded (input naming nothing)."""
 
 
 class ScopeOwnershipError(ScopeError, WrongSessionError):

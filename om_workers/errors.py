@@ -1,28 +1,48 @@
-"""One exception tree for ``om_workers``, rooted at :class:`OMWorkersError`.
+"""The adapters' errors: the store, Redis coordination, model providers and the settings.
 
-Database driver and SQLAlchemy errors never leave the store: the store translates them at its
-boundary into :class:`StoreUnavailableError` (the database could not be reached or stayed
-locked; retrying later may succeed) or :class:`StoreError` (anything else). Lookup errors also
-subclass :class:`LookupError` and bad input :class:`ValueError`, so callers that do not know
-this package still catch them sensibly.
+Each sits under :class:`OMWorkersError` (an adapter failed), itself under the service's root
+:class:`om_core.errors.ObservationalMemoryError`, and under the category of
+:mod:`om_core.errors` that says what the caller can do: a missing session is a
+:class:`StoreError` and a :class:`~om_core.errors.NotFoundError`, an unreachable database a
+:class:`StoreError` and an :class:`~om_core.errors.UnavailableError`. The whole tree is drawn
+in :mod:`om_core.errors`.
+
+Foreign errors never leave their seam: the store translates SQLAlchemy and driver errors
+(:class:`StoreUnavailableError` when the database could not be reached or stayed locked,
+:class:`StoreError` for anything else), :func:`om_workers.coordination.connection.translate_errors`
+redis-py's, and the provider adapters httpx's (:class:`ProviderError` subclasses).
 """
 
 from __future__ import annotations
 
+from om_core.errors import (
+    ConflictError,
+    FencedOutError,
+    InvalidInputError,
+    NotFoundError,
+    ObservationalMemoryError,
+    UnauthorizedError,
+    UnavailableError,
+)
 
-class OMWorkersError(Exception):
-    """Root of every error raised by ``om_workers``."""
+
+class OMWorkersError(ObservationalMemoryError):
+    """An adapter failed: the store, Redis, a model provider, or the ``OM_*`` settings. Catch
+    it to tell "the outside world failed" from the core refusing its input."""
 
 
 class ConfigError(OMWorkersError, ValueError):
-    """An ``OM_*`` setting that cannot be used (for example an unsupported database URL)."""
+    """An ``OM_*`` setting that cannot be used (for example an unsupported database URL).
+
+    Not an :class:`~om_core.errors.InvalidInputError`: the operator fixes the deployment, not
+    the caller its request (a request that meets it is answered 500, a server fault)."""
 
 
 class StoreError(OMWorkersError):
     """A session-store operation failed; nothing it was asked to write was written."""
 
 
-class StoreUnavailableError(StoreError):
+class StoreUnavailableError(StoreError, UnavailableError):
     """The database could not be reached, or stayed locked past the busy timeout."""
 
 
@@ -30,35 +50,31 @@ class MigrationError(StoreError):
     """Applying the schema migrations failed."""
 
 
-class NotFoundError(StoreError, LookupError):
-    """Something that does not exist, or that belongs to another tenant."""
-
-
-class TenantNotFoundError(NotFoundError):
+class TenantNotFoundError(StoreError, NotFoundError):
     """No tenant with this id."""
 
 
-class SessionNotFoundError(NotFoundError):
+class SessionNotFoundError(StoreError, NotFoundError):
     """No session with this id for this tenant (another tenant's session is reported the same)."""
 
 
-class EntryNotFoundError(NotFoundError):
+class EntryNotFoundError(StoreError, NotFoundError):
     """No entry with this id in this session (or not on its current branch, where that matters)."""
 
 
-class ApiKeyNotFoundError(NotFoundError):
+class ApiKeyNotFoundError(StoreError, NotFoundError):
     """No API key has this id."""
 
 
-class InvalidCursorError(StoreError, ValueError):
+class InvalidCursorError(StoreError, InvalidInputError):
     """A listing cursor that this store did not hand out (malformed or tampered with)."""
 
 
-class FlushJobNotFoundError(NotFoundError):
+class FlushJobNotFoundError(StoreError, NotFoundError):
     """No flush job with this id for this tenant."""
 
 
-class AlreadyExistsError(StoreError):
+class AlreadyExistsError(StoreError, ConflictError):
     """A create call for an id that is already taken."""
 
 
@@ -70,7 +86,7 @@ class SessionExistsError(AlreadyExistsError):
     """This tenant already has a session with this id."""
 
 
-class InvalidApiKeyError(StoreError):
+class InvalidApiKeyError(StoreError, UnauthorizedError):
     """An API key that is unknown or revoked."""
 
 
@@ -86,21 +102,21 @@ class EntryConflictError(StoreError):
         self.entry_id = entry_id
 
 
-class InvalidLinkError(StoreError, ValueError):
+class InvalidLinkError(StoreError, InvalidInputError):
     """A funnel link that can never hold: a session linked to itself."""
 
 
-class LinkConflictError(StoreError):
+class LinkConflictError(StoreError, ConflictError):
     """A funnel link the current links forbid: the workspace is itself linked to another
     workspace, or the session is the workspace of others (funnels do not chain)."""
 
 
-class WorkspaceMissingError(StoreError):
+class WorkspaceMissingError(StoreError, ConflictError):
     """An append to a linked session whose workspace no longer exists; nothing was written.
     Unlink the session (or link it to an existing workspace) to append again."""
 
 
-class StaleEpochError(StoreError):
+class StaleEpochError(StoreError, FencedOutError):
     """A fenced memory write whose epoch is no longer the session's: a newer flush began."""
 
     def __init__(self, session_id: str, epoch: int, current: int) -> None:
@@ -112,7 +128,7 @@ class StaleEpochError(StoreError):
         self.current = current
 
 
-class InvalidJobStateError(StoreError, ValueError):
+class InvalidJobStateError(StoreError, ConflictError):
     """A flush-job state change the job's current state does not allow."""
 
 
@@ -121,11 +137,12 @@ class CoordinationError(OMWorkersError):
 
     redis-py errors never leave ``om_workers``:
     :func:`om_workers.coordination.connection.translate_errors` turns them into this class or one
-    of its subclasses.
+    of its subclasses. Only :class:`RedisUnavailableError` is surely transient; the API answers
+    every coordination failure with 503 and ``Retry-After`` all the same.
     """
 
 
-class RedisUnavailableError(CoordinationError):
+class RedisUnavailableError(CoordinationError, UnavailableError):
     """Redis could not be reached, timed out, or is still loading; retrying later may succeed
     (the API answers 503 with ``Retry-After``)."""
 
@@ -134,7 +151,7 @@ class EmbeddedRedisError(CoordinationError):
     """The private Redis server could not be found, started or stopped."""
 
 
-class LockLostError(CoordinationError):
+class LockLostError(CoordinationError, FencedOutError):
     """This worker no longer holds the session lock (it expired, was deleted, or Redis lost it).
 
     Raised before a write, so a job stops without writing; the fenced SQL write is the final
@@ -159,7 +176,7 @@ class ProviderError(OMWorkersError):
         self.retryable = retryable
 
 
-class ProviderTransportError(ProviderError):
+class ProviderTransportError(ProviderError, UnavailableError):
     """The request never got an HTTP answer (connection refused, reset, DNS ...)."""
 
 
@@ -167,11 +184,11 @@ class ProviderTimeoutError(ProviderTransportError):
     """The provider did not answer within the adapter's timeout."""
 
 
-class ProviderRateLimitError(ProviderError):
+class ProviderRateLimitError(ProviderError, UnavailableError):
     """HTTP 429 after every retry the policy allowed."""
 
 
-class ProviderServerError(ProviderError):
+class ProviderServerError(ProviderError, UnavailableError):
     """HTTP 5xx after every retry the policy allowed."""
 
 

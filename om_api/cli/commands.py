@@ -36,7 +36,7 @@ from om_api.cli.common import (
 )
 from om_api.evaluation.command import eval_app
 from om_workers.config import get_settings
-from om_workers.errors import OMWorkersError
+from om_workers.errors import ConfigError, OMWorkersError
 
 app = typer.Typer(
     name="om",
@@ -115,8 +115,10 @@ def api(
         raise typer.Exit(3)  # uvicorn logged why (the port is taken ...); its startup-failure code
 
 
-class _ApiStartupError(Exception):
-    """The API app could not be built from the OM_* settings (one line, no traceback)."""
+class _ApiStartupError(ConfigError):
+    """The API app could not be built from the OM_* settings (one line, no traceback).
+
+    Never a ``TypeError``: uvicorn turns a factory's ``TypeError`` into its own exit."""
 
     def __init__(self, message: str) -> None:
         if "OM_REDIS_URL" in message and "om up" not in message:
@@ -141,7 +143,7 @@ def _api_factory() -> Any:
 
     try:
         return create_app()
-    except (OMWorkersError, ObservationalMemoryError) as exc:
+    except ObservationalMemoryError as exc:
         raise _ApiStartupError(str(exc)) from None
     except pydantic.ValidationError as exc:
         raise _ApiStartupError(f"invalid settings: {_first_error(exc)}") from None

@@ -35,6 +35,7 @@ from typing import Any, Final, Self
 
 import httpx
 
+from om_core.errors import ObservationalMemoryError
 from om_workers.config import Settings
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.errors import TenantExistsError
@@ -53,7 +54,7 @@ WORKER_NODE: Final = "om-worker@%h"
 _PR_SET_PDEATHSIG: Final = 1
 
 
-class StackError(RuntimeError):
+class StackError(ObservationalMemoryError, RuntimeError):
     """A component of the stack could not start, or died; the message quotes its log."""
 
 

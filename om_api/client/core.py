@@ -3,15 +3,23 @@ and response decoding. No I/O happens here, so both clients behave identically.
 :class:`RetryPolicy` is :class:`om_core.policy.backoff.RetryPolicy`, re-exported here and from
 :mod:`om_api.client`; its defaults are the client's.
 
-Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``)::
+Error tree (all raised by :class:`~om_api.client.OMClient` and ``AsyncOMClient``), part of
+the service's one tree: ``OMClientError`` is an
+:class:`~om_core.errors.ObservationalMemoryError`, and each error also subclasses the category
+of :mod:`om_core.errors` in brackets, so ``except om_core.errors.NotFoundError`` catches a
+client's 404 and a store's missing session alike::
 
     OMClientError
     ├── Unauthorized      401/403: no key, a bad or revoked key, a bad admin token
-    ├── NotFound          404: missing, or another tenant's (never told apart)
+    │                     [UnauthorizedError]
+    ├── NotFound          404: missing, or another tenant's (never told apart) [NotFoundError]
     ├── Conflict          409: an id already stored with other content, a scope state clash
+    │                     [ConflictError]
     ├── InvalidRequest    400/422, or refused before sending: the reason is in ``detail``
+    │   │                 [InvalidInputError, so a ValueError]
     │   └── PayloadTooLarge   413
-    ├── Unavailable       503 or a transport failure, after every retry
+    ├── Unavailable       503 or a transport failure, after every retry [UnavailableError]
+    ├── RateLimited       429 after every retry: ``retry_after_s`` [UnavailableError]
     ├── ServerError       500 and other statuses the API does not document
     ├── InvalidResponse   a 2xx whose body does not match the wire model
     └── JobTimeout        ``wait_for_job`` ran out of time (``job`` is the last state seen)
@@ -30,6 +38,14 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from om_api.schemas import AppendEntriesResponse, EntryIn, ErrorBody, JobOut, MessageWire
+from om_core.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    ObservationalMemoryError,
+    UnauthorizedError,
+    UnavailableError,
+)
 from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
 
 T = TypeVar("T")
@@ -43,7 +59,7 @@ POLL: Final = RetryPolicy(base_s=0.1, cap_s=1.0, multiplier=1.5, jitter=0.0)
 """``wait_for_job``'s pauses between polls: 0.1 s growing by half per poll, at most 1 s."""
 
 
-class OMClientError(Exception):
+class OMClientError(ObservationalMemoryError):
     """Root of every client error. ``status`` is the HTTP status (``None`` when no answer came),
     ``code`` the API's machine error code, ``detail`` its reason, ``request_id`` the server's id
     of the request (quote it when reporting a problem)."""
@@ -64,19 +80,19 @@ class OMClientError(Exception):
         self.request_id = request_id
 
 
-class Unauthorized(OMClientError):
+class Unauthorized(OMClientError, UnauthorizedError):
     """401/403: the API key (or admin token) is missing, unknown or revoked."""
 
 
-class NotFound(OMClientError):
+class NotFound(OMClientError, NotFoundError):
     """404: the session, job or scope does not exist for this tenant."""
 
 
-class Conflict(OMClientError):
+class Conflict(OMClientError, ConflictError):
     """409: the request clashes with stored state (same id, other content ...)."""
 
 
-class InvalidRequest(OMClientError):
+class InvalidRequest(OMClientError, InvalidInputError):
     """400/422: the request was refused as invalid; ``detail`` says why, naming the field.
 
     Raised before sending (``status`` ``None``) for everything the client can check itself:
@@ -87,11 +103,11 @@ class PayloadTooLarge(InvalidRequest):
     """413: the body exceeds the API's limit; send smaller batches."""
 
 
-class Unavailable(OMClientError):
+class Unavailable(OMClientError, UnavailableError):
     """503 or no answer (connection refused, timeout) after the retries ran out."""
 
 
-class RateLimited(OMClientError):
+class RateLimited(OMClientError, UnavailableError):
     """429: the API key is over a rate limit (``detail`` names the class and rate) and the
     retries ran out, or the client has none. ``retry_after_s`` is the server's wait, seconds."""
 

@@ -185,7 +185,6 @@ def _local_target(
     from om_api.evaluation.targets import InProcessTarget
     from om_core import resolve_settings
     from om_core.errors import ObservationalMemoryError
-    from om_workers.errors import OMWorkersError
     from om_workers.prompts import load_prompts
     from om_workers.providers.setup import provider_factory, worker_models
 
@@ -196,7 +195,7 @@ def _local_target(
         prompts = load_prompts(settings.prompts_file)
     except json.JSONDecodeError as exc:
         _fail(f"--settings is not JSON: {exc}", 2)
-    except (ObservationalMemoryError, OMWorkersError, TypeError) as exc:
+    except (ObservationalMemoryError, TypeError) as exc:
         _fail(str(exc), 2)
     return InProcessTarget(
         memory,

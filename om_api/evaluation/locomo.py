@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from om_core.errors import InvalidInputError
 from om_core.ledger.models import Role
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
@@ -36,7 +37,7 @@ CATEGORY_NAMES: Mapping[int, str] = {
 }
 
 
-class LocomoFormatError(ValueError):
+class LocomoFormatError(InvalidInputError):
     """A file is not LoCoMo-format JSON (message names the file and what is wrong)."""
 
 

@@ -24,6 +24,7 @@ from om_core import (
     SessionEntry,
     WorkerConfig,
 )
+from om_core.errors import ObservationalMemoryError
 from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.flush.provider import Provider
 from om_core.ledger.models import Role
@@ -34,8 +35,9 @@ from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS
 T = TypeVar("T")
 
 
-class EvalError(RuntimeError):
-    """A replay could not go on: a flush failed, or the API refused a call (message says why)."""
+class EvalError(ObservationalMemoryError, RuntimeError):
+    """A replay could not go on: a flush failed, or the API refused a call (message says why;
+    the client's error, when there was one, is the ``__cause__``)."""
 
 
 @dataclass(frozen=True)

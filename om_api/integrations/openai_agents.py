@@ -37,6 +37,7 @@ from om_api.schemas import (
     MessageWire,
     ToolCallWire,
 )
+from om_core.errors import ConflictError
 
 if TYPE_CHECKING:  # only named in annotations: SDKs before SessionSettings import this too
     from agents.memory import SessionSettings
@@ -50,7 +51,7 @@ ROOT_KIND = "openai-agents.root"  # first entry of a session the adapter starts:
 FORK_KIND = "openai-agents.fork"  # moves the branch past popped or cleared messages
 
 
-class RewindError(OMClientError):
+class RewindError(OMClientError, ConflictError):
     """``pop_item``/``clear_session`` cannot leave a message out: it is the session's first
     entry (another client wrote it before this adapter started the session), or another
     writer moved the branch meanwhile (read again and retry)."""

@@ -49,7 +49,8 @@ class _BodyTooLarge(HTTPException):
     """Raised from ``receive`` once a streamed body passes the limit.
 
     An ``HTTPException`` because FastAPI turns any other error raised while it reads a body
-    into a 400; this one passes through to the error handlers as a 413."""
+    into a 400; this one passes through to the error handlers as a 413. That is also why it
+    is the one error outside the :class:`~om_core.errors.ObservationalMemoryError` tree."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body exceeds {limit} bytes")

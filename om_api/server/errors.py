@@ -31,34 +31,29 @@ log = logging.getLogger("om_api")
 RETRY_AFTER_S: Final = 5
 """``Retry-After`` (seconds) on a 503: about one Redis restart or database lock wait."""
 
-# Most specific first is not needed: lookup walks the exception's MRO, so a subclass listed
-# here wins over its base.
+# Keyed on the categories of :mod:`om_core.errors`, plus the few errors whose answer differs
+# from their category's (or that have none). Lookup walks the exception's MRO, so the first
+# listed class in it wins: a subclass listed here over its base, and for an error in two
+# listed classes (``LockLostError``: a coordination error and fenced out), the base it names
+# first. An error of the tree in no listed class is a server fault: 500.
 STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
-    # om_workers
-    workers.InvalidApiKeyError: (401, "unauthorized"),
-    workers.NotFoundError: (404, "not_found"),
-    workers.AlreadyExistsError: (409, "conflict"),
-    workers.EntryConflictError: (409, "conflict"),
-    workers.StaleEpochError: (409, "conflict"),
-    workers.InvalidJobStateError: (409, "conflict"),
-    workers.InvalidEntryError: (422, "invalid_input"),
-    workers.InvalidLinkError: (422, "invalid_input"),
-    # A link the other links forbid, or a linked workspace that is gone: the session's state.
-    workers.LinkConflictError: (409, "conflict"),
-    workers.WorkspaceMissingError: (409, "conflict"),
-    workers.InvalidCursorError: (422, "invalid_input"),
-    workers.StoreUnavailableError: (503, "unavailable"),
+    core.InvalidInputError: (422, "invalid_input"),
+    core.NotFoundError: (404, "not_found"),
+    core.ConflictError: (409, "conflict"),
+    core.UnauthorizedError: (401, "unauthorized"),
+    core.UnavailableError: (503, "unavailable"),
+    # The core fails closed on what it was given: a cap it cannot trim to, a worker run it
+    # refused. Both are about the request, so 4xx.
+    core.CapExceededError: (422, "invalid_input"),
+    core.WorkerRunError: (422, "invalid_input"),
+    # Any Redis failure, transient or not (a lost lock, a script error): the API's Redis work
+    # is coordination, so retrying later is what the caller can do.
     workers.CoordinationError: (503, "unavailable"),
-    # om_core: everything the core refuses is about the request (fail closed), so 4xx.
-    core.ObservationalMemoryError: (422, "invalid_input"),
-    core.UnknownCursorError: (422, "invalid_input"),
-    core.UnknownMemoryRefError: (422, "invalid_input"),
-    core.UnknownScopeError: (404, "not_found"),
-    core.DuplicateScopeError: (409, "conflict"),
-    core.ScopeStateError: (409, "conflict"),
-    # The leaf moved under a scope or drop append (a concurrent writer): retry the request.
-    core.AppendNotVisibleError: (409, "conflict"),
-    core.WrongSessionError: (409, "conflict"),
+    # Store errors outside any category: an entry that cannot be appended (a ValueError), and
+    # an entry id already stored with other content.
+    workers.InvalidEntryError: (422, "invalid_input"),
+    workers.EntryConflictError: (409, "conflict"),
+    # Foreign, at the edge: a model the route validates itself.
     pydantic.ValidationError: (422, "invalid_input"),
 }
 
@@ -90,8 +85,12 @@ def refused_by_database(exc: BaseException) -> bool:
     return False
 
 
-class ApiError(Exception):
-    """An error a route raises directly with its status, code, reason and extra headers."""
+class ApiError(core.ObservationalMemoryError):
+    """An error a route raises directly with its HTTP ``status``, machine ``error`` code,
+    ``detail`` and extra ``headers``: for an answer that differs from what
+    :data:`STATUS_BY_ERROR` gives the error's category (an unknown entry named as a page
+    cursor is a 422, not the 404 of a missing resource) or for a refusal of the edge itself
+    (a missing API key, a rate limit). Its own handler answers it, never :func:`classify`."""
 
     def __init__(
         self, status: int, error: str, detail: str, headers: dict[str, str] | None = None
@@ -269,6 +268,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     # Known trees are handled inside the routing layer (so request logging and metrics see a
     # normal response); a bare ``Exception`` handler runs in the outermost server-error layer.
-    for known in (workers.OMWorkersError, core.ObservationalMemoryError, pydantic.ValidationError):
+    for known in (core.ObservationalMemoryError, pydantic.ValidationError):
         app.add_exception_handler(known, on_error)
     app.add_exception_handler(Exception, on_error)

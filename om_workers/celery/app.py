@@ -20,7 +20,7 @@ from om_workers.celery.config import create_celery_app
 from om_workers.celery.limits import broker_of, broker_url, time_limits
 from om_workers.celery.tasks import RECONCILE_TASK, publisher, register
 from om_workers.config import get_settings
-from om_workers.coordination.coalesce import FlushTicket
+from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.requests import request_flush
@@ -83,7 +83,7 @@ def enqueue_flush(
     *,
     app: Any = None,
     fair: bool = True,
-) -> FlushTicket:
+) -> ServingJob:
     """Request a flush of the session; returns the job id serving it and whether it coalesced.
 
     See :func:`om_workers.jobs.requests.request_flush` (a coalesced request writes no job row).

@@ -38,9 +38,9 @@ tenant and session). Any exception it raises propagates to the caller."""
 
 
 @dataclass(frozen=True)
-class FlushTicket:
-    """The answer to a flush request: the job that will serve it, and whether that job was
-    already pending (``coalesced``: nothing was published)."""
+class ServingJob:
+    """The flush job that serves a request: its id, and whether it was already pending
+    (``coalesced``: nothing was published). The API answers it as a ``ServingJob``."""
 
     job_id: str
     coalesced: bool
@@ -54,7 +54,7 @@ def enqueue(
     publish: Publish,
     *,
     pending_ttl_s: int = keys.PENDING_TTL_S,
-) -> FlushTicket:
+) -> ServingJob:
     """Set the session's ``pending`` marker to ``job_id`` and publish it, unless a job is pending.
 
     Publishes ``job_id`` when it became the pending job, otherwise returns the pending job's id
@@ -73,14 +73,14 @@ def enqueue(
         if pending is None:
             # One script cannot see the key exist for SET NX and vanish for GET.
             raise CoordinationError(f"pending marker {key!r} answered without a job id")
-        return FlushTicket(str(pending), coalesced=True)
+        return ServingJob(str(pending), coalesced=True)
     try:
         publish(job_id)
     except BaseException:
         with translate_errors("withdrawing an unpublished flush"):
             client.register_script(keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id])
         raise
-    return FlushTicket(job_id, coalesced=False)
+    return ServingJob(job_id, coalesced=False)
 
 
 def flush_pending(client: redis.Redis, tenant_id: str, session_id: str) -> bool:

@@ -13,7 +13,7 @@ import logging
 import redis
 
 from om_workers.coordination import coalesce, keys
-from om_workers.coordination.coalesce import FlushTicket, drop_marker
+from om_workers.coordination.coalesce import ServingJob, drop_marker
 from om_workers.coordination.connection import translate_errors
 from om_workers.errors import FlushJobNotFoundError
 from om_workers.jobs.deps import PublishJob
@@ -32,7 +32,7 @@ def request_flush(
     publish: PublishJob,
     force: bool = False,
     full_reflection_rebuild: bool = False,
-) -> FlushTicket:
+) -> ServingJob:
     """Accept a flush request: the job id that will serve it, publishing a new job if needed.
 
     While a job is pending its id is returned at once and nothing is written (a coalesced
@@ -49,7 +49,7 @@ def request_flush(
     if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
         METRICS.coalesced.inc()
         _widen(store, tenant_id, str(pending), force, full_reflection_rebuild)
-        return FlushTicket(str(pending), coalesced=True)
+        return ServingJob(str(pending), coalesced=True)
     job = store.create_job(
         tenant_id, session_id, force=force, full_reflection_rebuild=full_reflection_rebuild
     )

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from om_core import limits
 from om_core.errors import InvalidMemoryIdError, InvalidSettingsError, WorkerLimitError
 from om_core.ledger.ids import create_memory_id, is_memory_id, parse_memory_ref
+from om_core.policy import limits
 from om_core.policy.limits import resolve_worker_limits
 from om_core.settings import REMOVED_FLAT_KEYS, resolve_settings
 

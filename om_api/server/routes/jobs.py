@@ -52,7 +52,7 @@ def flush(
     # Existence first: another tenant's session is a 404 even while Redis is down.
     state.store.get_session(tenant_id, session_id)
     try:
-        ticket = request_flush(
+        serving = request_flush(
             state.store,
             state.redis,
             tenant_id,
@@ -64,9 +64,9 @@ def flush(
     except CoordinationError:
         state.metrics.observe_enqueue("unavailable")
         raise
-    bind_log_context(job_id=ticket.job_id)
-    state.metrics.observe_enqueue("coalesced" if ticket.coalesced else "published")
-    body_out = FlushTicket(job_id=ticket.job_id, coalesced=ticket.coalesced)
+    bind_log_context(job_id=serving.job_id)
+    state.metrics.observe_enqueue("coalesced" if serving.coalesced else "published")
+    body_out = FlushTicket(job_id=serving.job_id, coalesced=serving.coalesced)
     return JSONResponse(body_out.model_dump(mode="json"), status_code=202)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from om_core.errors import (
+    InvalidInputError,
     ObservationalMemoryError,
     WorkerProtocolError,
     WorkerProviderError,
@@ -33,8 +34,9 @@ from om_core.policy.redaction import normalize_secrets, redact_value
 ToolHandler = Callable[[dict[str, Any]], Any]
 
 
-class ToolError(Exception):
-    """Raised by a tool handler for an error the model may see and correct.
+class ToolError(InvalidInputError):
+    """Raised by a tool handler for an error the model may see and correct: the model's call
+    is the input refused.
 
     The (redacted, bounded) message is replayed as the call's error payload; the run goes on.
     Any other exception from a handler fails the run.
