@@ -40,7 +40,7 @@ tenant and session). Any exception it raises propagates to the caller."""
 @dataclass(frozen=True)
 class ServingJob:
     """The flush job that serves a request: its id, and whether it was already pending
-    (``coalesced``: nothing was published). The API answers it as a ``ServingJob``."""
+    (``coalesced``: nothing was published). The API answers it as a ``FlushTicket``."""
 
     job_id: str
     coalesced: bool

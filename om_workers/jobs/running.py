@@ -15,12 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from om_workers.errors import (
-    FlushJobNotFoundError,
-    InvalidJobStateError,
-    LockLostError,
-    StaleEpochError,
-)
+from om_core.errors import FencedOutError
+from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, StaleEpochError
 from om_workers.jobs.deps import FlushDeps
 from om_workers.metrics import METRICS
 from om_workers.store import SqlUnitOfWork
@@ -83,7 +79,7 @@ class RunningJob:
             )
             try:
                 row = self.memory.finish(finish)
-            except (LockLostError, StaleEpochError):
+            except FencedOutError:
                 pass  # kept in memory.fenced: finished as fenced out below
             except Exception as exc:
                 lost = f"{type(exc).__name__}: {exc}"
