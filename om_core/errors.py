@@ -81,6 +81,20 @@ class WorkerProviderError(WorkerRunError):
     """The provider call raised or answered with something that is not an assistant message."""
 
 
+class InvalidEntryError(InvalidInputError):
+    """An entry or batch that cannot be appended: an empty batch, an entry naming another
+    session, an id twice in one batch, a parent that is not an earlier entry of the session
+    (also an out-of-range id or page limit of a store read)."""
+
+
+class EntryConflictError(ObservationalMemoryError):
+    """An entry id that is already stored with other content (or in another session)."""
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"entry id {entry_id!r} is already stored with different content")
+        self.entry_id = entry_id
+
+
 class AppendNotVisibleError(ObservationalMemoryError):
     """An appended memory entry is not the session leaf: the append went to another branch."""
 

@@ -38,10 +38,8 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     workers.InvalidApiKeyError: (401, "unauthorized"),
     workers.NotFoundError: (404, "not_found"),
     workers.AlreadyExistsError: (409, "conflict"),
-    workers.EntryConflictError: (409, "conflict"),
     workers.StaleEpochError: (409, "conflict"),
     workers.InvalidJobStateError: (409, "conflict"),
-    workers.InvalidEntryError: (422, "invalid_input"),
     workers.InvalidLinkError: (422, "invalid_input"),
     # A link the other links forbid, or a linked workspace that is gone: the session's state.
     workers.LinkConflictError: (409, "conflict"),
@@ -51,6 +49,8 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     workers.CoordinationError: (503, "unavailable"),
     # om_core: everything the core refuses is about the request (fail closed), so 4xx.
     core.ObservationalMemoryError: (422, "invalid_input"),
+    core.InvalidEntryError: (422, "invalid_input"),
+    core.EntryConflictError: (409, "conflict"),
     core.UnknownCursorError: (422, "invalid_input"),
     core.UnknownMemoryRefError: (422, "invalid_input"),
     core.UnknownScopeError: (404, "not_found"),

@@ -1,24 +1,29 @@
-"""Appending entries inside one write transaction: parent defaults, idempotency, seq and segments.
+"""Appending entries inside one write transaction: look up, plan, write.
 
 The caller has locked the session row (``lock_session``), so the leaf, the entry count and
-the epoch it reads stay the session's until commit; every check here happens before the first
-write, so a batch that fails writes nothing.
+the epoch it reads stay the session's until commit. The decision is pure
+(:mod:`om_core.ledger.append_plan`) and raises before the first write, so a batch that fails
+writes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
-from om_core.ledger.fold import is_eligible_observation_source
-from om_core.ledger.models import OBSERVATIONS_RECORDED, SessionEntry
-from om_core.ledger.tokens import estimate_entry_tokens
-from om_workers.errors import EntryConflictError, InvalidEntryError, SessionNotFoundError
-from om_workers.store.branch import MEMORY_KINDS
+from om_core.ledger.append_plan import (
+    AppendTarget,
+    Position,
+    StoredEntry,
+    append_lookup,
+    plan_append,
+)
+from om_core.ledger.models import SessionEntry
+from om_workers.errors import SessionNotFoundError
 from om_workers.store.memory_state import advance_memory_state, refresh_memory_state
 from om_workers.store.records import AppendResult
 from om_workers.store.schema import entries, sessions, snapshots
@@ -122,31 +127,13 @@ def lock_session(connection: Connection, tenant_id: str, session_id: str) -> Loc
     )
 
 
-def wire(entry: SessionEntry) -> dict[str, Any]:
-    """The entry's wire form: what is stored as the payload and compared for idempotency."""
-    return entry.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def iso_timestamp(moment: datetime) -> str:
-    """``moment`` as JavaScript's ``toISOString`` writes it (UTC, milliseconds, ``Z``)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass(frozen=True, slots=True)
-class _Existing:
-    session_pk: int
-    seq: int
-    segment_start: int
-    payload: dict[str, Any]
-
-
 def _look_up(
     connection: Connection, session: LockedSession, ids: Sequence[str], refs: Sequence[str]
-) -> tuple[dict[str, _Existing], dict[str, tuple[int, int]]]:
+) -> tuple[dict[str, StoredEntry], dict[str, Position]]:
     """The batch ids already stored (in any session of the tenant) and the ``(seq,
     segment_start)`` of the referenced entries of this session."""
-    existing: dict[str, _Existing] = {}
-    positions: dict[str, tuple[int, int]] = {}
+    stored: dict[str, StoredEntry] = {}
+    positions: dict[str, Position] = {}
     batch, wanted = set(ids), set(refs)
     for start in range(0, max(len(ids), len(refs)), _IN_CHUNK):
         params = {
@@ -156,37 +143,14 @@ def _look_up(
             "refs": list(refs[start : start + _IN_CHUNK]),
         }
         for row in connection.execute(_LOOKUP, params):
+            in_session = int(row.session_pk) == session.pk
             if row.id in batch:
-                existing[row.id] = _Existing(
-                    int(row.session_pk), int(row.seq), int(row.segment_start), row.payload
+                stored[row.id] = StoredEntry(
+                    in_session, int(row.seq), int(row.segment_start), row.payload
                 )
-            if row.id in wanted and int(row.session_pk) == session.pk:
+            if row.id in wanted and in_session:
                 positions[row.id] = (int(row.seq), int(row.segment_start))
-    return existing, positions
-
-
-def _cursors(batch: Sequence[SessionEntry]) -> set[str]:
-    found = set()
-    for entry in batch:
-        if entry.kind == "custom" and entry.data and entry.record_type == OBSERVATIONS_RECORDED:
-            cursor = entry.data.get("coversUpToId")
-            if isinstance(cursor, str):
-                found.add(cursor)
-    return found
-
-
-def _check_batch(session: LockedSession, batch: Sequence[SessionEntry]) -> None:
-    if not batch:
-        raise InvalidEntryError("an append needs at least one entry")
-    seen: set[str] = set()
-    for entry in batch:
-        if entry.session_id != session.id:
-            raise InvalidEntryError(
-                f"entry {entry.id!r} names session {entry.session_id!r}, not {session.id!r}"
-            )
-        if entry.id in seen:
-            raise InvalidEntryError(f"entry id {entry.id!r} appears twice in one batch")
-        seen.add(entry.id)
+    return stored, positions
 
 
 def append_locked(
@@ -196,126 +160,58 @@ def append_locked(
     *,
     now: datetime,
 ) -> AppendResult:
-    """Append ``batch`` to the locked session, in order, and move the leaf.
+    """Append ``batch`` to the locked session, in order, and move the leaf: look up what the
+    plan needs, plan (:func:`~om_core.ledger.append_plan.plan_append`: parents, duplicates,
+    conflicts, segments, the new leaf), then write the rows, the memory state and the leaf.
 
-    An entry without ``parent_id`` goes after the entry before it in the batch (the first after
-    the current leaf); an explicit parent must be an entry of this session appended before it.
-    An id already stored with the same content is reported as a duplicate and not written
-    again (a missing ``parent_id``/``created_at`` matches whatever the store filled in); with
-    other content, or in another session, it raises :class:`EntryConflictError`. Wrong session
-    ids, repeated ids and unknown parents raise :class:`InvalidEntryError`. Either every new
-    entry is written or none is.
+    Raises :class:`~om_core.errors.InvalidEntryError` and
+    :class:`~om_core.errors.EntryConflictError` before writing anything.
     """
-    _check_batch(session, batch)
-    ids = [entry.id for entry in batch]
-    wanted = {e.parent_id for e in batch if e.parent_id is not None}
-    if session.leaf_id is not None:
-        wanted.add(session.leaf_id)
-    # Positions of the coverage cursors the batch's records move to, read along with the
-    # parents: advancing the snapshot then needs no lookup of its own.
-    wanted.update(_cursors(batch))
-    existing, positions = _look_up(connection, session, ids, sorted(wanted - set(ids)))
-
-    stamp = iso_timestamp(now)
-    leaf = session.leaf_id
-    running_parent = session.leaf_id
-    next_seq = session.entry_count + 1
-    straight = True  # every new entry went right after the leaf of its moment
-    memory = False
-    new_tokens = 0
-    rows: list[dict[str, Any]] = []
-    stored: list[SessionEntry] = []
-    appended: list[str] = []
-    duplicates: list[str] = []
-    written: list[SessionEntry] = []
-
-    for entry in batch:
-        old = existing.get(entry.id)
-        if old is not None:
-            if old.session_pk != session.pk:
-                raise EntryConflictError(entry.id)
-            kept = SessionEntry.model_validate(old.payload)
-            candidate = entry.model_copy(
-                update={
-                    "parent_id": entry.parent_id if entry.parent_id is not None else kept.parent_id,
-                    "created_at": entry.created_at
-                    if entry.created_at is not None
-                    else kept.created_at,
+    target = AppendTarget(session.id, session.leaf_id, session.entry_count)
+    ids, refs = append_lookup(target, batch)
+    stored, positions = _look_up(connection, session, ids, refs)
+    plan = plan_append(target, batch, stored, positions, now=now)
+    if plan.rows:
+        assert plan.leaf_id is not None  # rows were planned
+        connection.execute(
+            _INSERT_ENTRIES,
+            [
+                {
+                    "id": row.id,
+                    "tenant_id": session.tenant_id,
+                    "session_pk": session.pk,
+                    "parent_id": row.parent_id,
+                    "seq": row.seq,
+                    "segment_start": row.segment_start,
+                    "kind": row.kind,
+                    "eligible_tokens": row.eligible_tokens,
+                    "payload": dict(row.payload),
+                    "created_at": now,
                 }
-            )
-            if wire(candidate) != old.payload:
-                raise EntryConflictError(entry.id)
-            positions[entry.id] = (old.seq, old.segment_start)
-            running_parent = entry.id
-            stored.append(kept)
-            duplicates.append(entry.id)
-            continue
-
-        parent = entry.parent_id if entry.parent_id is not None else running_parent
-        seq = next_seq
-        if parent is None:
-            segment_start = seq
-        else:
-            position = positions.get(parent)
-            if position is None:
-                raise InvalidEntryError(
-                    f"entry {entry.id!r}: parent {parent!r} is not an earlier entry of this session"
-                )
-            # A segment continues only when the parent is the entry appended just before.
-            segment_start = position[1] if position[0] == seq - 1 else seq
-        straight = straight and parent == leaf
-        resolved = entry.model_copy(
-            update={"parent_id": parent, "created_at": entry.created_at or stamp}
+                for row in plan.rows
+            ],
         )
-        tokens = estimate_entry_tokens(entry) if is_eligible_observation_source(entry) else 0
-        rows.append(
-            {
-                "id": entry.id,
-                "tenant_id": session.tenant_id,
-                "session_pk": session.pk,
-                "parent_id": parent,
-                "seq": seq,
-                "segment_start": segment_start,
-                "kind": entry.kind,
-                "eligible_tokens": tokens,
-                "payload": wire(resolved),
-                "created_at": now,
-            }
-        )
-        positions[entry.id] = (seq, segment_start)
-        next_seq += 1
-        leaf = entry.id
-        running_parent = entry.id
-        memory = memory or entry.kind in MEMORY_KINDS
-        new_tokens += tokens
-        stored.append(resolved)
-        appended.append(entry.id)
-        written.append(resolved)
-
-    if rows:
-        connection.execute(_INSERT_ENTRIES, rows)
-        assert leaf is not None  # rows were written
         recounted: int | None = None
-        if not straight:
-            recounted = refresh_memory_state(connection, session.pk, leaf, now=now)
-        elif memory:
+        if not plan.straight:
+            recounted = refresh_memory_state(connection, session.pk, plan.leaf_id, now=now)
+        elif plan.has_memory:
             recounted = advance_memory_state(
-                connection, session.pk, session.snapshot, written, positions, now=now
+                connection, session.pk, session.snapshot, plan.written, plan.positions, now=now
             )
         params: dict[str, Any] = {
             "session": session.pk,
-            "new_leaf": leaf,
-            "new_count": next_seq - 1,
+            "new_leaf": plan.leaf_id,
+            "new_count": plan.entry_count,
             "now": now,
         }
         if recounted is None:
             # Messages after the leaf change no ledger: they only add their own tokens.
-            connection.execute(_MOVE_LEAF_ADDING, {**params, "added_tokens": new_tokens})
+            connection.execute(_MOVE_LEAF_ADDING, {**params, "added_tokens": plan.added_tokens})
         else:
             connection.execute(_MOVE_LEAF, {**params, "new_tokens": recounted})
     return AppendResult(
-        entries=tuple(stored),
-        appended_ids=tuple(appended),
-        duplicate_ids=tuple(duplicates),
-        leaf_id=leaf,
+        entries=plan.entries,
+        appended_ids=plan.appended_ids,
+        duplicate_ids=plan.duplicate_ids,
+        leaf_id=plan.leaf_id,
     )

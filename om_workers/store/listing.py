@@ -24,7 +24,8 @@ from typing import Any
 
 from sqlalchemy import Select, select, tuple_
 
-from om_workers.errors import InvalidCursorError, InvalidEntryError
+from om_core.errors import InvalidEntryError
+from om_workers.errors import InvalidCursorError
 from om_workers.store.base import StoreBase
 from om_workers.store.records import SessionsListing, session_info
 from om_workers.store.schema import sessions

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 
+from om_core.errors import InvalidEntryError
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.fold import fold_ledger
 from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
@@ -16,7 +17,6 @@ from om_core.scopes.index import fold_work_scope_map
 from om_workers.config import Settings, get_settings
 from om_workers.errors import (
     EntryNotFoundError,
-    InvalidEntryError,
     SessionExistsError,
     SessionNotFoundError,
     StaleEpochError,

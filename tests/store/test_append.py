@@ -5,12 +5,9 @@ from __future__ import annotations
 import pytest
 from store_factories import message
 
+from om_core.errors import EntryConflictError, InvalidEntryError
 from om_core.ledger.models import SessionEntry
-from om_workers.errors import (
-    EntryConflictError,
-    InvalidEntryError,
-    SessionNotFoundError,
-)
+from om_workers.errors import SessionNotFoundError
 from om_workers.store import SqlStore
 
 

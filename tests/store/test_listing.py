@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import text
 from store_factories import message
 
-from om_workers.errors import InvalidCursorError, InvalidEntryError
+from om_core.errors import InvalidEntryError
+from om_workers.errors import InvalidCursorError
 from om_workers.store import SqlStore
 from om_workers.store.engine import create_store_engine
 from om_workers.store.listing import decode_cursor, encode_cursor, listing_query
