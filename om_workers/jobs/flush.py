@@ -48,7 +48,7 @@ from om_workers.errors import (
     StaleEpochError,
 )
 from om_workers.metrics import METRICS
-from om_workers.store import SqlStore
+from om_workers.store import SqlMemoryUnitOfWork, SqlStore
 from om_workers.store.records import FlushJob, JobFinish, StartedJob
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,8 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
     lock.start_heartbeat()
     # The last records of the flush commit with the job's finish (one transaction less); any
     # earlier ones are written before the next provider call starts.
-    memory = deps.store.session(
+    memory = SqlMemoryUnitOfWork(
+        deps.store,
         tenant_id,
         session_id,
         epoch=started.epoch,

@@ -14,7 +14,7 @@ from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.jobs.celery_app import create_celery_app
 from om_workers.jobs.flush import request_flush
 from om_workers.jobs.tasks import publisher, time_limits
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 
 from .common import Section, percentile
 
@@ -36,7 +36,7 @@ def run() -> Section:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
         store = SqlStore.from_url(url)
-        tenant = store.create_tenant("bench").id
+        tenant = AccountStore(store.engine).create_tenant("bench").id
         client = connect(redis_server.url)
         app = create_celery_app(
             broker_url=redis_server.url, limits=time_limits(Settings()), concurrency=1
