@@ -20,6 +20,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── InvalidMemoryIdError, InvalidSettingsError, AmbiguousInputError
     │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError
     │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
+    │   ├── InvalidEntryError             an append the plan refuses (empty, ids, parents)
     │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
     │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
     │   └── InvalidRequest [c]            400/422, or refused before sending
@@ -32,6 +33,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     ├── ConflictError                     clashes with the stored state: read it again, decide
     │   ├── WrongSessionError
     │   │   └── ScopeOwnershipError
+    │   ├── EntryConflictError            an entry id stored with other content
     │   ├── AppendNotVisibleError         the leaf moved under the append: retry
     │   ├── DuplicateScopeError, ScopeStateError
     │   ├── FencedOutError                a newer writer owns the session: stop, write nothing
@@ -65,8 +67,7 @@ The origins (each error above sits under one of these too, where it has one)::
     │   ├── ConfigError [w] (ValueError)  an OM_* setting cannot be used: fix the deployment
     │   │   └── _ApiStartupError [a]      ``om api``: the app cannot be built from them
     │   ├── StoreError [w]                a store operation failed; nothing was written
-    │   │   └── MigrationError [w], WriteRace [w], InvalidEntryError [w] (ValueError),
-    │   │       EntryConflictError [w], and the store's errors above
+    │   │   └── MigrationError [w], WriteRace [w], and the store's errors above
     │   ├── CoordinationError [w]         a Redis step failed (the API answers 503)
     │   │   └── EmbeddedRedisError [w], and the Redis errors above
     │   └── ProviderError [w]             a model call failed (text redacted)
@@ -171,11 +172,25 @@ class InvalidTriggerError(InvalidInputError):
     """A compact-when ``trigger`` of unknown type, or a ``should_compact`` that is not callable."""
 
 
+class InvalidEntryError(InvalidInputError):
+    """An entry or batch that cannot be appended: an empty batch, an entry naming another
+    session, an id twice in one batch, a parent that is not an earlier entry of the session
+    (also an out-of-range id or page limit of a store read)."""
+
+
 # Conflicts ----------------------------------------------------------------------------------
 
 
 class WrongSessionError(ConflictError):
     """Entries supplied for one session were asked about another."""
+
+
+class EntryConflictError(ConflictError):
+    """An entry id that is already stored with other content (or in another session)."""
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"entry id {entry_id!r} is already stored with different content")
+        self.entry_id = entry_id
 
 
 class AppendNotVisibleError(ConflictError):

@@ -90,18 +90,6 @@ class InvalidApiKeyError(StoreError, UnauthorizedError):
     """An API key that is unknown or revoked."""
 
 
-class InvalidEntryError(StoreError, ValueError):
-    """An entry that cannot be appended: wrong session, unknown parent, repeated id in a batch."""
-
-
-class EntryConflictError(StoreError):
-    """An entry id that is already stored with other content (or in another session)."""
-
-    def __init__(self, entry_id: str) -> None:
-        super().__init__(f"entry id {entry_id!r} is already stored with different content")
-        self.entry_id = entry_id
-
-
 class InvalidLinkError(StoreError, InvalidInputError):
     """A funnel link that can never hold: a session linked to itself."""
 

@@ -33,7 +33,7 @@ from om_workers.errors import ConfigError
 from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.prompts import load_prompts
 from om_workers.providers.setup import provider_factory, provider_secrets, worker_models
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 
 _T = TypeVar("_T")
 
@@ -63,7 +63,8 @@ class Services:
     """One process's long-lived dependencies; build it with :func:`build_services`.
 
     ``settings`` are the ``OM_*`` settings everything else was built from; ``store`` the SQL
-    session store on ``OM_DATABASE_URL``; ``redis`` the client on ``OM_REDIS_URL`` (locks,
+    session store on ``OM_DATABASE_URL``; ``accounts`` the tenants, API keys and rate-limit
+    overrides on the same engine; ``redis`` the client on ``OM_REDIS_URL`` (locks,
     coalescing); ``memory_settings`` the raw ``OM_SETTINGS_JSON`` object (read-only);
     ``secrets`` the values every job redacts (the provider API key, if set); ``worker_models``
     the per-worker model overrides (``OM_OBSERVER_MODEL`` ..., only those set); ``prompts`` the
@@ -75,6 +76,7 @@ class Services:
 
     settings: Settings
     store: SqlStore
+    accounts: AccountStore
     redis: redis.Redis
     memory_settings: Mapping[str, Any]
     secrets: tuple[str, ...]
@@ -141,8 +143,9 @@ class Services:
         return FairPublisher(queue, send)
 
     def close(self) -> None:
-        """Close the store's and the Redis client's pooled connections (both reconnect if
-        used again). Closes injected ones too: whoever built the :class:`Services` owns them."""
+        """Close the store's (and so the account store's: one engine) and the Redis client's
+        pooled connections (both reconnect if used again). Closes injected ones too: whoever
+        built the :class:`Services` owns them."""
         self.store.close()
         self.redis.close()
 
@@ -156,9 +159,10 @@ def build_services(
     """Build the :class:`Services` of one process from ``settings``.
 
     ``store`` and ``redis`` replace the ones built from ``OM_DATABASE_URL`` and
-    ``OM_REDIS_URL`` (tests, or a caller that already holds them). Nothing connects here: the
-    store and the client connect on first use, and the provider and the resolved memory
-    settings are built on first use (see the module docstring).
+    ``OM_REDIS_URL`` (tests, or a caller that already holds them); the account store shares
+    the store's engine. Nothing connects here: the store and the client connect on first use,
+    and the provider and the resolved memory settings are built on first use (see the module
+    docstring).
 
     Raises :class:`ConfigError` when no ``redis`` is given and ``OM_REDIS_URL`` is unset (only
     the embedded stack, ``om up``, starts a private Redis, and it passes its URL on), when
@@ -173,9 +177,12 @@ def build_services(
             )
         redis = connect(settings.redis_url)
     raw_memory = dict(settings.memory_settings)
+    if store is None:
+        store = SqlStore.from_settings(settings)
     return Services(
         settings=settings,
-        store=store if store is not None else SqlStore.from_settings(settings),
+        store=store,
+        accounts=AccountStore(store.engine),
         redis=redis,
         memory_settings=MappingProxyType(raw_memory),
         secrets=provider_secrets(settings),

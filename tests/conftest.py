@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore, normalize_database_url, upgrade
+from om_workers.store import AccountStore, SqlStore, normalize_database_url, upgrade
 
 # Per-key rate limits are off for every suite (and the API processes it starts, which inherit
 # the environment): load, chaos and burst tests would otherwise measure the limiter. They are
@@ -92,8 +92,14 @@ def store(migrated_url: str) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
-def tenant(store: SqlStore) -> str:
-    return store.create_tenant("acme").id
+def accounts(store: SqlStore) -> AccountStore:
+    """Tenants and keys, on the store's engine."""
+    return AccountStore(store.engine)
+
+
+@pytest.fixture
+def tenant(accounts: AccountStore) -> str:
+    return accounts.create_tenant("acme").id
 
 
 @pytest.fixture

@@ -25,25 +25,25 @@ from om_workers.config import get_settings
 from om_workers.errors import OMWorkersError
 
 if TYPE_CHECKING:
-    from om_workers.store import SqlStore
+    from om_workers.store import AccountStore
 
 
 @contextmanager
-def _store(database_url: str | None) -> Iterator[SqlStore]:
-    """The store on ``database_url`` (else OM_DATABASE_URL); a store error ends the command
-    with one line, exit 1."""
-    from om_workers.store import SqlStore
+def _accounts(database_url: str | None) -> Iterator[AccountStore]:
+    """The account store on ``database_url`` (else OM_DATABASE_URL); a store error ends the
+    command with one line, exit 1."""
+    from om_workers.store import AccountStore
 
     try:
-        store = SqlStore.from_url(database_url or get_settings().database_url)
+        accounts = AccountStore.from_url(database_url or get_settings().database_url)
     except OMWorkersError as exc:
         fail(str(exc), 2)
     try:
-        yield store
+        yield accounts
     except OMWorkersError as exc:
         fail(str(exc))
     finally:
-        store.close()
+        accounts.close()
 
 
 def db_upgrade(database_url: DatabaseUrl = None) -> None:
@@ -71,10 +71,10 @@ def keys_create(
     # The API refuses other tenant ids in its paths, so a tenant made here must fit them too.
     if re.fullmatch(PATH_ID_PATTERN, tenant) is None:
         fail(f"--tenant: {tenant!r} is not an id (1-128 of A-Z a-z 0-9 . _ : -, not . or ..)", 2)
-    with _store(database_url) as store:
+    with _accounts(database_url) as accounts:
         with contextlib.suppress(TenantExistsError):
-            store.create_tenant(tenant)
-        created = store.create_api_key(tenant, label=label)
+            accounts.create_tenant(tenant)
+        created = accounts.create_api_key(tenant, label=label)
     if as_json:
         print_json(
             KeyOut(key_id=created.key_id, tenant_id=created.tenant_id, key=created.plaintext)
@@ -89,8 +89,8 @@ def keys_list(
 ) -> None:
     """List a tenant's API keys, revoked ones too: id, prefix, label, creation and revocation
     times. Never the key itself (only its hash is stored)."""
-    with _store(database_url) as store:
-        found = store.list_api_keys(tenant)
+    with _accounts(database_url) as accounts:
+        found = accounts.list_api_keys(tenant)
     keys = [ApiKeyOut.model_validate(info, from_attributes=True) for info in found]
     if as_json:
         print_json(ApiKeysOut(keys=keys))
@@ -105,8 +105,8 @@ def keys_revoke(
 ) -> None:
     """Revoke an API key: from now on every request with it is refused (401), on every API
     replica. Revoking a revoked key changes nothing."""
-    with _store(database_url) as store:
-        revoked = ApiKeyOut.model_validate(store.revoke_key(key_id), from_attributes=True)
+    with _accounts(database_url) as accounts:
+        revoked = ApiKeyOut.model_validate(accounts.revoke_key(key_id), from_attributes=True)
     if as_json:
         print_json(revoked)
     else:
@@ -150,8 +150,8 @@ def tenants_limits(
         "reads": (reads_per_s, reads_burst),
     }
     defaults = default_limits(get_settings())
-    with _store(database_url) as store:
-        overrides = {} if clear else store.get_rate_limits(tenant)
+    with _accounts(database_url) as accounts:
+        overrides = {} if clear else accounts.get_rate_limits(tenant)
         if clear or any(v is not None for pair in given.values() for v in pair):
             for name, (rate, burst) in given.items():
                 if rate is None and burst is None:
@@ -164,7 +164,7 @@ def tenants_limits(
                     )
                 except InvalidInputError as exc:
                     fail(f"--{name}: {exc}", 2)
-            overrides = store.set_rate_limits(tenant, overrides)
+            overrides = accounts.set_rate_limits(tenant, overrides)
     answer = limits_out(tenant, overrides, defaults)
     if as_json:
         print_json(answer)

@@ -40,7 +40,7 @@ from om_workers.config import Settings
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.errors import TenantExistsError
 from om_workers.services import build_services
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, upgrade
 
 HOST: Final = "127.0.0.1"
 DEV_TENANT: Final = "dev"
@@ -197,7 +197,7 @@ class Stack:
         # The children build theirs from the same two URLs (OM_DATABASE_URL, OM_REDIS_URL).
         services = build_services(Settings(database_url=config.database_url, redis_url=redis_url))
         try:
-            tenant_id, api_key = create_dev_key(services.store)
+            tenant_id, api_key = create_dev_key(services.accounts)
         finally:
             services.close()
 
@@ -329,16 +329,16 @@ class Stack:
         self.stop()
 
 
-def create_dev_key(store: SqlStore, tenant_id: str = DEV_TENANT) -> tuple[str, str]:
-    """Create ``tenant_id`` in ``store`` if it does not exist and a new API key for it.
+def create_dev_key(accounts: AccountStore, tenant_id: str = DEV_TENANT) -> tuple[str, str]:
+    """Create ``tenant_id`` in ``accounts`` if it does not exist and a new API key for it.
 
     Returns ``(tenant_id, plaintext key)``; the key is not stored in plaintext anywhere.
     Raises the store's errors (``StoreUnavailableError`` ...) when the database is unusable.
-    The caller owns (and closes) ``store``.
+    The caller owns (and closes) the store.
     """
     with contextlib.suppress(TenantExistsError):
-        store.create_tenant(tenant_id)
-    return tenant_id, store.create_api_key(tenant_id, label="om dev key").plaintext
+        accounts.create_tenant(tenant_id)
+    return tenant_id, accounts.create_api_key(tenant_id, label="om dev key").plaintext
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

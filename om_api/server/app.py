@@ -234,7 +234,7 @@ def create_app(
         metrics=metrics,
         registry=registry,
         publish_factory=publish_factory,
-        limits=ApiRateLimits(resolved, services.store, RateLimiter(services.redis), metrics),
+        limits=ApiRateLimits(resolved, services.accounts, RateLimiter(services.redis), metrics),
     )
     configure_logging(registry, resolved.log_level)
     app = _Api(

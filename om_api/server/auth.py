@@ -46,7 +46,7 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
     :class:`~om_api.server.limits.RateLimitedError` over the limit."""
     token = _token(credentials)
     try:
-        tenant_id, key_id = state.store.resolve_api_key_id(token)
+        tenant_id, key_id = state.accounts.resolve_api_key_id(token)
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected

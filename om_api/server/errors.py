@@ -49,10 +49,6 @@ STATUS_BY_ERROR: Final[dict[type[BaseException], tuple[int, str]]] = {
     # Any Redis failure, transient or not (a lost lock, a script error): the API's Redis work
     # is coordination, so retrying later is what the caller can do.
     workers.CoordinationError: (503, "unavailable"),
-    # Store errors outside any category: an entry that cannot be appended (a ValueError), and
-    # an entry id already stored with other content.
-    workers.InvalidEntryError: (422, "invalid_input"),
-    workers.EntryConflictError: (409, "conflict"),
     # Foreign, at the edge: a model the route validates itself.
     pydantic.ValidationError: (422, "invalid_input"),
 }

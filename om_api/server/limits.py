@@ -30,7 +30,7 @@ from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass, 
 from om_workers.config import Settings
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.errors import CoordinationError
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore
 
 log = logging.getLogger("om_api")
 
@@ -96,12 +96,12 @@ class ApiRateLimits:
     """The limits of one API process: defaults, cached per-tenant overrides, the Redis limiter."""
 
     def __init__(
-        self, settings: Settings, store: SqlStore, limiter: RateLimiter, metrics: ApiMetrics
+        self, settings: Settings, accounts: AccountStore, limiter: RateLimiter, metrics: ApiMetrics
     ) -> None:
         self.enabled = settings.rate_limits_enabled
         self.defaults = default_limits(settings)
         self._cache_s = settings.rate_limit_cache_s
-        self._store = store
+        self._accounts = accounts
         self._limiter = limiter
         self._metrics = metrics
         self._cache: dict[str, tuple[float, dict[RequestClass, RateLimit]]] = {}
@@ -117,7 +117,7 @@ class ApiRateLimits:
             cached = self._cache.get(tenant_id)
         if cached is not None and cached[0] > now:
             return cached[1]
-        limits = {**self.defaults, **self._store.get_rate_limits(tenant_id)}
+        limits = {**self.defaults, **self._accounts.get_rate_limits(tenant_id)}
         if self._cache_s > 0:
             with self._lock:
                 self._cache[tenant_id] = (now + self._cache_s, limits)

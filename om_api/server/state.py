@@ -23,7 +23,7 @@ from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
 from om_workers.jobs.deps import PublishJob
 from om_workers.services import Services
-from om_workers.store import SqlStore, tombstone_scope
+from om_workers.store import AccountStore, SqlStore, tombstone_scope
 
 
 @dataclass
@@ -53,6 +53,11 @@ class ApiState:
     def store(self) -> SqlStore:
         """The SQL session store."""
         return self.services.store
+
+    @property
+    def accounts(self) -> AccountStore:
+        """Tenants, API keys and rate-limit overrides (the store's engine, own transactions)."""
+        return self.services.accounts
 
     @property
     def redis(self) -> redis.Redis:

@@ -51,7 +51,7 @@ from om_workers.store import (
     sessions_of_jobs,
     sessions_over_unobserved,
 )
-from om_workers.store.base import utc_now
+from om_workers.store.unit_of_work import utc_now
 
 LOST_JOB_ERROR = "worker lost: its session lock expired or its holder died; swept by the reconciler"
 DEFAULT_SCAN_LIMIT = 500

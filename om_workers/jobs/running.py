@@ -19,7 +19,7 @@ from om_core.errors import FencedOutError
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, StaleEpochError
 from om_workers.jobs.deps import FlushDeps
 from om_workers.metrics import METRICS
-from om_workers.store import SqlUnitOfWork
+from om_workers.store import SqlMemoryUnitOfWork
 from om_workers.store.records import FlushJob, JobFinish, StartedJob
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class RunningJob:
     ) -> None:
         self.job: FlushJob = started.job
         self._deps = deps
-        self.memory: SqlUnitOfWork = deps.store.session(
+        self.memory = SqlMemoryUnitOfWork(
+            deps.store,
             self.job.tenant_id,
             self.job.session_id,
             epoch=started.epoch,

@@ -1,17 +1,24 @@
-"""Tenants and API keys. A key is shown once; the store keeps only its SHA-256.
+"""Account administration: tenants, API keys and rate-limit overrides.
 
-SHA-256 without a salt is enough here because keys are 256-bit random tokens, not passwords:
-there is nothing to guess, and the hash stays an indexed exact-match lookup.
+:class:`AccountStore` works on the same engine as the session store but is no part of a
+session's transaction: each method is its own short transaction (foreign errors translated at
+the unit of work's seam, :func:`~om_workers.store.unit_of_work.translate_errors`).
+
+A key is shown once; the store keeps only its SHA-256. SHA-256 without a salt is enough here
+because keys are 256-bit random tokens, not passwords: there is nothing to guess, and the hash
+stays an indexed exact-match lookup.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
 
 from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.errors import (
@@ -20,9 +27,11 @@ from om_workers.errors import (
     TenantExistsError,
     TenantNotFoundError,
 )
-from om_workers.store.base import StoreBase
+from om_workers.store.engine import create_store_engine, read_transaction, write_transaction
 from om_workers.store.records import ApiKeyInfo, CreatedApiKey, Tenant, as_utc, as_utc_or_none
 from om_workers.store.schema import api_keys, tenants
+from om_workers.store.service import retry_once_after_race
+from om_workers.store.unit_of_work import translate_errors, utc_now
 
 API_KEY_PREFIX = "om_"
 _MAX_KEY_LENGTH = 512
@@ -60,38 +69,100 @@ def _key_info(row: Row[Any, Any, Any, Any, Any]) -> ApiKeyInfo:
     )
 
 
-def require_tenant(connection: Connection, tenant_id: str) -> None:
-    """Raise :class:`TenantNotFoundError` unless the tenant exists."""
-    found = connection.execute(select(tenants.c.id).where(tenants.c.id == tenant_id)).first()
-    if found is None:
+_TENANT_ID = select(tenants.c.id).where(tenants.c.id == bindparam("tenant_id"))
+_TENANT = select(tenants.c.id, tenants.c.name, tenants.c.created_at).where(
+    tenants.c.id == bindparam("tenant_id")
+)
+_INSERT_TENANT = insert(tenants)
+_INSERT_KEY = insert(api_keys)
+_RESOLVE = select(api_keys.c.tenant_id, api_keys.c.id).where(
+    api_keys.c.key_hash == bindparam("key_hash"), api_keys.c.revoked_at.is_(None)
+)
+_RATE_LIMITS = select(tenants.c.rate_limits).where(tenants.c.id == bindparam("tenant_id"))
+_SET_RATE_LIMITS = (
+    update(tenants)
+    .where(tenants.c.id == bindparam("tenant_id"))
+    .values(rate_limits=bindparam("new_limits"))
+)
+_REVOKED_AT = func.coalesce(api_keys.c.revoked_at, bindparam("now"))
+_REVOKE_TENANT_KEY = (
+    update(api_keys)
+    # An UPDATE may not bind a parameter named like one of its table's columns.
+    .where(api_keys.c.id == bindparam("key_id"), api_keys.c.tenant_id == bindparam("tenant"))
+    .values(revoked_at=_REVOKED_AT)
+)
+_REVOKE_KEY = (
+    update(api_keys).where(api_keys.c.id == bindparam("key_id")).values(revoked_at=_REVOKED_AT)
+)
+_KEY = select(*_KEY_COLUMNS).where(api_keys.c.id == bindparam("key_id"))
+_TENANT_KEYS = (
+    select(*_KEY_COLUMNS)
+    .where(api_keys.c.tenant_id == bindparam("tenant_id"))
+    .order_by(api_keys.c.created_at, api_keys.c.id)
+)
+
+
+def _require_tenant(connection: Connection, tenant_id: str) -> None:
+    if connection.execute(_TENANT_ID, {"tenant_id": tenant_id}).first() is None:
         raise TenantNotFoundError(f"no tenant {tenant_id!r}")
 
 
-class AccountsMixin(StoreBase):
-    """Tenant and API-key operations of :class:`~om_workers.store.SqlStore`."""
+class AccountStore:
+    """Tenants, API keys and per-tenant rate-limit overrides, on the session store's engine.
+
+    Every method runs in its own transaction and either completes or writes nothing; database
+    failures surface as :class:`~om_workers.errors.StoreUnavailableError` or
+    :class:`~om_workers.errors.StoreError`, as the session store's do.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    @classmethod
+    def from_url(cls, database_url: str, **engine_kwargs: Any) -> AccountStore:
+        """An account store on ``database_url`` (its own engine: :meth:`close` it).
+        Raises :class:`~om_workers.errors.ConfigError`."""
+        return cls(create_store_engine(database_url, **engine_kwargs))
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close the engine's pooled connections (shared with a session store on the same
+        engine; both reconnect when used again)."""
+        self._engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with translate_errors(), write_transaction(self._engine) as connection:
+            yield connection
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with translate_errors(), read_transaction(self._engine) as connection:
+            yield connection
 
     def create_tenant(self, tenant_id: str, name: str | None = None) -> Tenant:
         """Create a tenant. Raises :class:`TenantExistsError` when the id is taken."""
 
         def create() -> Tenant:
-            now = self._now()
+            now = self._clock()
             with self._write() as connection:
-                taken = connection.execute(
-                    select(tenants.c.id).where(tenants.c.id == tenant_id)
-                ).first()
-                if taken is not None:
+                if connection.execute(_TENANT_ID, {"tenant_id": tenant_id}).first() is not None:
                     raise TenantExistsError(f"tenant {tenant_id!r} already exists")
-                connection.execute(
-                    insert(tenants).values(id=tenant_id, name=name or tenant_id, created_at=now)
-                )
+                values = {"id": tenant_id, "name": name or tenant_id, "created_at": now}
+                connection.execute(_INSERT_TENANT, values)
             return Tenant(id=tenant_id, name=name or tenant_id, created_at=now)
 
-        return self._retrying(create)
+        return retry_once_after_race(create)
 
     def get_tenant(self, tenant_id: str) -> Tenant:
         """The tenant. Raises :class:`TenantNotFoundError`."""
         with self._read() as connection:
-            row = connection.execute(select(tenants).where(tenants.c.id == tenant_id)).first()
+            row = connection.execute(_TENANT, {"tenant_id": tenant_id}).first()
         if row is None:
             raise TenantNotFoundError(f"no tenant {tenant_id!r}")
         return Tenant(id=row.id, name=row.name, created_at=as_utc(row.created_at))
@@ -104,16 +175,17 @@ class AccountsMixin(StoreBase):
         key_id = secrets.token_hex(8)
         plaintext = f"{key_prefix(key_id)}{secrets.token_urlsafe(32)}"
         with self._write() as connection:
-            require_tenant(connection, tenant_id)
+            _require_tenant(connection, tenant_id)
             connection.execute(
-                insert(api_keys).values(
-                    id=key_id,
-                    tenant_id=tenant_id,
-                    key_hash=hash_api_key(plaintext),
-                    label=label,
-                    created_at=self._now(),
-                    revoked_at=None,
-                )
+                _INSERT_KEY,
+                {
+                    "id": key_id,
+                    "tenant_id": tenant_id,
+                    "key_hash": hash_api_key(plaintext),
+                    "label": label,
+                    "created_at": self._clock(),
+                    "revoked_at": None,
+                },
             )
         return CreatedApiKey(key_id=key_id, tenant_id=tenant_id, plaintext=plaintext)
 
@@ -134,12 +206,7 @@ class AccountsMixin(StoreBase):
         if not plaintext or len(plaintext) > _MAX_KEY_LENGTH:
             raise InvalidApiKeyError("invalid API key")
         with self._read() as connection:
-            row = connection.execute(
-                select(api_keys.c.tenant_id, api_keys.c.id).where(
-                    api_keys.c.key_hash == hash_api_key(plaintext),
-                    api_keys.c.revoked_at.is_(None),
-                )
-            ).first()
+            row = connection.execute(_RESOLVE, {"key_hash": hash_api_key(plaintext)}).first()
         if row is None:
             raise InvalidApiKeyError("invalid API key")
         return str(row.tenant_id), str(row.id)
@@ -150,9 +217,7 @@ class AccountsMixin(StoreBase):
         Raises :class:`TenantNotFoundError`.
         """
         with self._read() as connection:
-            row = connection.execute(
-                select(tenants.c.rate_limits).where(tenants.c.id == tenant_id)
-            ).first()
+            row = connection.execute(_RATE_LIMITS, {"tenant_id": tenant_id}).first()
         if row is None:
             raise TenantNotFoundError(f"no tenant {tenant_id!r}")
         stored: dict[str, Any] = row.rate_limits or {}
@@ -172,10 +237,8 @@ class AccountsMixin(StoreBase):
             for name, limit in limits.items()
         }
         with self._write() as connection:
-            result = connection.execute(
-                update(tenants).where(tenants.c.id == tenant_id).values(rate_limits=value or None)
-            )
-            if result.rowcount == 0:
+            params = {"tenant_id": tenant_id, "new_limits": value or None}
+            if connection.execute(_SET_RATE_LIMITS, params).rowcount == 0:
                 raise TenantNotFoundError(f"no tenant {tenant_id!r}")
         return dict(limits)
 
@@ -183,24 +246,16 @@ class AccountsMixin(StoreBase):
         """Revoke one of the tenant's keys (idempotent). Raises :class:`InvalidApiKeyError` if
         the tenant has no such key."""
         with self._write() as connection:
-            result = connection.execute(
-                update(api_keys)
-                .where(api_keys.c.id == key_id, api_keys.c.tenant_id == tenant_id)
-                .values(revoked_at=func.coalesce(api_keys.c.revoked_at, self._now()))
-            )
-            if result.rowcount == 0:
+            params = {"key_id": key_id, "tenant": tenant_id, "now": self._clock()}
+            if connection.execute(_REVOKE_TENANT_KEY, params).rowcount == 0:
                 raise InvalidApiKeyError(f"no API key {key_id!r} for this tenant")
 
     def list_api_keys(self, tenant_id: str) -> tuple[ApiKeyInfo, ...]:
         """The tenant's keys, oldest first, revoked ones included; never a key's hash or
         plaintext. Raises :class:`TenantNotFoundError`."""
         with self._read() as connection:
-            require_tenant(connection, tenant_id)
-            rows = connection.execute(
-                select(*_KEY_COLUMNS)
-                .where(api_keys.c.tenant_id == tenant_id)
-                .order_by(api_keys.c.created_at, api_keys.c.id)
-            ).all()
+            _require_tenant(connection, tenant_id)
+            rows = connection.execute(_TENANT_KEYS, {"tenant_id": tenant_id}).all()
         return tuple(_key_info(row) for row in rows)
 
     def revoke_key(self, key_id: str) -> ApiKeyInfo:
@@ -208,12 +263,8 @@ class AccountsMixin(StoreBase):
         revoked key changes nothing (its first ``revoked_at`` stays). From the commit on,
         :meth:`resolve_api_key` refuses it. Raises :class:`ApiKeyNotFoundError`."""
         with self._write() as connection:
-            connection.execute(
-                update(api_keys)
-                .where(api_keys.c.id == key_id)
-                .values(revoked_at=func.coalesce(api_keys.c.revoked_at, self._now()))
-            )
-            row = connection.execute(select(*_KEY_COLUMNS).where(api_keys.c.id == key_id)).first()
+            connection.execute(_REVOKE_KEY, {"key_id": key_id, "now": self._clock()})
+            row = connection.execute(_KEY, {"key_id": key_id}).first()
         if row is None:
             raise ApiKeyNotFoundError(f"no API key {key_id!r}")
         return _key_info(row)

@@ -22,8 +22,6 @@ from om_core.ledger.models import SessionEntry
 from om_workers.store.schema import entries
 
 Segment = tuple[int, int]
-MEMORY_KINDS: tuple[str, ...] = ("custom", "compaction")
-"""Entry kinds the ledger fold reads; every other kind leaves the ledger as it is."""
 
 
 def segment_cte(session_pk: Any, leaf_id: Any) -> CTE:

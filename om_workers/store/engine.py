@@ -136,25 +136,34 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 @contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A connection in a transaction that may write; committed on success, rolled back on error.
+def writer_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection whose transactions may write, for as long as the block lasts.
 
-    On SQLite the transaction begins IMMEDIATE (takes the write lock first), once this writer
-    is at the head of the file's queue of writers (threads, then processes).
+    On SQLite it waits for the head of the file's queue of writers (threads, then processes)
+    and holds it until the block ends; its transactions begin IMMEDIATE (take the write lock
+    first). On PostgreSQL it is a plain connection: writers serialise per row, not per database.
     """
     writers = _WRITE_LOCKS.get(engine)
-    if writers is None:  # PostgreSQL: writers serialise per row, not per database
-        with engine.connect() as connection, connection.begin():
+    if writers is None:
+        with engine.connect() as connection:
             yield connection
         return
     with writers.held(), engine.connect() as connection:
         connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-        with connection.begin():
-            yield connection
+        yield connection
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that may write (see :func:`writer_connection`); committed
+    on success, rolled back on error."""
+    with writer_connection(engine) as connection, connection.begin():
+        yield connection
 
 
 @contextmanager
 def read_transaction(engine: Engine) -> Iterator[Connection]:
-    """A connection in a read transaction: one consistent view for several queries."""
+    """A connection in a read transaction: one consistent view for several queries. It never
+    waits for the writers' queue (WAL readers go on while one writes)."""
     with engine.connect() as connection, connection.begin():
         yield connection

@@ -2,24 +2,22 @@
 
 A session linked to a workspace (``sessions.workspace_id``) has every observable message
 appended to it copied onto the workspace (what is copied, and how a copy looks, is pure:
-:mod:`om_core.ledger.funnel`). The copy is written **in the same transaction as the original**, by
-:func:`append_with_copies`, so a crash can never leave an original without its copy, or a
-copy without its original: either both commit or neither does.
+:mod:`om_core.ledger.funnel`). The copy is written **in the same transaction as the
+original**, by :func:`append_with_copies`, so a crash can never leave an original without its
+copy, or a copy without its original: either both commit or neither does.
 
 Concurrent children of one workspace are serialised on the workspace row: the copy step
-locks it like any append does (:func:`~om_workers.store.append.lock_session`, ``FOR UPDATE``
-on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises every writer), so each copy
-goes after the workspace's leaf of its moment and the workspace stays one unforked branch.
-Locks are always taken child first, then workspace; funnels do not chain (a workspace is never
-itself linked), so no two appends can wait on each other in a cycle.
+locks it like any append does (``uow.sessions.lock``: ``FOR UPDATE`` on PostgreSQL; SQLite's
+``BEGIN IMMEDIATE`` already serialises every writer), so each copy goes after the workspace's
+leaf of its moment and the workspace stays one unforked branch. Locks are always taken child
+first, then workspace; funnels do not chain (a workspace is never itself linked), so no two
+appends can wait on each other in a cycle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-
-from sqlalchemy import Connection, select, update
 
 from om_core.ledger.funnel import funnel_copies
 from om_core.ledger.models import SessionEntry
@@ -29,30 +27,30 @@ from om_workers.errors import (
     SessionNotFoundError,
     WorkspaceMissingError,
 )
-from om_workers.store.append import LockedSession, append_locked, lock_session
-from om_workers.store.base import StoreBase
-from om_workers.store.records import AppendResult, SessionInfo, session_info
-from om_workers.store.schema import sessions
+from om_workers.store.appends import append_locked
+from om_workers.store.records import AppendResult
+from om_workers.store.repositories import LockedSession
+from om_workers.store.unit_of_work import SqlUnitOfWork
 
 
 def append_with_copies(
-    connection: Connection,
+    uow: SqlUnitOfWork,
     session: LockedSession,
     batch: Sequence[SessionEntry],
     *,
     now: datetime,
 ) -> AppendResult:
     """Append ``batch`` to the locked ``session`` and, when it is linked, copy the newly
-    written observable messages onto its workspace, in this one transaction.
+    written observable messages onto its workspace, in this one unit of work.
 
     Entries reported as duplicates are not copied again: their copies were written with them.
-    Raises what :func:`~om_workers.store.append.append_locked` raises (for the batch or its
+    Raises what :func:`~om_workers.store.appends.append_locked` raises (for the batch or its
     copies; an ``EntryConflictError`` for a copy means the workspace already holds its id
     with other content), and :class:`WorkspaceMissingError` when the linked workspace no
-    longer exists. On any error the caller's transaction rolls back: neither the originals
-    nor the copies are written.
+    longer exists. On any error the unit of work rolls back: neither the originals nor the
+    copies are written.
     """
-    result = append_locked(connection, session, batch, now=now)
+    result = append_locked(uow, session, batch, now=now)
     if session.workspace_id is None or not result.appended_ids:
         return result
     new = set(result.appended_ids)
@@ -60,18 +58,18 @@ def append_with_copies(
     if not copies:
         return result
     try:
-        workspace = lock_session(connection, session.tenant_id, session.workspace_id)
+        workspace = uow.sessions.lock(session.tenant_id, session.workspace_id)
     except SessionNotFoundError:
         raise WorkspaceMissingError(
             f"session {session.id!r} is linked to workspace {session.workspace_id!r}, "
             "which no longer exists"
         ) from None
-    append_locked(connection, workspace, copies, now=now)
+    append_locked(uow, workspace, copies, now=now)
     return result
 
 
 def check_link(
-    connection: Connection, tenant_id: str, session_id: str, workspace_id: str
+    uow: SqlUnitOfWork, tenant_id: str, session_id: str, workspace_id: str
 ) -> LockedSession:
     """Check that ``session_id`` may be linked to ``workspace_id`` and lock the workspace row
     (the caller has locked the session's, or is creating it).
@@ -86,58 +84,15 @@ def check_link(
     # Session first, then workspace, as an append's copy step locks them. Only a request this
     # check refuses anyway (linking W to C while C, linked to W, appends) can meet an append
     # in a lock cycle; PostgreSQL then aborts one of the two (a retryable StoreUnavailable).
-    workspace = lock_session(connection, tenant_id, workspace_id)
+    workspace = uow.sessions.lock(tenant_id, workspace_id)
     if workspace.workspace_id is not None:
         raise LinkConflictError(
             f"workspace {workspace_id!r} is itself linked to {workspace.workspace_id!r}; "
             "funnels do not chain"
         )
-    linked_here = connection.execute(
-        select(sessions.c.id)
-        .where(sessions.c.tenant_id == tenant_id, sessions.c.workspace_id == session_id)
-        .limit(1)
-    ).first()
+    linked_here = uow.links.one_linked_to(tenant_id, session_id)
     if linked_here is not None:
         raise LinkConflictError(
-            f"session {session_id!r} is the workspace of {linked_here.id!r}; funnels do not chain"
+            f"session {session_id!r} is the workspace of {linked_here!r}; funnels do not chain"
         )
     return workspace
-
-
-class FunnelMixin(StoreBase):
-    """Linking a session to a workspace session, and unlinking it."""
-
-    def link_session(self, tenant_id: str, session_id: str, workspace_id: str) -> SessionInfo:
-        """Link ``session_id`` to ``workspace_id``: from the next append on, every observable
-        message appended to the session is also appended to the workspace (see
-        :func:`append_with_copies`). Entries already stored are not copied. Linking again to
-        the same workspace changes nothing; to another one moves the link.
-
-        Raises :class:`SessionNotFoundError` for a missing session or workspace (or another
-        tenant's), :class:`InvalidLinkError` and :class:`LinkConflictError` (see
-        :func:`check_link`).
-        """
-        with self._write() as connection:
-            session = lock_session(connection, tenant_id, session_id)
-            check_link(connection, tenant_id, session_id, workspace_id)
-            return _set_link(connection, session.pk, workspace_id, now=self._now())
-
-    def unlink_session(self, tenant_id: str, session_id: str) -> SessionInfo:
-        """Stop copying the session's messages; copies already made stay on the workspace.
-        Unlinking a session that is not linked changes nothing. Raises
-        :class:`SessionNotFoundError`."""
-        with self._write() as connection:
-            session = lock_session(connection, tenant_id, session_id)
-            return _set_link(connection, session.pk, None, now=self._now())
-
-
-def _set_link(
-    connection: Connection, session_pk: int, workspace_id: str | None, *, now: datetime
-) -> SessionInfo:
-    connection.execute(
-        update(sessions)
-        .where(sessions.c.pk == session_pk)
-        .values(workspace_id=workspace_id, updated_at=now)
-    )
-    row = connection.execute(select(sessions).where(sessions.c.pk == session_pk)).one()
-    return session_info(row)

@@ -24,13 +24,11 @@ from typing import Any
 
 from sqlalchemy import Select, select, tuple_
 
-from om_workers.errors import InvalidCursorError, InvalidEntryError
-from om_workers.store.base import StoreBase
-from om_workers.store.records import SessionsListing, session_info
+from om_workers.errors import InvalidCursorError
 from om_workers.store.schema import sessions
 
 MAX_SESSIONS_LIMIT = 1000
-"""Most sessions one page of :meth:`SessionListingMixin.list_sessions` holds."""
+"""Most sessions one page of :meth:`~om_workers.store.SqlStore.list_sessions` holds."""
 
 
 def _utc(value: datetime) -> datetime:
@@ -78,36 +76,3 @@ def listing_query(
     if updated_since is not None:
         query = query.where(sessions.c.updated_at >= _utc(updated_since))
     return query.order_by(sessions.c.created_at.desc(), sessions.c.id.desc()).limit(limit)
-
-
-class SessionListingMixin(StoreBase):
-    """Session listing of :class:`~om_workers.store.SqlStore`."""
-
-    def list_sessions(
-        self,
-        tenant_id: str,
-        *,
-        limit: int = 50,
-        cursor: str | None = None,
-        updated_since: datetime | None = None,
-    ) -> SessionsListing:
-        """Up to ``limit`` of the tenant's sessions, newest first, after ``cursor`` (from the
-        newest without one), only those updated at or after ``updated_since`` when given (a
-        naive time is UTC). An unknown tenant has no sessions.
-
-        Raises :class:`InvalidCursorError` for a cursor this listing did not hand out, and
-        :class:`InvalidEntryError` for ``limit`` outside ``1..MAX_SESSIONS_LIMIT``.
-        """
-        if not 1 <= limit <= MAX_SESSIONS_LIMIT:
-            raise InvalidEntryError(f"limit must be within 1..{MAX_SESSIONS_LIMIT}")
-        after = decode_cursor(cursor) if cursor is not None else None
-        # One row more than the page: whether it exists says whether there is a next page.
-        query = listing_query(tenant_id, limit + 1, after, updated_since)
-        with self._read() as connection:
-            rows = connection.execute(query).all()
-        page = tuple(session_info(row) for row in rows[:limit])
-        more = len(rows) > limit and page
-        return SessionsListing(
-            sessions=page,
-            next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
-        )

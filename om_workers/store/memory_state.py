@@ -16,6 +16,7 @@ from sqlalchemy import BindParameter, Connection, bindparam, delete, insert, sel
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as lite_insert
 
+from om_core.ledger.append_plan import MEMORY_KINDS
 from om_core.ledger.fold import (
     fold_ledger,
     is_eligible_observation_source,
@@ -34,7 +35,6 @@ from om_core.ledger.models import (
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_workers.store.branch import (
-    MEMORY_KINDS,
     Segment,
     branch_segments,
     entry_position,

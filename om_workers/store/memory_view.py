@@ -1,9 +1,10 @@
-"""The view a flush reads of one session: snapshot, active pool and the entries after them.
+"""What reads of a session's memory see: the snapshot folded over the entries after it.
 
-One function of a connection, so it runs inside whatever transaction the caller holds: its own
-read transaction (:meth:`SqlStore.read_memory_view`) or the one that starts a flush job
-(:meth:`SqlStore.start_job`), which then reads its row, raises the epoch and reads the session
-in one step.
+:func:`read_memory_view` is the view a flush reads (the active pool and the entries after the
+observation cursor); :func:`read_context_state` the whole ledger a context or recall read
+renders. Both are functions of a connection, so they run inside whatever transaction the caller
+holds: a read unit of work, or the one that starts a flush job (:meth:`SqlStore.start_job`),
+which then reads its row, raises the epoch and reads the session in one step.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ from __future__ import annotations
 from sqlalchemy import Connection, bindparam, select
 
 from om_core.flush.unit_of_work import MemoryView
+from om_core.ledger.append_plan import MEMORY_KINDS
 from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
 from om_workers.store.branch import branch_segments, read_branch_payloads, to_entries
+from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
+    SnapshotCache,
     joined_snapshot,
+    read_snapshot,
     read_working_ledger,
     valid_snapshot,
 )
@@ -77,4 +82,47 @@ def read_memory_view(
         scope_map=scope_map,
         invalidated_ids=withheld,
         leaf_id=row.leaf_id,
+    )
+
+
+def read_context_state(
+    connection: Connection, session_pk: int, leaf_id: str | None, cache: SnapshotCache
+) -> ContextState:
+    """The branch ending at ``leaf_id``: its whole ledger and scope map from the stored
+    snapshot (parsed through ``cache``) plus the entries after it.
+
+    ``result.ledger`` equals the fold of the whole branch, without reading the branch before
+    the snapshot.
+    """
+    segments = branch_segments(connection, session_pk, leaf_id)
+    stored = read_snapshot(connection, session_pk)
+    snapshot = valid_snapshot(stored, segments)
+    if snapshot is None and stored is not None:
+        # Writes keep the snapshot on the branch; should one not be, fold the branch's memory
+        # entries rather than answer from another branch.
+        memory = to_entries(
+            read_branch_payloads(connection, session_pk, segments, kinds=MEMORY_KINDS)
+        )
+        return ContextState(
+            ledger=fold_ledger(memory),
+            snapshot_entry_id=leaf_id,
+            entries=(),
+            leaf_id=leaf_id,
+            scope_map=fold_work_scope_map(memory),
+        )
+    initial = cache.ledger(connection, session_pk, snapshot) if snapshot is not None else None
+    after = to_entries(
+        read_branch_payloads(
+            connection, session_pk, segments, after_seq=snapshot.seq if snapshot else 0
+        )
+    )
+    ledger = fold_ledger(after, initial=initial) if after else initial
+    return ContextState(
+        ledger=ledger if ledger is not None else ObservationalMemoryLedger(),
+        snapshot_entry_id=snapshot.entry_id if snapshot is not None else None,
+        entries=after,
+        leaf_id=leaf_id,
+        scope_map=fold_work_scope_map(
+            after, initial=snapshot.scope_map if snapshot is not None else None
+        ),
     )

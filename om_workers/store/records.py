@@ -198,3 +198,29 @@ class Tombstone:
     entry_id: str
     corrected: bool
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    """One session, by tenant and id; ``unobserved_tokens`` as the store counts them."""
+
+    tenant_id: str
+    session_id: str
+    unobserved_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job row, by id, and its session."""
+
+    job_id: str
+    session: SessionRef
+
+
+@dataclass(frozen=True, slots=True)
+class FailureStreak:
+    """A session's consecutive failed jobs, newest backwards (skipped jobs do not break it),
+    and when the last of them finished."""
+
+    failures: int
+    last_failed_at: datetime | None

@@ -1,171 +1,193 @@
-"""The memory unit of work over the SQL store, and the host-callback view of one session.
+"""The unit of work: one transaction on the store's engine, and the repositories bound to it.
 
-:class:`SqlUnitOfWork` is bound to one tenant's session. As ``om_core``'s
-:class:`~om_core.flush.unit_of_work.MemoryUnitOfWork` it reads a flush's view in one transaction
-(:meth:`SqlStore.read_memory_view`) and appends a flush's records in one fenced transaction
-that advances the snapshot by just those records. The same object offers the callbacks
-in-process helpers take (``append_entry``, ``entries``), so the scope controller and the
-revocation handler run on the durable store unchanged.
+``with uow:`` opens the transaction; inside it ``uow.sessions``, ``uow.entries``,
+``uow.memory`` (snapshot, items, the flush's view, the context state), ``uow.jobs``,
+``uow.tombstones`` and ``uow.links`` (the funnel) run their statements on its connection;
+``uow.commit()`` ends it. Leaving the block without a commit rolls the transaction back, so an
+operation that raises part-way writes nothing. :class:`SqlReadUnitOfWork` is the form for
+reads: it cannot commit, and on SQLite it never waits for the writers' queue (WAL readers go on
+while one writes). Each ``with`` opens a new transaction on a pooled connection.
+
+This is also the one seam where SQLAlchemy's errors become the store's
+(:func:`translate_errors`): a lost unique-constraint race is a :class:`WriteRace` (the service
+layer runs the operation once more), an unreachable or locked database a
+:class:`~om_workers.errors.StoreUnavailableError`, anything else a
+:class:`~om_workers.errors.StoreError`. Nothing from SQLAlchemy or a driver leaves it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
 
-from om_core.errors import AppendNotVisibleError
-from om_core.flush.unit_of_work import MemoryView
-from om_core.ledger.models import SessionEntry
-from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
-from om_workers.store.records import AppendResult, ContextState, FlushJob, JobFinish
-from om_workers.store.tombstones import tombstone_scope
+from sqlalchemy import Connection, Engine, RootTransaction
+from sqlalchemy.exc import (
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-if TYPE_CHECKING:
-    from om_workers.store.store import SqlStore
+from om_workers.errors import StoreError, StoreUnavailableError
+from om_workers.store.engine import writer_connection
+from om_workers.store.repositories import (
+    EntryRepository,
+    JobRepository,
+    LinkRepository,
+    MemoryRepository,
+    SessionRepository,
+    TombstoneRepository,
+)
+from om_workers.store.snapshot import SnapshotCache
 
-_T = TypeVar("_T")
+
+def utc_now() -> datetime:
+    """The store's default clock."""
+    return datetime.now(UTC)
 
 
-class SqlUnitOfWork:
-    """One tenant's session in a :class:`SqlStore`; fenced when it has a flush ``epoch``.
+class WriteRace(StoreError):
+    """A unique constraint hit by a concurrent writer; the service layer runs the operation
+    once more (:func:`~om_workers.store.service.retry_once_after_race`)."""
 
-    ``view`` is served by the first :meth:`read` (a view read in the transaction that started
-    the job). With ``hold_last`` the latest appended batch is held back until the next append,
-    :meth:`write_held` or :meth:`finish`, so a flush's last records and its job's finish commit
-    in one transaction; the flush job calls :meth:`write_held` before every provider call, so
-    records are durable before any further model work starts. ``before_write`` runs before
-    every fenced write (the worker checks its session lock there and raises
-    :class:`~om_workers.errors.LockLostError` when it lost it). The first fencing failure is kept
-    in :attr:`fenced` and raised again on every later append, so no later step of the flush can
-    write. Methods raise what the store's methods raise
-    (:class:`~om_workers.errors.StaleEpochError`, :class:`~om_workers.errors.SessionNotFoundError`
-    ...).
+
+def _describe(exc: SQLAlchemyError) -> str:
+    # The driver's own first line says what failed without echoing SQL parameters, which may
+    # hold entry content.
+    original = getattr(exc, "orig", None)
+    text = str(original if original is not None else exc).strip().splitlines()
+    return f"{type(original or exc).__name__}: {text[0] if text else ''}"
+
+
+def translated(exc: SQLAlchemyError) -> StoreError:
+    """The store error that stands for a SQLAlchemy error (see the module docstring)."""
+    if isinstance(exc, IntegrityError):
+        return WriteRace(_describe(exc))
+    if isinstance(exc, OperationalError | InterfaceError | DisconnectionError | PoolTimeoutError):
+        return StoreUnavailableError(_describe(exc))
+    return StoreError(_describe(exc))
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Raise the :func:`translated` store error for any SQLAlchemy error inside the block."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise translated(exc) from exc
+
+
+class SqlReadUnitOfWork:
+    """One read transaction and the repositories on it; ``with`` it, then read.
+
+    The repositories exist inside the ``with`` block only. Leaving the block ends the
+    transaction (rolled back: it wrote nothing). Raises
+    :class:`~om_workers.errors.StoreUnavailableError` or
+    :class:`~om_workers.errors.StoreError` for a database failure, on entering, inside the
+    block or on leaving it; every other error of the block passes through unchanged.
     """
+
+    sessions: SessionRepository
+    entries: EntryRepository
+    memory: MemoryRepository
+    jobs: JobRepository
+    tombstones: TombstoneRepository
+    links: LinkRepository
 
     def __init__(
         self,
-        store: SqlStore,
-        tenant_id: str,
-        session_id: str,
+        engine: Engine,
         *,
-        epoch: int | None = None,
-        before_write: Callable[[], None] | None = None,
-        view: MemoryView | None = None,
-        hold_last: bool = False,
+        clock: Callable[[], datetime] = utc_now,
+        snapshots: SnapshotCache | None = None,
     ) -> None:
-        self._store = store
-        self._hold_last = hold_last
-        self._held: tuple[SessionEntry, ...] = ()
-        self.tenant_id = tenant_id
-        self._session_id = session_id
-        self.epoch = epoch
-        self._before_write = before_write
-        self._view = view
-        self.fenced: OMWorkersError | None = None
+        self._engine = engine
+        self._clock = clock
+        self._snapshots = snapshots if snapshots is not None else SnapshotCache()
+        self._stack: ExitStack | None = None
+        self._transaction: RootTransaction | None = None
+
+    def _connect(self, stack: ExitStack) -> Connection:
+        return stack.enter_context(self._engine.connect())
+
+    def __enter__(self) -> Self:
+        if self._stack is not None:
+            raise RuntimeError("this unit of work is already open")
+        stack = ExitStack()
+        try:
+            with translate_errors():
+                connection = self._connect(stack)
+                self._transaction = connection.begin()
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        self.sessions = SessionRepository(connection)
+        self.entries = EntryRepository(connection)
+        self.memory = MemoryRepository(connection, self._snapshots)
+        self.jobs = JobRepository(connection)
+        self.tombstones = TombstoneRepository(connection)
+        self.links = LinkRepository(connection)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, transaction = self._stack, self._transaction
+        self._stack = self._transaction = None
+        if stack is None or transaction is None:
+            return
+        with translate_errors():
+            try:
+                if transaction.is_active:
+                    transaction.rollback()
+            finally:
+                stack.close()
+        if isinstance(exc, SQLAlchemyError):
+            raise translated(exc) from exc
+
+    def now(self) -> datetime:
+        """The store's clock (aware UTC by default)."""
+        return self._clock()
 
     @property
-    def session_id(self) -> str:
-        """The session every read and append is bound to."""
-        return self._session_id
+    def backend(self) -> str:
+        """The database's dialect name: ``sqlite`` or ``postgresql``."""
+        return self._engine.dialect.name
 
-    # The memory unit of work ---------------------------------------------------------------
 
-    def read(self) -> MemoryView:
-        """The flush's view: working ledger, unobserved entries, scope map, tombstones, leaf.
+class SqlUnitOfWork(SqlReadUnitOfWork):
+    """One transaction that may write, and the repositories on it; ``with`` it, then commit.
 
-        The first read returns the view the unit of work was made with, if any (the one read
-        when its job started, in that transaction); later reads read the store.
-        """
-        view, self._view = self._view, None
-        if view is not None:
-            return view
-        return self._store.read_memory_view(
-            self.tenant_id, self._session_id, tombstone_scope(self._session_id)
-        )
+    On SQLite the transaction waits for the head of the writers' queue and begins IMMEDIATE
+    (holds the database's write lock up front); PostgreSQL writers lock the rows they change
+    (``FOR UPDATE`` on a session row serialises its appends). Everything written inside the
+    block is rolled back unless :meth:`commit` ran. Raises what :class:`SqlReadUnitOfWork`
+    raises; a lost unique-constraint race is a :class:`WriteRace`.
+    """
 
-    def append(self, records: Sequence[SessionEntry]) -> str:
-        """Append memory records at the leaf in one (fenced) transaction; the new leaf.
+    def _connect(self, stack: ExitStack) -> Connection:
+        return stack.enter_context(writer_connection(self._engine))
 
-        Held back until the next write when the unit of work holds its last batch (the
-        returned leaf is then the batch's last record, where the write will put it).
-        """
-        if not self._hold_last:
-            return self._landed(records, self.append_entries(records))
-        self.write_held()
-        if self.fenced is not None:
-            raise self.fenced
-        self._held = tuple(records)
-        return records[-1].id
+    def commit(self) -> None:
+        """Commit what the block wrote; the transaction is over (leaving the block then
+        releases the connection). Raises :class:`~om_workers.errors.StoreUnavailableError` or
+        :class:`~om_workers.errors.StoreError` (nothing was committed)."""
+        if self._transaction is None:
+            raise RuntimeError("commit() outside the unit of work's block")
+        with translate_errors():
+            self._transaction.commit()
 
-    def write_held(self) -> None:
-        """Write the held batch, if any. Raises what :meth:`append` raises."""
-        held, self._held = self._held, ()
-        if held:
-            self._landed(held, self.append_entries(held))
-
-    def finish(self, finish: JobFinish) -> FlushJob | None:
-        """Write the held batch and finish its flush job, in one fenced transaction (just the
-        job when nothing is held). The job as finished, ``None`` when it had already finished.
-
-        Raises what :meth:`append` raises; the job is then not finished.
-        """
-        held, self._held = self._held, ()
-        if not held or self.epoch is None:
-            return self._store.finish_job_if_open(self.tenant_id, finish)
-        result, job = self._fenced(
-            lambda epoch: self._store.append_memory_and_finish(
-                self.tenant_id, self._session_id, held, epoch, finish
-            )
-        )
-        self._landed(held, result)
-        return job
-
-    def _landed(self, records: Sequence[SessionEntry], result: AppendResult) -> str:
-        leaf = result.leaf_id
-        if leaf is None or leaf != records[-1].id:
-            raise AppendNotVisibleError(
-                f"memory entry {records[-1].id!r} is not the leaf of session {self._session_id!r}"
-            )
-        return leaf
-
-    # Host callbacks ------------------------------------------------------------------------
-
-    def append_entries(self, entries: Sequence[SessionEntry]) -> AppendResult:
-        """Append a batch (fenced when the unit of work has an epoch)."""
-        if self.epoch is None:
-            return self._store.append_entries(self.tenant_id, self._session_id, entries)
-        return self._fenced(
-            lambda epoch: self._store.append_memory(
-                self.tenant_id, self._session_id, entries, epoch
-            )
-        )
-
-    def _fenced(self, write: Callable[[int], _T]) -> _T:
-        """Run a fenced write with the unit of work's epoch, after ``before_write``; the first
-        fencing failure is kept and raised again by every later write."""
-        if self.fenced is not None:
-            raise self.fenced
-        assert self.epoch is not None
-        try:
-            if self._before_write is not None:
-                self._before_write()
-            return write(self.epoch)
-        except (LockLostError, StaleEpochError) as exc:
-            self.fenced = exc
-            raise
-
-    def append_entry(self, entry: SessionEntry) -> SessionEntry:
-        """Append one entry; returns it as stored (parent and ``created_at`` filled in)."""
-        return self.append_entries((entry,)).entries[0]
-
-    def entries(self) -> list[SessionEntry]:
-        """The current branch, root to leaf (for in-process helpers that fold it whole)."""
-        return list(self._store.read_branch(self.tenant_id, self._session_id))
-
-    def context_state(self) -> ContextState:
-        """The branch's whole ledger and the entries after its snapshot."""
-        return self._store.read_context_state(self.tenant_id, self._session_id)
-
-    def invalidated_ids(self, scope: str) -> frozenset[str]:
-        """Entry ids the tenant's ``scope`` withholds (tombstone port)."""
-        return self._store.invalidated_ids(self.tenant_id, scope)
+    def rollback(self) -> None:
+        """Roll back what the block wrote so far (leaving the block does it anyway)."""
+        if self._transaction is not None:
+            with translate_errors():
+                self._transaction.rollback()

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 
 from om_api.server.app import create_app
 from om_workers.config import Settings
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 START_TIMEOUT_S = 10.0
@@ -41,6 +41,11 @@ class LiveApi:
     redis: redis.Redis
     published: Published
     backend: str = "sqlite"
+
+    @property
+    def accounts(self) -> AccountStore:
+        """Tenants and keys, on the store's engine."""
+        return AccountStore(self.store.engine)
 
     def admin(self) -> httpx.Client:
         """A client carrying the admin token."""

@@ -18,7 +18,7 @@ import httpx
 
 from om_core.ledger.funnel import funnel_origin
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 from tests.api.processes import start_api
 
 CHILDREN = ("c1", "c2", "c3")
@@ -67,8 +67,9 @@ def test_sigkill_during_a_burst_leaves_no_message_without_its_copy(
     migrated_url: str, redis_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
     store = SqlStore.from_url(migrated_url)
-    tenant = store.create_tenant("acme").id
-    key = store.create_api_key(tenant).plaintext
+    accounts = AccountStore(store.engine)
+    tenant = accounts.create_tenant("acme").id
+    key = accounts.create_api_key(tenant).plaintext
     store.create_session(tenant, WS)
     for child in CHILDREN:
         store.create_session(tenant, child, workspace=WS)

@@ -34,7 +34,7 @@ from om_api.server.state import State
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.errors import StoreError, TenantNotFoundError
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.api.conftest import make_settings
 from tests.api.seed import message
 from tests.api.server import LiveApi, Published, serve
@@ -202,7 +202,7 @@ def test_unstorable_text_in_sessions_scopes_and_admin_bodies_is_a_422(
             answer = post_json(admin, "/v1/admin/tenants", {"id": tenant_id, "name": bad})
             assert_refused(answer, "body.name", reason, f"tenant name {bad_name}")
             with pytest.raises(TenantNotFoundError):
-                backend_api.store.get_tenant(tenant_id)
+                backend_api.accounts.get_tenant(tenant_id)
             assert admin.post("/v1/admin/tenants", json={"id": tenant_id}).status_code == 201
             answer = post_json(admin, f"/v1/admin/tenants/{tenant_id}/keys", {"label": bad})
             assert_refused(answer, "body.label", reason, f"key label {bad_name}")
@@ -455,9 +455,10 @@ def pg_database(tmp_path: Path) -> Iterator[tuple[str, SqlStore]]:
 @needs_postgres
 def test_database_data_errors_classify_as_422(pg_database: tuple[str, SqlStore]) -> None:
     _, pg_store = pg_database
-    tenant_id = pg_store.create_tenant("acme").id
+    pg_accounts = AccountStore(pg_store.engine)
+    tenant_id = pg_accounts.create_tenant("acme").id
     refusals: list[Callable[[], object]] = [
-        lambda: pg_store.create_tenant("nul", "a\x00b"),
+        lambda: pg_accounts.create_tenant("nul", "a\x00b"),
         lambda: pg_store.create_session(tenant_id, "s1", metadata={"a": "\x00"}),
         lambda: pg_store.create_session(tenant_id, "s2", metadata={"a": "\ud800"}),
     ]
@@ -481,7 +482,7 @@ def test_a_database_refusal_is_a_422_without_the_value(
 
     @router.post("/test/store-refuses")
     def store_refuses(state: State) -> None:
-        state.store.create_tenant(f"t-{uuid.uuid4().hex[:8]}", "secret-ish \x00 value")
+        state.accounts.create_tenant(f"t-{uuid.uuid4().hex[:8]}", "secret-ish \x00 value")
 
     client: redis.Redis = connect(api_redis_server.url)
     try:

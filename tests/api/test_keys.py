@@ -86,7 +86,7 @@ def test_a_revoked_key_is_refused_at_once_on_every_route_by_every_replica(
     tenant_id, _ = backend_api.tenant()
     with backend_api.admin() as admin:
         made = admin.post(f"/v1/admin/tenants/{tenant_id}/keys").json()
-    kept = backend_api.store.create_api_key(tenant_id, label="kept").plaintext
+    kept = backend_api.accounts.create_api_key(tenant_id, label="kept").plaintext
     routes = _tenant_routes(backend_api)
     assert ("GET", "/v1/sessions") in routes and ("POST", "/v1/sessions/s/flush") in routes
     assert len(routes) >= 20

@@ -77,7 +77,7 @@ def test_links_that_cannot_be(backend_api: LiveApi) -> None:
 
 def test_create_with_workspace_and_the_clients(api: LiveApi) -> None:
     tenant_id, _ = api.tenant()
-    key = api.store.create_api_key(tenant_id).plaintext
+    key = api.accounts.create_api_key(tenant_id).plaintext
     with OMClient(api.url, api_key=key) as om:
         om.create_session("ws")
         child = om.create_session("c1", workspace="ws")

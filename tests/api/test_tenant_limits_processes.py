@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from om_api.cli.commands import app as cli
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 from tests.api.processes import start_api
 
 BURST = 3
@@ -70,8 +70,9 @@ def test_a_flush_budget_holds_across_processes_and_metrics_name_each_tenant(
 ) -> None:
     store = SqlStore.from_url(migrated_url)
     try:
-        tenants = {name: store.create_tenant(name).id for name in ("busy", "quiet")}
-        keys = {name: store.create_api_key(tid).plaintext for name, tid in tenants.items()}
+        accounts = AccountStore(store.engine)
+        tenants = {name: accounts.create_tenant(name).id for name in ("busy", "quiet")}
+        keys = {name: accounts.create_api_key(tid).plaintext for name, tid in tenants.items()}
         for tenant_id in tenants.values():
             for n in range(BURST + 2):
                 store.create_session(tenant_id, f"s{n}")

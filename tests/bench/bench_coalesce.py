@@ -15,7 +15,7 @@ from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.jobs.requests import request_flush
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 
 from .common import Section, percentile
 
@@ -37,7 +37,7 @@ def run() -> Section:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
         store = SqlStore.from_url(url)
-        tenant = store.create_tenant("bench").id
+        tenant = AccountStore(store.engine).create_tenant("bench").id
         client = connect(redis_server.url)
         app = create_celery_app(
             broker_url=redis_server.url, limits=time_limits(Settings()), concurrency=1

@@ -16,7 +16,7 @@ from om_workers.config import DEFAULT_CONTEXT_MAX_TOKENS, Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.reads import session_context
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.schema import entries as entries_table
 from tests.api.server import Published, serve
 
@@ -41,8 +41,9 @@ def run() -> Section:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
         store = SqlStore.from_url(url)
-        tenant = store.create_tenant("bench").id
-        key = store.create_api_key(tenant).plaintext
+        accounts = AccountStore(store.engine)
+        tenant = accounts.create_tenant("bench").id
+        key = accounts.create_api_key(tenant).plaintext
         client = connect(redis_server.url)
         api_settings = Settings(database_url=url, redis_url=redis_server.url, log_level="WARNING")
         with (

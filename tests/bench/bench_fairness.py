@@ -18,7 +18,7 @@ from om_workers.celery.config import create_celery_app
 from om_workers.coordination import keys
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.e2e.support import add_chat
 from tests.e2e.workers import Worker
 
@@ -44,8 +44,9 @@ def b_latencies(tmp: Path, *, busy: int, fair: bool) -> tuple[list[float], float
     url = f"sqlite:///{tmp / f'fair-{busy}-{fair}.db'}"
     upgrade(url)
     store = SqlStore.from_url(url)
-    tenant_a = store.create_tenant("a").id
-    tenant_b = store.create_tenant("b").id
+    accounts = AccountStore(store.engine)
+    tenant_a = accounts.create_tenant("a").id
+    tenant_b = accounts.create_tenant("b").id
     for tenant, count in ((tenant_a, busy), (tenant_b, SESSIONS)):
         for n in range(count):
             store.create_session(tenant, f"s{n:04d}")

@@ -32,7 +32,7 @@ from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.flush import run_flush_job
 from om_workers.jobs.requests import request_flush
-from om_workers.store import SqlStore, normalize_database_url, upgrade
+from om_workers.store import AccountStore, SqlStore, normalize_database_url, upgrade
 
 from .common import Section
 from .synthetic import consolidated_history, new_messages
@@ -155,7 +155,7 @@ def measure(backend: str, url: str, redis_url: str) -> Figures:
     client.flushdb()
     counter = StatementCounter(store.engine)
     try:
-        tenant = store.create_tenant("bench").id
+        tenant = AccountStore(store.engine).create_tenant("bench").id
         deps = FlushDeps(store=store, redis=client, publish=_no_queue)
         for size in SIZES:
             session_id = f"h{size}"

@@ -28,7 +28,7 @@ from om_workers.celery.config import create_celery_app
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.e2e.support import LOW, add_chat
 from tests.e2e.workers import Worker, worker_env
 
@@ -53,7 +53,7 @@ def calls_per_flush() -> int:
         url = f"sqlite:///{Path(tmp) / 'count.db'}"
         upgrade(url)
         store = SqlStore.from_url(url)
-        tenant = store.create_tenant("bench").id
+        tenant = AccountStore(store.engine).create_tenant("bench").id
         store.create_session(tenant, "c")
         add_chat(store, tenant, "c", 1)
         entries = list(store.read_branch(tenant, "c"))
@@ -108,7 +108,7 @@ def measure(
     url = f"sqlite:///{tmp / f'bench-{run}.db'}"
     upgrade(url)
     store = SqlStore.from_url(url)
-    tenant = store.create_tenant("bench").id
+    tenant = AccountStore(store.engine).create_tenant("bench").id
     sessions = [f"b{i:04d}" for i in range(flushes)]
     for session in sessions:
         store.create_session(tenant, session)

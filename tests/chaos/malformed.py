@@ -32,7 +32,7 @@ import httpx
 
 from om_api.schemas import MAX_JSON_DEPTH
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.api.processes import ApiProcess, api_process
 from tests.deploy.rehearsal import HOST, PG
 
@@ -329,8 +329,9 @@ def probe_backend(backend: Backend, say: Callable[[str], None] = print) -> Probe
         upgrade(database_url)
         store = SqlStore.from_url(database_url)
         try:
-            tenant_id = store.create_tenant("probe-tenant").id
-            key = store.create_api_key(tenant_id, label="probe").plaintext
+            accounts = AccountStore(store.engine)
+            tenant_id = accounts.create_tenant("probe-tenant").id
+            key = accounts.create_api_key(tenant_id, label="probe").plaintext
             store.create_session(tenant_id, SESSION)
         finally:
             store.close()

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Final, Literal
 
 from om_workers.config import Settings
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 from tests.chaos.provider import ProviderServer
 from tests.chaos.proxy import FaultProxy
 from tests.deploy.rehearsal import (
@@ -164,9 +164,10 @@ class ChaosTopology(Rehearsal):
         super().start()
         store = self.store()  # what `om keys create` does, without two more interpreters
         try:
+            accounts = AccountStore(store.engine)
             for tenant in TENANTS:
-                store.create_tenant(tenant)
-                self.keys[tenant] = store.create_api_key(tenant, label="chaos").plaintext
+                accounts.create_tenant(tenant)
+                self.keys[tenant] = accounts.create_api_key(tenant, label="chaos").plaintext
         finally:
             store.close()
 

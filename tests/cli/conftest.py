@@ -42,5 +42,5 @@ def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveApi]:
 @pytest.fixture
 def tenant(live_api: LiveApi) -> Tenant:
     tenant_id = f"t-{uuid.uuid4().hex[:10]}"
-    live_api.store.create_tenant(tenant_id)
-    return Tenant(live_api, tenant_id, live_api.store.create_api_key(tenant_id).plaintext)
+    live_api.accounts.create_tenant(tenant_id)
+    return Tenant(live_api, tenant_id, live_api.accounts.create_api_key(tenant_id).plaintext)

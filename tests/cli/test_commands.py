@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from om_api.cli import app
 from om_workers.coordination.embedded import EmbeddedRedis
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore
 
 ROOT = Path(__file__).resolve().parents[2]
 OM = [sys.executable, "-m", "om_api.cli"]
@@ -78,7 +78,7 @@ def test_keys_create_makes_a_key_that_resolves(tmp_path: Path) -> None:
     first = om("keys", "create", "--tenant", "acme", OM_DATABASE_URL=url)
     second = om("keys", "create", "--tenant", "acme", "--label", "ci", "--database-url", url)
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
-    store = SqlStore.from_url(url)
+    store = AccountStore.from_url(url)
     try:
         for result in (first, second):
             key = result.stdout.strip()

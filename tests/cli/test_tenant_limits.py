@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from om_api.cli import app
 from om_core.policy.rate_limit import RateLimit
 from om_workers.config import get_settings
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, upgrade
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -22,7 +22,7 @@ def _run(*args: str) -> tuple[int, str]:
 def test_show_set_and_clear(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'om.db'}"
     upgrade(url)
-    store = SqlStore.from_url(url)
+    store = AccountStore.from_url(url)
     try:
         store.create_tenant("acme")
         defaults = get_settings()

@@ -14,7 +14,7 @@ import pytest
 
 from om_core.flush.unit_of_work import InMemoryUnitOfWork, MemoryUnitOfWork
 from om_core.ledger.models import SessionEntry
-from om_workers.store import SqlStore, tombstone_scope, upgrade
+from om_workers.store import AccountStore, SqlMemoryUnitOfWork, SqlStore, tombstone_scope, upgrade
 from tests.conftest import BACKENDS, fresh_database
 
 SESSION = "s1"
@@ -95,7 +95,7 @@ class InMemoryHarness:
 class SqlHarness:
     def __init__(self, store: SqlStore) -> None:
         self.store = store
-        self.tenant = store.create_tenant("acme").id
+        self.tenant = AccountStore(store.engine).create_tenant("acme").id
         store.create_session(self.tenant, SESSION)
 
     def add(self, *entries: SessionEntry) -> None:
@@ -103,7 +103,7 @@ class SqlHarness:
 
     def unit_of_work(self) -> MemoryUnitOfWork:
         epoch = self.store.raise_epoch(self.tenant, SESSION)
-        return self.store.session(self.tenant, SESSION, epoch=epoch)
+        return SqlMemoryUnitOfWork(self.store, self.tenant, SESSION, epoch=epoch)
 
     def supersede(self) -> None:
         self.store.raise_epoch(self.tenant, SESSION)

@@ -13,7 +13,7 @@ import redis
 from om_workers.celery.config import create_celery_app
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.e2e.workers import StartWorker, Worker, worker_env
 
 
@@ -32,8 +32,8 @@ def store(database_url: str) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
-def tenant(store: SqlStore) -> str:
-    return store.create_tenant("acme").id
+def tenant(accounts: AccountStore) -> str:
+    return accounts.create_tenant("acme").id
 
 
 @pytest.fixture

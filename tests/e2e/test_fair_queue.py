@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from om_workers.celery.app import enqueue_flush
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 from tests.e2e.support import add_chat, wait_for
 from tests.e2e.workers import StartWorker
 
@@ -21,9 +21,14 @@ SLOTS = 2
 
 @pytest.mark.parametrize("fair", [True, False], ids=["fair", "first-in-first-out"])
 def test_a_tenant_behind_a_backlog_waits_for_free_slots_not_for_the_backlog(
-    app: Any, start_worker: StartWorker, store: SqlStore, client: redis.Redis, fair: bool
+    app: Any,
+    start_worker: StartWorker,
+    store: SqlStore,
+    accounts: AccountStore,
+    client: redis.Redis,
+    fair: bool,
 ) -> None:
-    busy, quiet = store.create_tenant("busy").id, store.create_tenant("quiet").id
+    busy, quiet = accounts.create_tenant("busy").id, accounts.create_tenant("quiet").id
     for tenant, count in ((busy, BACKLOG), (quiet, 2)):
         for n in range(count):
             store.create_session(tenant, f"s{n}")

@@ -49,7 +49,7 @@ def services(database_url: str, redis_server: EmbeddedRedis) -> Iterator[Service
 
 
 def test_builds_a_working_store_and_redis_from_settings(services: Services) -> None:
-    tenant = services.store.create_tenant("acme").id
+    tenant = services.accounts.create_tenant("acme").id
     services.store.create_session(tenant, "s1")
     published: list[str] = []
     deps = services.flush_deps(lambda t, s, job: published.append(job))

@@ -5,13 +5,10 @@ from __future__ import annotations
 import pytest
 from store_factories import message
 
+from om_core.errors import EntryConflictError, InvalidEntryError
 from om_core.ledger.models import SessionEntry
-from om_workers.errors import (
-    EntryConflictError,
-    InvalidEntryError,
-    SessionNotFoundError,
-)
-from om_workers.store import SqlStore
+from om_workers.errors import SessionNotFoundError
+from om_workers.store import AccountStore, SqlStore
 
 
 def test_single_and_batch_appends_chain_from_the_leaf(
@@ -67,14 +64,14 @@ def test_same_id_other_content_is_a_conflict(store: SqlStore, tenant: str, sessi
 
 
 def test_entry_ids_are_unique_within_a_tenant_and_private_to_it(
-    store: SqlStore, tenant: str, session_id: str
+    store: SqlStore, accounts: AccountStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a", text="tenant one"))
     store.create_session(tenant, "s2")
     with pytest.raises(EntryConflictError):
         store.append_entries(tenant, "s2", message("a", "s2"))
     # Another tenant's ids are its own: same id, same session id, other content, no conflict.
-    store.create_tenant("other")
+    accounts.create_tenant("other")
     store.create_session("other", "s1")
     result = store.append_entries("other", "s1", message("a", text="tenant two"))
     assert result.appended_ids == ("a",)

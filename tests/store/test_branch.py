@@ -7,7 +7,8 @@ import random
 import pytest
 from store_factories import message
 
-from om_workers.errors import EntryNotFoundError, InvalidEntryError
+from om_core.errors import InvalidEntryError
+from om_workers.errors import EntryNotFoundError
 from om_workers.store import SqlStore
 
 

@@ -11,7 +11,7 @@ from om_core.ledger.models import CompactionEntry, FoldedMemory, SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.controller import WorkScopeController
 from om_core.scopes.index import fold_work_scope_map
-from om_workers.store import SqlStore
+from om_workers.store import SqlMemoryUnitOfWork, SqlStore
 
 
 def _check(store: SqlStore, tenant: str, session_id: str) -> None:
@@ -106,7 +106,7 @@ def test_forks_and_explicit_parents_keep_context_equal_to_a_full_fold(
 
 
 def test_handle_context_state_matches(store: SqlStore, tenant: str, session_id: str) -> None:
-    handle = store.session(tenant, session_id)
+    handle = SqlMemoryUnitOfWork(store, tenant, session_id)
     handle.append_entry(message("u1"))
     record, _ = observations("o1", ["u1"], "u1")
     handle.append_entry(record)
@@ -116,7 +116,7 @@ def test_handle_context_state_matches(store: SqlStore, tenant: str, session_id: 
 def test_the_scope_map_comes_with_the_snapshot_across_scopes_and_forks(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
-    handle = store.session(tenant, session_id)
+    handle = SqlMemoryUnitOfWork(store, tenant, session_id)
     store.append_entries(tenant, session_id, [message("u1"), assistant("a1")])
     record, obs_ids = observations("o1", ["u1", "a1"], "a1")
     store.append_entries(tenant, session_id, record)
@@ -144,7 +144,7 @@ def test_a_snapshot_row_without_a_scope_map_is_refolded(
 ) -> None:
     from om_workers.store.schema import snapshots
 
-    handle = store.session(tenant, session_id)
+    handle = SqlMemoryUnitOfWork(store, tenant, session_id)
     store.append_entries(tenant, session_id, [message("u1")])
     scopes = WorkScopeController(
         session_id=session_id, append_entry=handle.append_entry, get_entries=handle.entries

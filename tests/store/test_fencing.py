@@ -6,9 +6,8 @@ import pytest
 from store_factories import message, observations
 
 from om_workers.errors import SessionNotFoundError, StaleEpochError
-from om_workers.store import SqlStore
+from om_workers.store import SqlMemoryUnitOfWork, SqlStore
 from om_workers.store.records import FlushJob, JobFinish
-from om_workers.store.unit_of_work import SqlUnitOfWork
 
 
 def test_raise_epoch_raises_the_epoch(store: SqlStore, tenant: str, session_id: str) -> None:
@@ -45,7 +44,9 @@ def test_fenced_handle_stops_writing_after_a_newer_flush(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a"))
-    handle = store.session(tenant, session_id, epoch=store.raise_epoch(tenant, session_id))
+    handle = SqlMemoryUnitOfWork(
+        store, tenant, session_id, epoch=store.raise_epoch(tenant, session_id)
+    )
     record, _ = observations("obs-1", ["a"], "a")
     assert handle.append_entry(record).parent_id == "a"
     store.raise_epoch(tenant, session_id)
@@ -61,7 +62,7 @@ def test_a_held_batch_commits_with_the_job_finish(
     store.append_entries(tenant, session_id, [message("a"), message("b")])
     job = store.create_job(tenant, session_id)
     started = store.start_job(tenant, job.id)
-    handle = store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    handle = SqlMemoryUnitOfWork(store, tenant, session_id, epoch=started.epoch, hold_last=True)
     first, _ = observations("obs-1", ["a"], "a")
     assert handle.append([first]) == "obs-1"
     # Held: not on the branch until the next write.
@@ -75,12 +76,14 @@ def test_a_held_batch_commits_with_the_job_finish(
     assert store.get_job(tenant, job.id).counts == {"observations": 2}
 
 
-def _holding_job(store: SqlStore, tenant: str, session_id: str) -> tuple[FlushJob, SqlUnitOfWork]:
+def _holding_job(
+    store: SqlStore, tenant: str, session_id: str
+) -> tuple[FlushJob, SqlMemoryUnitOfWork]:
     """A started job over a one-message session and its unit of work holding its last batch."""
     store.append_entries(tenant, session_id, message("a"))
     job = store.create_job(tenant, session_id)
     started = store.start_job(tenant, job.id)
-    return job, store.session(tenant, session_id, epoch=started.epoch, hold_last=True)
+    return job, SqlMemoryUnitOfWork(store, tenant, session_id, epoch=started.epoch, hold_last=True)
 
 
 def test_a_stale_held_batch_writes_nothing_and_finishes_nothing(

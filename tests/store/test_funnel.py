@@ -24,7 +24,7 @@ from om_workers.errors import (
     StoreError,
     WorkspaceMissingError,
 )
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlStore
 from om_workers.store import funnel as store_funnel
 from om_workers.store.schema import sessions
 
@@ -116,9 +116,9 @@ def test_unlink_stops_copies_and_link_later_copies_only_new_appends(
 
 
 def test_links_stay_within_the_tenant_and_never_chain(
-    store: SqlStore, tenant: str, linked: str
+    store: SqlStore, accounts: AccountStore, tenant: str, linked: str
 ) -> None:
-    other = store.create_tenant("globex").id
+    other = accounts.create_tenant("globex").id
     store.create_session(other, "theirs")
     # Another tenant's session is reported like a missing one, either way round.
     with pytest.raises(SessionNotFoundError):

@@ -8,7 +8,7 @@ import pytest
 
 from om_core.policy.redaction import REDACTED
 from om_workers.errors import InvalidJobStateError
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlMemoryUnitOfWork, SqlStore
 
 
 def test_job_lifecycle_with_redacted_error(store: SqlStore, tenant: str, session_id: str) -> None:
@@ -53,7 +53,9 @@ def test_stuck_jobs_are_swept(store: SqlStore, tenant: str, session_id: str) -> 
     assert store.get_job(tenant, queued.id).state == "queued"
 
 
-def test_tombstones_per_tenant_and_scope(store: SqlStore, tenant: str) -> None:
+def test_tombstones_per_tenant_and_scope(
+    store: SqlStore, accounts: AccountStore, tenant: str
+) -> None:
     assert store.add_tombstones(tenant, "session:s1", ["a", "b", "a"]) == ("a", "b")
     assert store.add_tombstones(tenant, "session:s1", ["b", "c"], corrected=True) == ("c",)
     stones = {t.entry_id: t.corrected for t in store.list_tombstones(tenant, "session:s1")}
@@ -61,6 +63,6 @@ def test_tombstones_per_tenant_and_scope(store: SqlStore, tenant: str) -> None:
     # Corrected ids stay withheld; scopes and tenants do not mix.
     assert store.invalidated_ids(tenant, "session:s1") == {"a", "b", "c"}
     assert store.invalidated_ids(tenant, "other-scope") == frozenset()
-    store.create_tenant("t2")
+    accounts.create_tenant("t2")
     assert store.invalidated_ids("t2", "session:s1") == frozenset()
-    assert store.session(tenant, "s1").invalidated_ids("session:s1") == {"a", "b", "c"}
+    assert SqlMemoryUnitOfWork(store, tenant, "s1").invalidated_ids("session:s1") == {"a", "b", "c"}

@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import text
 from store_factories import message
 
-from om_workers.errors import InvalidCursorError, InvalidEntryError
-from om_workers.store import SqlStore
+from om_core.errors import InvalidEntryError
+from om_workers.errors import InvalidCursorError
+from om_workers.store import AccountStore, SqlStore
 from om_workers.store.engine import create_store_engine
 from om_workers.store.listing import decode_cursor, encode_cursor, listing_query
 
@@ -42,8 +43,9 @@ def clock() -> Clock:
 @pytest.fixture
 def timed_store(migrated_url: str, clock: Clock) -> Iterator[SqlStore]:
     store = SqlStore(create_store_engine(migrated_url), clock=clock)
-    store.create_tenant("acme")
-    store.create_tenant("other")
+    accounts = AccountStore(store.engine)
+    accounts.create_tenant("acme")
+    accounts.create_tenant("other")
     yield store
     store.close()
 

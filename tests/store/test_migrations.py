@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from om_workers.store import SqlStore, current_revision, head_revision, upgrade
+from om_workers.store import AccountStore, SqlStore, current_revision, head_revision, upgrade
 from om_workers.store.engine import create_store_engine
 from om_workers.store.migrate import VERSION_TABLE
 from om_workers.store.schema import metadata
@@ -37,7 +37,7 @@ def test_upgrade_is_idempotent_and_store_works_after(database_url: str) -> None:
     upgrade(database_url)
     store = SqlStore.from_url(database_url)
     try:
-        store.create_tenant("t")
+        AccountStore(store.engine).create_tenant("t")
         assert store.create_session("t", "s").entry_count == 0
     finally:
         store.close()
@@ -79,7 +79,7 @@ def test_upgrade_keeps_entries_written_under_global_ids(database_url: str) -> No
     store = SqlStore.from_url(database_url)
     try:
         assert [e.id for e in store.read_branch("t", "s")] == ["a"]
-        store.create_tenant("u")
+        AccountStore(store.engine).create_tenant("u")
         store.create_session("u", "s")
         assert store.append_entries(
             "u", "s", store.read_branch("t", "s")[0].model_copy(update={"session_id": "s"})
@@ -94,7 +94,7 @@ def test_upgrade_renames_flush_runs_to_jobs_and_keeps_their_rows(database_url: s
     upgrade(database_url, revision="0004")
     store = SqlStore.from_url(database_url)
     try:
-        store.create_tenant("t")
+        AccountStore(store.engine).create_tenant("t")
         with store.engine.begin() as connection:
             # Raw SQL: today's store writes columns a 0004 schema does not have yet.
             connection.execute(

@@ -18,17 +18,17 @@ from om_workers.errors import (
     TenantExistsError,
     TenantNotFoundError,
 )
-from om_workers.store import SqlStore
+from om_workers.store import AccountStore, SqlMemoryUnitOfWork, SqlStore
 from om_workers.store.accounts import hash_api_key
 from om_workers.store.schema import api_keys
 
 
 def test_another_tenants_session_is_not_found(
-    store: SqlStore, tenant: str, session_id: str
+    store: SqlStore, accounts: AccountStore, tenant: str, session_id: str
 ) -> None:
     store.append_entries(tenant, session_id, message("a"))
     run = store.create_job(tenant, session_id)
-    store.create_tenant("intruder")
+    accounts.create_tenant("intruder")
     calls: list[Callable[[], Any]] = [
         lambda: store.get_session("intruder", session_id),
         lambda: store.read_branch("intruder", session_id),
@@ -40,7 +40,7 @@ def test_another_tenants_session_is_not_found(
         lambda: store.raise_epoch("intruder", session_id),
         lambda: store.fork("intruder", session_id, "a"),
         lambda: store.create_job("intruder", session_id),
-        lambda: store.session("intruder", session_id).entries(),
+        lambda: SqlMemoryUnitOfWork(store, "intruder", session_id).entries(),
     ]
     for call in calls:
         with pytest.raises(SessionNotFoundError) as caught:
@@ -57,46 +57,50 @@ def test_another_tenants_session_is_not_found(
 
 
 def test_api_keys_resolve_to_their_tenant_and_only_a_hash_is_stored(
-    store: SqlStore, tenant: str
+    store: SqlStore, accounts: AccountStore, tenant: str
 ) -> None:
-    created = store.create_api_key(tenant, label="ci")
+    created = accounts.create_api_key(tenant, label="ci")
     assert created.plaintext.startswith("om_")
-    assert store.resolve_api_key(created.plaintext) == tenant
+    assert accounts.resolve_api_key(created.plaintext) == tenant
     with store.engine.connect() as connection:
         stored = connection.execute(select(api_keys.c.key_hash)).scalars().all()
     assert stored == [hash_api_key(created.plaintext)]
     assert created.plaintext not in stored[0]
     for bad in ("", "om_nope", created.plaintext + "x", "x" * 10_000):
         with pytest.raises(InvalidApiKeyError):
-            store.resolve_api_key(bad)
-    store.revoke_api_key(tenant, created.key_id)
-    store.revoke_api_key(tenant, created.key_id)
+            accounts.resolve_api_key(bad)
+    accounts.revoke_api_key(tenant, created.key_id)
+    accounts.revoke_api_key(tenant, created.key_id)
     with pytest.raises(InvalidApiKeyError):
-        store.resolve_api_key(created.plaintext)
+        accounts.resolve_api_key(created.plaintext)
     with pytest.raises(InvalidApiKeyError):
-        store.revoke_api_key("someone-else", created.key_id)
+        accounts.revoke_api_key("someone-else", created.key_id)
 
 
-def test_tenants_and_sessions_are_created_once(store: SqlStore, tenant: str) -> None:
+def test_tenants_and_sessions_are_created_once(
+    store: SqlStore, accounts: AccountStore, tenant: str
+) -> None:
     with pytest.raises(TenantExistsError):
-        store.create_tenant(tenant)
+        accounts.create_tenant(tenant)
     with pytest.raises(TenantNotFoundError):
         store.create_session("nobody", "s")
     with pytest.raises(TenantNotFoundError):
-        store.create_api_key("nobody")
+        accounts.create_api_key("nobody")
     info = store.create_session(tenant, metadata={"agent": "a1"})
     assert info.metadata == {"agent": "a1"} and info.created_at.tzinfo is not None
     with pytest.raises(SessionExistsError):
         store.create_session(tenant, info.id)
-    assert store.get_tenant(tenant).id == tenant
+    assert accounts.get_tenant(tenant).id == tenant
 
 
-def test_keys_are_listed_without_secrets_and_revoked_by_id(store: SqlStore, tenant: str) -> None:
-    first = store.create_api_key(tenant, label="ci")
-    second = store.create_api_key(tenant, label="laptop")
-    store.create_tenant("neighbour")
-    theirs = store.create_api_key("neighbour")
-    listed = store.list_api_keys(tenant)
+def test_keys_are_listed_without_secrets_and_revoked_by_id(
+    accounts: AccountStore, tenant: str
+) -> None:
+    first = accounts.create_api_key(tenant, label="ci")
+    second = accounts.create_api_key(tenant, label="laptop")
+    accounts.create_tenant("neighbour")
+    theirs = accounts.create_api_key("neighbour")
+    listed = accounts.list_api_keys(tenant)
     assert [k.key_id for k in listed] == [first.key_id, second.key_id]
     assert [k.label for k in listed] == ["ci", "laptop"]
     for info, created in zip(listed, (first, second), strict=True):
@@ -106,16 +110,16 @@ def test_keys_are_listed_without_secrets_and_revoked_by_id(store: SqlStore, tena
         assert created.plaintext not in repr(info) and hash_api_key(created.plaintext) not in repr(
             info
         )
-    revoked = store.revoke_key(first.key_id)
+    revoked = accounts.revoke_key(first.key_id)
     assert revoked.revoked_at is not None and revoked.key_id == first.key_id
     with pytest.raises(InvalidApiKeyError):
-        store.resolve_api_key(first.plaintext)
+        accounts.resolve_api_key(first.plaintext)
     # Again: no change, the first revocation time stays.
-    assert store.revoke_key(first.key_id).revoked_at == revoked.revoked_at
-    assert store.resolve_api_key(second.plaintext) == tenant
-    assert store.resolve_api_key(theirs.plaintext) == "neighbour"
-    assert [k.revoked_at is not None for k in store.list_api_keys(tenant)] == [True, False]
+    assert accounts.revoke_key(first.key_id).revoked_at == revoked.revoked_at
+    assert accounts.resolve_api_key(second.plaintext) == tenant
+    assert accounts.resolve_api_key(theirs.plaintext) == "neighbour"
+    assert [k.revoked_at is not None for k in accounts.list_api_keys(tenant)] == [True, False]
     with pytest.raises(ApiKeyNotFoundError):
-        store.revoke_key("0000000000000000")
+        accounts.revoke_key("0000000000000000")
     with pytest.raises(TenantNotFoundError):
-        store.list_api_keys("nobody")
+        accounts.list_api_keys("nobody")

@@ -45,7 +45,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 @router.post("/tenants", status_code=201, response_model=TenantOut, responses=ERRORS)
 def create_tenant(state: State, _: Admin, body: CreateTenantRequest) -> TenantOut:
     """Create a tenant (admin token). 409 when the id is taken."""
-    tenant = state.store.create_tenant(body.id, body.name)
+    tenant = state.accounts.create_tenant(body.id, body.name)
     return TenantOut(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
 
 
@@ -58,7 +58,7 @@ def create_key(
 ) -> KeyOut:
     """Create an API key for the tenant (admin token); the plaintext is in this answer only.
     404 for an unknown tenant."""
-    created = state.store.create_api_key(tenant_id, (body or CreateKeyRequest()).label)
+    created = state.accounts.create_api_key(tenant_id, (body or CreateKeyRequest()).label)
     state.registry.add(created.plaintext)
     return KeyOut(key_id=created.key_id, tenant_id=created.tenant_id, key=created.plaintext)
 
@@ -67,7 +67,7 @@ def create_key(
 def list_keys(state: State, _: Admin, tenant_id: TenantPath) -> ApiKeysOut:
     """The tenant's API keys, oldest first, revoked ones too: id, prefix, label, creation and
     revocation times, never the key. 404 for an unknown tenant."""
-    found = state.store.list_api_keys(tenant_id)
+    found = state.accounts.list_api_keys(tenant_id)
     return ApiKeysOut(keys=[ApiKeyOut.model_validate(i, from_attributes=True) for i in found])
 
 
@@ -75,14 +75,14 @@ def list_keys(state: State, _: Admin, tenant_id: TenantPath) -> ApiKeysOut:
 def revoke_key(state: State, _: Admin, key_id: KeyPath) -> ApiKeyOut:
     """Revoke an API key by its id (admin token): from now on every request with it is a 401,
     on every API replica. Revoking a revoked key changes nothing. 404 for an unknown key id."""
-    return ApiKeyOut.model_validate(state.store.revoke_key(key_id), from_attributes=True)
+    return ApiKeyOut.model_validate(state.accounts.revoke_key(key_id), from_attributes=True)
 
 
 @router.get("/tenants/{tenant_id}/limits", response_model=RateLimitsOut, responses=ERRORS)
 def get_limits(state: State, _: Admin, tenant_id: TenantPath) -> RateLimitsOut:
     """The tenant's per-key rate limits: overrides and effective values (admin token). 404 for
     an unknown tenant."""
-    overrides = state.store.get_rate_limits(tenant_id)
+    overrides = state.accounts.get_rate_limits(tenant_id)
     return limits_out(tenant_id, overrides, default_limits(state.settings))
 
 
@@ -99,7 +99,7 @@ def set_limits(
         for name, limit in given.items()
         if limit is not None and name in REQUEST_CLASSES
     }
-    overrides = state.store.set_rate_limits(tenant_id, wanted)
+    overrides = state.accounts.set_rate_limits(tenant_id, wanted)
     state.limits.forget(tenant_id)
     return limits_out(tenant_id, overrides, default_limits(state.settings))
 

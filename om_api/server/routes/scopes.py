@@ -27,7 +27,7 @@ from om_api.server.routes import ScopePath, SessionPath
 from om_api.server.state import ApiState, State
 from om_core import SessionEntry, WorkScopeController
 from om_core.flush.revocation import drop_resting_on
-from om_workers.store import tombstone_scope
+from om_workers.store import SqlMemoryUnitOfWork, tombstone_scope
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["scopes"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -41,7 +41,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 def _controller(state: ApiState, tenant_id: str, session_id: str) -> WorkScopeController:
     # Existence first, so a missing/foreign session is a 404 before any scope rule runs.
     state.store.get_session(tenant_id, session_id)
-    handle = state.store.session(tenant_id, session_id)
+    handle = SqlMemoryUnitOfWork(state.store, tenant_id, session_id)
     return WorkScopeController(
         session_id=session_id,
         append_entry=handle.append_entry,
@@ -162,5 +162,7 @@ def revoke_entries(
     """
     state.store.get_session(tenant_id, session_id)
     fresh = state.store.add_tombstones(tenant_id, tombstone_scope(session_id), body.entry_ids)
-    dropped = drop_resting_on(state.store.session(tenant_id, session_id), body.entry_ids)
+    dropped = drop_resting_on(
+        SqlMemoryUnitOfWork(state.store, tenant_id, session_id), body.entry_ids
+    )
     return RevocationOut(dropped_observation_ids=list(dropped), tombstoned_ids=list(fresh))

@@ -1,0 +1,139 @@
+"""The entry rows: the lookup an append plans with, inserting planned rows, and branch reads.
+
+A branch is read as a few seq ranges (:mod:`om_workers.store.branch`); every statement is
+built once (per shape), with bound parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select
+
+from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
+from om_core.ledger.models import SessionEntry
+from om_workers.store.branch import (
+    Segment,
+    branch_segments,
+    count_messages,
+    entry_position,
+    read_branch_payloads,
+    to_entries,
+)
+from om_workers.store.repositories.sessions import LockedSession
+from om_workers.store.schema import entries
+
+# Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
+_IN_CHUNK = 500
+
+# One lookup for both: the batch's ids anywhere in the tenant (idempotency, conflicts) and the
+# entries of this session the batch refers to (parents, the leaf, coverage cursors).
+_LOOKUP = select(
+    entries.c.id, entries.c.session_pk, entries.c.seq, entries.c.segment_start, entries.c.payload
+).where(
+    or_(
+        and_(
+            entries.c.tenant_id == bindparam("tenant_id"),
+            entries.c.id.in_(bindparam("ids", expanding=True)),
+        ),
+        and_(
+            entries.c.session_pk == bindparam("session_pk"),
+            entries.c.id.in_(bindparam("refs", expanding=True)),
+        ),
+    )
+)
+_INSERT = insert(entries)
+
+
+class EntryRepository:
+    """A tenant's entry rows, on one unit of work's connection."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def look_up(
+        self, session: LockedSession, ids: Sequence[str], refs: Sequence[str]
+    ) -> tuple[dict[str, StoredEntry], dict[str, Position]]:
+        """The ``ids`` already stored (in any session of the tenant), and the positions of the
+        ``refs`` that are entries of this session: what
+        :func:`~om_core.ledger.append_plan.plan_append` takes. One statement per 500 ids."""
+        stored: dict[str, StoredEntry] = {}
+        positions: dict[str, Position] = {}
+        batch, wanted = set(ids), set(refs)
+        for start in range(0, max(len(ids), len(refs)), _IN_CHUNK):
+            params = {
+                "tenant_id": session.tenant_id,
+                "ids": list(ids[start : start + _IN_CHUNK]),
+                "session_pk": session.pk,
+                "refs": list(refs[start : start + _IN_CHUNK]),
+            }
+            for row in self._connection.execute(_LOOKUP, params):
+                in_session = int(row.session_pk) == session.pk
+                if row.id in batch:
+                    stored[row.id] = StoredEntry(
+                        in_session, int(row.seq), int(row.segment_start), row.payload
+                    )
+                if row.id in wanted and in_session:
+                    positions[row.id] = (int(row.seq), int(row.segment_start))
+        return stored, positions
+
+    def insert(self, session: LockedSession, rows: Sequence[PlannedRow], *, now: datetime) -> None:
+        """Insert planned rows into the session, in one statement."""
+        self._connection.execute(
+            _INSERT,
+            [
+                {
+                    "id": row.id,
+                    "tenant_id": session.tenant_id,
+                    "session_pk": session.pk,
+                    "parent_id": row.parent_id,
+                    "seq": row.seq,
+                    "segment_start": row.segment_start,
+                    "kind": row.kind,
+                    "eligible_tokens": row.eligible_tokens,
+                    "payload": dict(row.payload),
+                    "created_at": now,
+                }
+                for row in rows
+            ],
+        )
+
+    def position(self, session_pk: int, entry_id: str) -> Position | None:
+        """``(seq, segment_start)`` of an entry of this session (``None``: not in it)."""
+        return entry_position(self._connection, session_pk, entry_id)
+
+    def segments(self, session_pk: int, leaf_id: str | None) -> list[Segment]:
+        """The seq ranges of the branch ending at ``leaf_id``, ascending (empty: no leaf)."""
+        return branch_segments(self._connection, session_pk, leaf_id)
+
+    def read(
+        self,
+        session_pk: int,
+        segments: Sequence[Segment],
+        *,
+        after_seq: int = 0,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> tuple[SessionEntry, ...]:
+        """The branch's entries after ``after_seq``, in branch order; with ``newest_first``
+        and ``limit``, the last ``limit`` of them (see
+        :func:`~om_workers.store.branch.read_branch_payloads`)."""
+        rows = read_branch_payloads(
+            self._connection,
+            session_pk,
+            segments,
+            after_seq=after_seq,
+            limit=limit,
+            newest_first=newest_first,
+        )
+        return to_entries(rows)
+
+    def count_messages(
+        self, session_pk: int, segments: Sequence[Segment], *, after_seq: int, before_seq: int
+    ) -> tuple[int, int, str | None]:
+        """Observable messages on the branch strictly between two seqs: how many, their
+        tokens, the oldest one's id."""
+        return count_messages(
+            self._connection, session_pk, segments, after_seq=after_seq, before_seq=before_seq
+        )
