@@ -35,7 +35,7 @@ from om_api.cli.common import (
     secret,
 )
 from om_api.evaluation.command import eval_app
-from om_workers.config import get_settings
+from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
 
 app = typer.Typer(
@@ -63,10 +63,12 @@ def _celery_app() -> Any:
     # Imported here: building the app reads OM_REDIS_URL, which only the service commands need.
     from om_workers.jobs.tasks import get_app
 
+    if not get_settings().redis.url:
+        fail(REDIS_REQUIRED, 2)
     try:
         return get_app()
     except OMWorkersError as exc:
-        fail(f"{exc} (om up starts a private Redis and sets it for its children)", 2)
+        fail(str(exc), 2)
 
 
 # Services ------------------------------------------------------------------------------------
@@ -96,9 +98,11 @@ def api(
 
     try:
         level = _log_level(log_level).lower()
-        port = port if port is not None else get_settings().api_port
+        port = port if port is not None else get_settings().api.port
     except pydantic.ValidationError as exc:
         fail(f"invalid OM_* settings: {_first_error(exc)}", 2)
+    except ValueError as exc:  # pydantic-settings' SettingsError: OM_SETTINGS_JSON is not JSON
+        fail(f"invalid OM_* settings: {exc}", 2)
     config = uvicorn.Config(
         _api_factory, factory=True, host=host, port=port, log_level=level, access_log=False
     )
@@ -129,7 +133,10 @@ def _first_error(exc: Any) -> str:
     if not errors:
         return str(exc).splitlines()[0]
     first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "settings"
+    location = [str(part) for part in first.get("loc", ())]
+    # A setting's location ends with its variable (api.OM_MAX_BODY_BYTES): name just that.
+    variable = next((part for part in reversed(location) if part.startswith("OM_")), None)
+    where = variable or ".".join(location) or "settings"
     return f"{where}: {first.get('msg', '')}"
 
 
@@ -193,7 +200,7 @@ def worker(
         worker_deps()
     except OMWorkersError as exc:
         fail(str(exc), 2)
-    slots = concurrency if concurrency is not None else get_settings().worker_concurrency
+    slots = concurrency if concurrency is not None else get_settings().worker.concurrency
     argv = [
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
         "-n", name, f"--loglevel={_log_level(log_level)}",
@@ -225,8 +232,8 @@ def flower(
     from om_api.cli.stack import generate_basic_auth
 
     celery_app = _celery_app()
-    port = port if port is not None else get_settings().flower_port
-    basic_auth = basic_auth or secret(get_settings().flower_basic_auth)
+    port = port if port is not None else get_settings().flower.port
+    basic_auth = basic_auth or secret(get_settings().flower.basic_auth)
     if not basic_auth:
         basic_auth = generate_basic_auth()
         typer.echo(f"flower basic auth (generated): {basic_auth}")
@@ -287,12 +294,12 @@ def up(
 
     settings = get_settings()
     config = StackConfig(
-        database_url=database_url or settings.database_url,
-        redis_url=settings.redis_url,
+        database_url=database_url or settings.store.url,
+        redis_url=settings.redis.url,
         host=host,
-        api_port=api_port if api_port is not None else settings.api_port,
-        flower_port=flower_port if flower_port is not None else settings.flower_port,
-        flower_basic_auth=flower_basic_auth or secret(settings.flower_basic_auth),
+        api_port=api_port if api_port is not None else settings.api.port,
+        flower_port=flower_port if flower_port is not None else settings.flower.port,
+        flower_basic_auth=flower_basic_auth or secret(settings.flower.basic_auth),
         log_dir=log_dir,
     )
     taken = taken_port(config)

@@ -153,8 +153,8 @@ def locomo(
         "mode": "api" if api_url else "in-process",
         "api_url": api_url,
         "force": force,
-        "provider": settings.provider,
-        "model": settings.model,
+        "provider": settings.llm.provider,
+        "model": settings.llm.model,
         "max_tokens": max_tokens,
         "answer": answer,
         "runs": runs if answer else None,
@@ -193,7 +193,7 @@ def _local_target(
         raw = json.loads(settings_json) if settings_json else dict(settings.memory_settings)
         memory = resolve_settings(raw)
         provider = provider_factory(settings)()
-        prompts = load_prompts(settings.prompts_file)
+        prompts = load_prompts(settings.llm.prompts_file)
     except json.JSONDecodeError as exc:
         _fail(f"--settings is not JSON: {exc}", 2)
     except (ObservationalMemoryError, OMWorkersError, TypeError) as exc:
@@ -201,10 +201,10 @@ def _local_target(
     return InProcessTarget(
         memory,
         provider,
-        model=settings.model,
+        model=settings.llm.model,
         models=worker_models(settings),
         force=force,
-        max_tokens=max_tokens or settings.context_max_tokens,
+        max_tokens=max_tokens or settings.api.context_max_tokens,
         prompts=prompts,
     )
 
@@ -219,7 +219,7 @@ def _api_target(
 ) -> ApiTarget:
     from om_api.evaluation.targets import ApiTarget
 
-    secret = key or (settings.api_key.get_secret_value() if settings.api_key else "")
+    secret = key or (settings.cli.api_key.get_secret_value() if settings.cli.api_key else "")
     if not secret:
         _fail("--api needs --key or OM_API_KEY", 2)
     return ApiTarget(url, secret, force=force, job_timeout_s=job_timeout, max_tokens=max_tokens)
@@ -229,13 +229,13 @@ def _judge(settings: Settings) -> ModelJudge:
     from om_api.evaluation.answering import ModelJudge
     from om_workers.providers.setup import HTTP_PROVIDERS, build_http_provider
 
-    if settings.provider not in HTTP_PROVIDERS:
+    if settings.llm.provider not in HTTP_PROVIDERS:
         _fail(
             f"--answer needs a real model: set OM_PROVIDER=openai or anthropic and OM_MODEL "
-            f"(OM_PROVIDER is {settings.provider!r})",
+            f"(OM_PROVIDER is {settings.llm.provider!r})",
             2,
         )
-    return ModelJudge(build_http_provider(settings), settings.model)
+    return ModelJudge(build_http_provider(settings), settings.llm.model)
 
 
 def _replay(

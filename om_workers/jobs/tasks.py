@@ -31,15 +31,9 @@ from om_workers.coordination.coalesce import FlushTicket
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.coordination.pool import PoolAdvert
-from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
+from om_workers.coordination.timing import TimeLimits, resolve_time_limits
 from om_workers.errors import ConfigError
-from om_workers.jobs.celery_app import (
-    QUEUE,
-    Broker,
-    broker_kind,
-    check_task_time_limits,
-    create_celery_app,
-)
+from om_workers.jobs.celery_app import QUEUE, Broker, broker_kind, create_celery_app
 from om_workers.jobs.flush import (
     FlushDeps,
     FlushOutcome,
@@ -66,55 +60,36 @@ MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
 def time_limits(settings: Settings) -> TimeLimits:
-    """The flush time limits (seconds): the three ``OM_*_TIME_LIMIT_S``/
-    ``OM_VISIBILITY_TIMEOUT_S`` overrides when all are set, else derived from the provider
-    retry settings.
+    """The flush time limits (seconds): the ``OM_SOFT_TIME_LIMIT_S``/``OM_HARD_TIME_LIMIT_S``
+    pair and ``OM_VISIBILITY_TIMEOUT_S`` where set, the rest derived from the provider retry
+    settings (:func:`~om_workers.coordination.timing.resolve_time_limits`).
 
-    With a RabbitMQ broker (``OM_BROKER_URL=amqp://...``) there is no visibility timeout: the
-    two time limits may be overridden without it (it is then ``hard + OM_QUEUE_WAIT_S``, used
-    only for the reconciler's stuck-job age), and neither the visibility ordering nor the lock
-    TTL bound below apply.
+    With a RabbitMQ broker (``OM_BROKER_URL=amqp://...``) there is no visibility timeout (the
+    value only sets the reconciler's stuck-job age), so neither the visibility ordering nor
+    the lock TTL bound below apply.
 
-    Raises :class:`ConfigError` when only some overrides are set, they are out of order, the
-    lock TTL is not below the visibility timeout (Redis broker), or ``OM_BROKER_URL`` has an
-    unsupported scheme.
+    Raises :class:`ConfigError` when one of the two time limits is set alone, they are out of
+    order, the lock TTL is not below the visibility timeout (Redis broker), or
+    ``OM_BROKER_URL`` has an unsupported scheme.
     """
     broker = _broker(settings)
-    overrides = (
-        settings.soft_time_limit_s,
-        settings.hard_time_limit_s,
-        settings.visibility_timeout_s,
-    )
-    limits = _limits(settings, overrides, broker)
-    if broker == "redis" and settings.lock_ttl_s >= limits.visibility_timeout_s:
+    try:
+        limits = resolve_time_limits(
+            http_timeout_s=settings.llm.http_timeout_s,
+            max_attempts=settings.llm.max_attempts,
+            backoff_cap_s=settings.llm.backoff_cap_s,
+            queue_wait_s=settings.delivery.queue_wait_s,
+            soft_time_limit_s=settings.delivery.soft_time_limit_s,
+            hard_time_limit_s=settings.delivery.hard_time_limit_s,
+            visibility_timeout_s=settings.delivery.visibility_timeout_s,
+            visibility_applies=broker == "redis",
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if broker == "redis" and settings.locks.ttl_s >= limits.visibility_timeout_s:
         # A crashed job's redelivered message must find the dead worker's lock expired.
         raise ConfigError("OM_LOCK_TTL_S must be below the visibility timeout")
     return limits
-
-
-def _limits(settings: Settings, overrides: tuple[float | None, ...], broker: Broker) -> TimeLimits:
-    try:
-        if all(value is None for value in overrides):
-            return derive_time_limits(
-                http_timeout_s=settings.http_timeout_s,
-                max_attempts=settings.provider_max_attempts,
-                backoff_cap_s=settings.backoff_cap_s,
-                queue_wait_s=settings.queue_wait_s,
-            )
-        soft, hard, visibility = overrides
-        if broker == "amqp" and soft is not None and hard is not None:
-            if visibility is None:
-                visibility = hard + settings.queue_wait_s
-            limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
-            check_task_time_limits(limits)
-            return limits
-        if soft is None or hard is None or visibility is None:
-            raise ConfigError("set all of OM_SOFT/HARD_TIME_LIMIT_S and OM_VISIBILITY_TIMEOUT_S")
-        limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
-        check_time_limits(limits)
-        return limits
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def _broker(settings: Settings) -> Broker:
@@ -122,10 +97,10 @@ def _broker(settings: Settings) -> Broker:
 
     Raises :class:`ConfigError` for an unsupported scheme (the message never quotes the URL).
     """
-    if not settings.broker_url:
+    if not settings.redis.broker_url:
         return "redis"
     try:
-        return broker_kind(settings.broker_url)
+        return broker_kind(settings.redis.broker_url)
     except ValueError as exc:
         raise ConfigError(f"OM_BROKER_URL: {exc}") from exc
 
@@ -136,19 +111,19 @@ def _broker_url(settings: Settings) -> str:
     Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset (the locks and coalescing
     markers live there whatever the broker) or ``OM_BROKER_URL`` has an unsupported scheme.
     """
-    if not settings.redis_url:
+    if not settings.redis.url:
         raise ConfigError(
             "OM_REDIS_URL must be set for Celery workers and publishers (locks and coalescing, "
             "and the broker unless OM_BROKER_URL is set)"
         )
     _broker(settings)
-    return settings.broker_url or settings.redis_url
+    return settings.redis.broker_url or settings.redis.url
 
 
 def stale_pending_age_s(settings: Settings) -> float:
     """Age in seconds after which an unlocked ``pending`` marker is re-published: two lock TTLs,
     so a crashed holder's lock has surely expired and the marker's own message had its turn."""
-    return 2 * settings.lock_ttl_s
+    return 2 * settings.locks.ttl_s
 
 
 def stuck_job_age_s(settings: Settings) -> float:
@@ -157,7 +132,7 @@ def stuck_job_age_s(settings: Settings) -> float:
     chance (on RabbitMQ, which redelivers at once, never below the hard time limit plus a lock
     TTL)."""
     limits = time_limits(settings)
-    return max(limits.visibility_timeout_s, limits.hard_time_limit_s) + settings.lock_ttl_s
+    return max(limits.visibility_timeout_s, limits.hard_time_limit_s) + settings.locks.ttl_s
 
 
 @lru_cache(maxsize=1)
@@ -174,7 +149,7 @@ def get_app() -> Any:
     app = create_celery_app(
         broker_url=_broker_url(settings),
         limits=limits,
-        concurrency=settings.worker_concurrency,
+        concurrency=settings.worker.concurrency,
     )
     if _broker(settings) == "redis":
         # kombu sweeps unacked messages (a killed worker's) back to the queue only every
@@ -186,7 +161,7 @@ def get_app() -> Any:
             unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
         )
     app.conf.beat_schedule = {
-        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.reconcile_interval_s}
+        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.delivery.reconcile_interval_s}
     }
     _register(app)
     _connect_worker_init()
@@ -342,7 +317,7 @@ def _busy_retry_limit(settings: Settings) -> int:
     """Retries of a message past a held lock: enough lock TTLs to outlast the longest flush job
     (``ceil(hard time limit / lock TTL) + 1``). Passed to Celery as ``max_retries`` too (its
     ``None`` means the task's default of 3, not unlimited). Raises like :func:`time_limits`."""
-    return math.ceil(time_limits(settings).hard_time_limit_s / settings.lock_ttl_s) + 1
+    return math.ceil(time_limits(settings).hard_time_limit_s / settings.locks.ttl_s) + 1
 
 
 def _reconcile_task() -> dict[str, list[str]]:
@@ -355,7 +330,7 @@ def _reconcile_task() -> dict[str, list[str]]:
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
         stuck_job_s=stuck_job_age_s(settings),
-        lost_after_s=liveness.ttl_s(settings.lock_ttl_s),
+        lost_after_s=liveness.ttl_s(settings.locks.ttl_s),
         unobserved_threshold=unobserved_threshold(settings),
     )
     return {
@@ -378,9 +353,9 @@ def start_worker_metrics(**_: Any) -> None:
     bound is logged, not fatal: losing metrics must not stop a worker from flushing."""
     settings = get_settings()
     try:
-        metrics.serve(settings.worker_metrics_port, settings.worker_metrics_host)
+        metrics.serve(settings.worker.metrics_port, settings.worker.metrics_host)
     except OSError:
-        log.exception("worker metrics port %d not served", settings.worker_metrics_port)
+        log.exception("worker metrics port %d not served", settings.worker.metrics_port)
 
 
 def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
@@ -402,12 +377,12 @@ def join_pool(sender: Any = None, **_: Any) -> None:
     concurrency) as fair-queue capacity while it lives, and send what the fair queue admits
     once they count. Nothing when fair queueing is off. A failure is logged: the worker still
     serves what other processes admit, and its advertisement beat retries."""
-    if not get_settings().fair_queueing:
+    if not get_settings().fair_queue.enabled:
         return
     try:
         fair = _fair_queue()
         controller = getattr(sender, "controller", None)
-        slots = int(getattr(controller, "concurrency", None) or get_settings().worker_concurrency)
+        slots = int(getattr(controller, "concurrency", None) or get_settings().worker.concurrency)
         advert = PoolAdvert(
             worker_deps().redis, LIVENESS.worker_id, slots, joined=fair.fill if fair else None
         )

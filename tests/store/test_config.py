@@ -11,9 +11,9 @@ from om_workers.store import normalize_database_url
 
 def test_database_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OM_DATABASE_URL", raising=False)
-    assert Settings().database_url == DEFAULT_DATABASE_URL == "sqlite:///./om.db"
+    assert Settings().store.url == DEFAULT_DATABASE_URL == "sqlite:///./om.db"
     monkeypatch.setenv("OM_DATABASE_URL", "sqlite:////tmp/x.db")
-    assert Settings().database_url == "sqlite:////tmp/x.db"
+    assert Settings().store.url == "sqlite:////tmp/x.db"
 
 
 def test_urls_are_normalised_or_refused() -> None:
