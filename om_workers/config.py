@@ -323,7 +323,8 @@ class ApiSettings(BaseModel):
         "OM_MAX_BODY_BYTES",
         8 * 1024 * 1024,
         ge=1024,
-        description="Largest request body the API reads; a larger one is answered 413.",
+        description="Largest request body the API reads, bytes (8 MiB); a larger one is "
+        "answered 413.",
     )
     context_max_tokens: int = setting(
         "OM_CONTEXT_MAX_TOKENS",
@@ -414,7 +415,7 @@ class Settings(BaseSettings):
         ("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS"),
         dict,
         description="JSON object of memory settings in nested groups "
-        '({"observation": {"messageTokens": 2000}}); OM_MEMORY_SETTINGS is its old name.',
+        '({"observation": {"messageTokens": 2000}}).',
     )
     log_level: str = setting(
         "OM_LOG_LEVEL",

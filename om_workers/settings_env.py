@@ -5,7 +5,7 @@ while the environment stays flat (``OM_LOCK_TTL_S``) and so do the keyword names
 and the deployment tests pass (``Settings(lock_ttl_s=5)``). pydantic-settings has no mapping
 from a flat variable to a nested field, so each leaf field names its own variable as its
 ``validation_alias`` (:func:`setting`), and both sources here bring every input to one
-canonical shape, ``{group: {"OM_NAME": value}}`` (a top-level leaf: ``{"OM_NAME": value}``):
+canonical shape, ``{group: {variable: value}}`` (a top-level leaf: ``{variable: value}``):
 
 - keyword arguments, flat (``lock_ttl_s=5``, or the variable's own name) or grouped
   (``locks={"ttl_s": 5}``, or ``locks=LockSettings(...)``: a group object is taken whole);
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, ValidationError
 from pydantic.config import JsonDict
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
@@ -161,7 +161,7 @@ def _by_key(model: type[BaseModel]) -> dict[str, Leaf]:
 
 def canonical(model: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` (keyword arguments, or variables by name) in the canonical shape:
-    ``{group: {"OM_NAME": value}}`` and ``{"OM_NAME": value}`` for a top-level leaf. A key
+    ``{group: {variable: value}}`` and ``{variable: value}`` for a top-level leaf. A key
     that is no setting is kept as it is, for the model to refuse."""
     groups = group_models(model)
     index = _by_key(model)
@@ -257,6 +257,20 @@ def _is_dict(annotation: Any) -> bool:
     return annotation is dict or getattr(annotation, "__origin__", None) is dict
 
 
+def first_error(exc: ValidationError) -> str:
+    """``OM_MAX_BODY_BYTES: Input should be a valid integer ...``: the first error of a
+    settings validation, located by its variable (else by its dotted location)."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    location = [str(part) for part in first.get("loc", ())]
+    # A setting's location ends with its variable (api.OM_MAX_BODY_BYTES): name just that.
+    variable = next((part for part in reversed(location) if part.startswith(ENV_PREFIX)), None)
+    where = variable or ".".join(location) or "settings"
+    return f"{where}: {first.get('msg', '')}"
+
+
 def env_names(model: type[BaseModel]) -> set[str]:
     """Every variable ``model`` reads, old spellings included."""
     return {name for leaf in leaves(model) for name in leaf.env}
@@ -268,6 +282,7 @@ __all__ = [
     "Leaf",
     "canonical",
     "env_names",
+    "first_error",
     "group_models",
     "leaves",
     "setting",

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from om_api.cli import admin_commands, client_commands, mcp_command
+from om_api.cli import admin_commands, client_commands, mcp_command, settings_command
 from om_api.cli.common import (
     HOST,
     DatabaseUrl,
@@ -37,6 +38,9 @@ from om_api.cli.common import (
 from om_api.evaluation.command import eval_app
 from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
+
+if TYPE_CHECKING:
+    from om_api.cli.stack import StackInfo
 
 app = typer.Typer(
     name="om",
@@ -129,15 +133,9 @@ class _ApiStartupError(Exception):
 
 
 def _first_error(exc: Any) -> str:
-    errors = exc.errors()
-    if not errors:
-        return str(exc).splitlines()[0]
-    first = errors[0]
-    location = [str(part) for part in first.get("loc", ())]
-    # A setting's location ends with its variable (api.OM_MAX_BODY_BYTES): name just that.
-    variable = next((part for part in reversed(location) if part.startswith("OM_")), None)
-    where = variable or ".".join(location) or "settings"
-    return f"{where}: {first.get('msg', '')}"
+    from om_workers.settings_env import first_error
+
+    return first_error(exc)
 
 
 def _api_factory() -> Any:
@@ -323,6 +321,10 @@ def up(
         typer.echo(f"API key   {info.api_key}")
         typer.echo(f"Logs      {info.log_dir}")
         typer.echo(f"PIDs      {json.dumps(dict(info.pids))}")
+        typer.echo("")
+        typer.echo("In another terminal, for om worker, om queue, om keys, om sessions ...:")
+        for line in export_lines(info):
+            typer.echo(f"  {line}")
         typer.echo("Ready. Ctrl-C stops everything.", err=False)
         sys.stdout.flush()
         while True:
@@ -336,6 +338,25 @@ def up(
     finally:
         stack.stop()
     typer.echo("stopped.")
+
+
+def export_lines(info: StackInfo) -> list[str]:
+    """The shell lines that point a second terminal at a running stack: its API and dev key
+    (client commands), its Redis (om worker, om beat, om flower, om queue) and its database
+    (om keys, om tenants), a relative SQLite path made absolute so any directory works."""
+    from sqlalchemy.engine import make_url
+
+    database_url = info.database_url
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        database_url = str(url.set(database=str(Path(url.database).resolve())))
+    pairs = (
+        ("OM_API_URL", info.api_url),
+        ("OM_API_KEY", info.api_key),
+        ("OM_REDIS_URL", info.redis_url),
+        ("OM_DATABASE_URL", database_url),
+    )
+    return [f"export {name}={shlex.quote(value)}" for name, value in pairs]
 
 
 @app.command()
@@ -374,3 +395,4 @@ for _command in (
 ):
     app.command()(_command)
 app.command(name="mcp")(mcp_command.mcp)
+app.command(name="settings")(settings_command.settings)

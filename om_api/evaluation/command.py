@@ -48,8 +48,17 @@ def locomo(
             '\'{"observation": {"messageTokens": 2000}}\' (default: OM_SETTINGS_JSON).',
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the full report (every question) as JSON instead of markdown."
+        ),
+    ] = False,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the full report (every question) here.")
+        Path | None,
+        typer.Option(
+            "--json-file", help="Write the full report (every question) as JSON here too."
+        ),
     ] = None,
     markdown_path: Annotated[
         Path | None, typer.Option("--markdown", help="Write the markdown tables here too.")
@@ -111,8 +120,10 @@ def locomo(
     in the context (ungrounded); how many evidence turns and messages are shown or one
     recall away; and raw-history vs context tokens per conversation. See docs/evaluation.md.
 
-    Exits 0 with a message when no data file is found (the data is not shipped). Exit 2 for
-    bad usage or a malformed file, 1 when a flush, the API or the model fails.
+    The markdown goes to stdout (--json: the JSON report instead); --markdown and --json-file
+    write them to files too. Exits 0 with a message when no data file is found (the data is
+    not shipped: docs/evaluation.md says where to get it). Exit 2 for bad usage or a
+    malformed file, 1 when a flush, the API or the model fails.
     """
     from om_api.evaluation.locomo import LocomoFormatError, data_files, load_conversations
     from om_api.evaluation.report import to_json, to_markdown
@@ -125,7 +136,9 @@ def locomo(
     for path in missing:
         typer.echo(f"om eval locomo: no LoCoMo data at {path}; skipped", err=True)
     if not files:
-        typer.echo("om eval locomo: no LoCoMo data found; nothing to evaluate (skipped)")
+        # On stderr with --json: stdout is for the JSON report only.
+        message = "om eval locomo: no LoCoMo data found; nothing to evaluate (skipped)"
+        typer.echo(message, err=as_json)
         raise typer.Exit(0)
     try:
         conversations = [c for f in files for c in load_conversations(f)]
@@ -166,9 +179,10 @@ def locomo(
         meta["settings"] = target.settings.to_json_dict()  # type: ignore[union-attr]
         meta["max_tokens"] = target.max_tokens  # type: ignore[union-attr]
     markdown = _heading(meta) + to_markdown(results, judged=answer)
-    typer.echo(markdown)
+    report = json.dumps(to_json(results, meta), indent=2) + "\n"
+    typer.echo(report if as_json else markdown, nl=not as_json)
     if json_path is not None:
-        json_path.write_text(json.dumps(to_json(results, meta), indent=2) + "\n", encoding="utf-8")
+        json_path.write_text(report, encoding="utf-8")
     if markdown_path is not None:
         markdown_path.write_text(markdown, encoding="utf-8")
 
