@@ -2,11 +2,11 @@
 both rendered from :class:`om_workers.config.Settings`, group by group, so neither can drift
 from the variables the code reads.
 
-Regenerate the committed reference with::
+Regenerate the committed reference and the README's table of groups, from a checkout::
 
-    python -m om_workers.settings_reference > docs/settings.md
+    python -m om_workers.settings_reference --write
 
-``tests/docs/test_settings_reference.py`` fails while the file differs from this output.
+``tests/docs/test_settings_reference.py`` fails while either differs from this output.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from om_workers.config import DeliverySettings, LlmSettings, Settings
 from om_workers.coordination.timing import derive_time_limits
 from om_workers.settings_env import Leaf, group_models, leaves
 
-REGENERATE: Final = "python -m om_workers.settings_reference > docs/settings.md"
+REGENERATE: Final = "python -m om_workers.settings_reference --write"
+REFERENCE_PATH: Final = Path("docs/settings.md")
+README_PATH: Final = Path("README.md")
+README_START: Final = (
+    "<!-- settings groups (generated: python -m om_workers.settings_reference) -->"
+)
+README_END: Final = "<!-- end of settings groups -->"
 MASK: Final = "********"
 
 TOP_LEVEL_TITLE: Final = "Memory settings and logs"
@@ -101,8 +107,8 @@ def render_reference() -> str:
 
 
 def _section(section: Section) -> list[str]:
-    where = f"`settings.{section.key}`" if section.key else "top level"
-    lines = [f"## {section.title} ({where})", "", section.intro, ""]
+    where = f"`settings.{section.key}.*`" if section.key else "top level of `settings`"
+    lines = [f"## {section.title}", "", f"{section.intro} In Python: {where}.", ""]
     lines += [
         "| variable | attribute | type | default | what |",
         "| --- | --- | --- | --- | --- |",
@@ -255,13 +261,48 @@ def redact_url(text: str) -> str:
     return f"{scheme}://{user}:***@{location}"
 
 
-def main() -> None:
-    """Print the reference (``docs/settings.md``)."""
+def render_groups() -> str:
+    """The README's table of groups: each group, linked to its section of docs/settings.md,
+    and its variables."""
+    lines = ["| group | variables |", "| --- | --- |"]
+    for section in sections():
+        names = ", ".join(f"`{leaf.env[0]}`" for leaf in section.leaves)
+        lines.append(f"| [{section.title}]({REFERENCE_PATH}#{anchor(section.title)}) | {names} |")
+    return "\n".join(lines) + "\n"
+
+
+def anchor(heading: str) -> str:
+    """The fragment a Markdown renderer gives a heading: ``HTTP API`` -> ``http-api``."""
+    kept = "".join(c for c in heading.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def with_groups(readme: str) -> str:
+    """``readme`` with the text between its group-table markers replaced by
+    :func:`render_groups`. Raises ``ValueError`` when the markers are missing."""
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise ValueError(f"README.md lacks the markers {README_START!r} ... {README_END!r}")
+    return f"{head}{README_START}\n{render_groups()}{README_END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    """Print the reference; with ``--write``, write it to docs/settings.md and the table of
+    groups into README.md (run from the checkout). Returns the exit code."""
+    if argv == ["--write"]:
+        REFERENCE_PATH.write_text(render_reference(), encoding="utf-8")
+        README_PATH.write_text(with_groups(README_PATH.read_text(encoding="utf-8")), "utf-8")
+        return 0
+    if argv:
+        sys.stderr.write(f"usage: {REGENERATE.removesuffix(' --write')} [--write]\n")
+        return 2
     sys.stdout.write(render_reference())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
 
 
 __all__ = [
@@ -272,7 +313,9 @@ __all__ = [
     "effective",
     "from_environment",
     "redact_url",
+    "render_groups",
     "render_reference",
     "sections",
     "type_text",
+    "with_groups",
 ]

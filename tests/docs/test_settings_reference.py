@@ -10,7 +10,12 @@ from typing import Final
 
 from om_workers.config import Settings
 from om_workers.settings_env import env_names
-from om_workers.settings_reference import NOT_SETTINGS, REGENERATE, render_reference
+from om_workers.settings_reference import (
+    NOT_SETTINGS,
+    REGENERATE,
+    render_reference,
+    with_groups,
+)
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 REFERENCE: Final = ROOT / "docs" / "settings.md"
@@ -59,6 +64,10 @@ def test_the_committed_reference_is_the_generated_one() -> None:
     committed = REFERENCE.read_text(encoding="utf-8")
     assert committed == render_reference(), (
         f"docs/settings.md is out of date with om_workers/config.py; regenerate it: {REGENERATE}"
+    )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme == with_groups(readme), (
+        f"README.md's table of settings groups is out of date; regenerate it: {REGENERATE}"
     )
 
 
