@@ -54,8 +54,8 @@ def _commands(command: Any) -> dict[str, Any]:
 
 
 def _from_fenced_line(line: str, where: str) -> Documented | None:
-    """``om queue``, ``$ om queue``, ``OM_REDIS_URL=... om queue`` or ``... run --rm api om keys ...``:
-    ``om`` as a command word followed by one of its commands."""
+    """``om queue``, ``$ om queue``, ``OM_REDIS_URL=... om queue`` or ``... run --rm api om
+    keys ...``: ``om`` as a command word followed by one of its commands."""
     try:
         words = shlex.split(line.removeprefix("$ ").strip(), comments=True)
     except ValueError:
