@@ -10,16 +10,17 @@ may pass the flat names too: ``Settings(lock_ttl_s=5, redis_url=...)``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S
 from om_core.read.context import MIN_CONTEXT_TOKENS
-from om_workers.settings_env import FlatSettingsSource, setting
+from om_workers.settings_env import FlatSettingsSource, merge, setting
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
 
@@ -426,6 +427,16 @@ class Settings(BaseSettings):
     def __init__(self, **values: Any) -> None:
         # Declared so that type checkers accept the flat names as well as the groups.
         super().__init__(**values)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with ``update`` applied, in the names construction takes (``lock_ttl_s``,
+        ``locks={"ttl_s": 5}`` ...) and validated like them: pydantic's own copy would set an
+        unknown flat name as a stray attribute and change nothing. The environment is not
+        read again. Raises ``pydantic.ValidationError`` for a value of the wrong shape."""
+        if not update:
+            return super().model_copy(deep=deep)
+        current = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self).model_validate(merge(type(self), current, update))
 
     @classmethod
     def settings_customise_sources(

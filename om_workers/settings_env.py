@@ -217,14 +217,7 @@ class FlatSettingsSource(PydanticBaseSettingsSource):
         return None, field_name, False  # everything is done in __call__
 
     def __call__(self) -> dict[str, Any]:
-        merged = self._environment()
-        groups = group_models(self.settings_cls)
-        for key, value in canonical(self.settings_cls, self._init()).items():
-            if key in groups and isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = {**merged[key], **value}  # a group: leaf by leaf
-            else:
-                merged[key] = value
-        return merged
+        return merge(self.settings_cls, self._environment(), self._init())
 
     def _environment(self) -> dict[str, Any]:
         environ = {key.upper(): value for key, value in os.environ.items()}
@@ -232,6 +225,21 @@ class FlatSettingsSource(PydanticBaseSettingsSource):
         for leaf, name in _set_leaves(leaves(self.settings_cls), environ):
             found[leaf.env[0]] = _decode(leaf, name, environ[name])
         return canonical(self.settings_cls, found)
+
+
+def merge(
+    model: type[BaseModel], base: Mapping[str, Any], update: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``base`` with ``update`` over it, leaf by leaf, both in any shape :func:`canonical`
+    takes; the result is canonical (a dict-valued leaf is replaced, never merged)."""
+    groups = group_models(model)
+    merged = canonical(model, base)
+    for key, value in canonical(model, update).items():
+        if key in groups and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}  # a group: leaf by leaf
+        else:
+            merged[key] = value
+    return merged
 
 
 def _set_leaves(
@@ -285,5 +293,6 @@ __all__ = [
     "first_error",
     "group_models",
     "leaves",
+    "merge",
     "setting",
 ]

@@ -113,3 +113,14 @@ def test_errors_name_the_variable_and_unknown_keywords_are_refused(
         Settings(lok_ttl_s=5)
     monkeypatch.setenv("OM_BROKER_URL", "")  # compose's ${OM_BROKER_URL:-}: unset
     assert Settings().redis.broker_url is None
+
+
+def test_a_copy_takes_the_same_names_and_is_validated() -> None:
+    base = Settings(lock_ttl_s=30, rate_reads_burst=7)
+    copy = base.model_copy(update={"rate_limits_enabled": False, "locks": {"ttl_s": 5}})
+    assert (copy.rate_limits.enabled, copy.rate_limits.reads_burst) == (False, 7)
+    assert copy.locks.ttl_s == 5 and base.locks.ttl_s == 30
+    with pytest.raises(ValidationError, match="OM_LOCK_TTL_S"):
+        base.model_copy(update={"lock_ttl_s": -1})
+    with pytest.raises(ValidationError, match="lok_ttl_s"):
+        base.model_copy(update={"lok_ttl_s": 1})
