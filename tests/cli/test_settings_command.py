@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 
+import pytest
 from typer.testing import CliRunner
 
 from om_api.cli import app
+from om_workers.config import get_settings
 from om_workers.settings_reference import sections
 
 SECRETS = {
@@ -16,6 +19,14 @@ SECRETS = {
     "OM_API_KEY": "om_key_secret",
     "OM_FLOWER_BASIC_AUTH": "ops:flower-secret",
 }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings() -> Iterator[None]:
+    # The commands read the cached settings: each test's environment must be the one read.
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 def _env(**extra: str) -> dict[str, str | None]:
@@ -59,3 +70,12 @@ def test_a_bad_value_is_one_line_naming_the_variable() -> None:
     result = CliRunner().invoke(app, ["settings"], env=_env(OM_WORKER_CONCURRENCY="many"))
     assert result.exit_code == 2
     assert "om: invalid OM_* settings: OM_WORKER_CONCURRENCY" in result.output
+
+
+def test_services_without_redis_say_what_to_set() -> None:
+    # Only om up, om demo and the tests start a Redis of their own.
+    for command in (["worker"], ["beat"], ["flower"], ["queue"]):
+        result = CliRunner().invoke(app, command, env=_env())
+        assert result.exit_code == 2, (command, result.output)
+        assert "OM_REDIS_URL is unset" in result.output, command
+        assert "set OM_REDIS_URL=redis://" in result.output and "make up" in result.output
