@@ -283,7 +283,8 @@ def up(
     flower_basic_auth: FlowerAuth = None,
 ) -> None:
     """Run the embedded stack in the foreground: Redis (private unless OM_REDIS_URL), migrated
-    database, API, worker, beat and Flower. Prints URLs and a dev API key; Ctrl-C stops all.
+    database, API, worker, beat and Flower. Prints URLs, a dev API key and the export lines
+    that point another terminal at this stack; Ctrl-C stops all.
 
     A port already in use is reported before anything starts (exit code 2), naming the option
     and the variable that choose another one.
