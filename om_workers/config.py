@@ -1,178 +1,77 @@
 """Runtime configuration: every ``OM_*`` environment variable is read here and nowhere else.
 
-Each setting is one field of :class:`Settings` (``database_url`` <- ``OM_DATABASE_URL``); later
-components add their own fields (``redis_url`` <- ``OM_REDIS_URL`` ...) next to these.
+:class:`Settings` groups the knobs by concern, each group a frozen model: ``settings.store.url``
+(``OM_DATABASE_URL``), ``settings.locks.ttl_s`` (``OM_LOCK_TTL_S``) ... Every leaf names its
+own variable (:func:`~om_workers.settings_env.setting`), so the environment stays flat and
+each variable keeps its name; :mod:`om_workers.settings_env` does the mapping, and
+:mod:`om_workers.settings_reference` renders ``docs/settings.md`` from these fields. Python code
+may pass the flat names too: ``Settings(lock_ttl_s=5, redis_url=...)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S
 from om_core.read.context import MIN_CONTEXT_TOKENS
+from om_workers.settings_env import FlatSettingsSource, merge, setting
 
 DEFAULT_DATABASE_URL = "sqlite:///./om.db"
-
 
 DEFAULT_CONTEXT_MAX_TOKENS = 32_000
 """A context read's default budget, estimated tokens: a quarter of a 128k-token model window,
 leaving the rest to the agent's own prompt, tools and answer."""
 
+REDIS_REQUIRED = (
+    "OM_REDIS_URL is unset: om api, om worker, om beat, om flower and om queue need the Redis "
+    "the whole deployment shares; set OM_REDIS_URL=redis://HOST:PORT/0 (with om up or make up "
+    "running, use the Redis URL it prints), or run the whole stack with om up"
+)
+"""What a process that needs the shared Redis says when ``OM_REDIS_URL`` is unset."""
 
-class Settings(BaseSettings):
-    """Settings read from ``OM_*`` environment variables.
 
-    Raises ``pydantic.ValidationError`` when a variable is set to a value of the wrong shape.
-    """
+def _group(title: str) -> ConfigDict:
+    # The title heads the group's section in docs/settings.md and in om settings.
+    return ConfigDict(frozen=True, extra="forbid", title=title, validate_by_name=True)
 
-    model_config = SettingsConfigDict(
-        env_prefix="OM_",
-        extra="ignore",
-        frozen=True,
-    )
 
-    database_url: str = Field(
-        default=DEFAULT_DATABASE_URL,
+class StoreSettings(BaseModel):
+    """Where sessions, memory records, flush jobs, tenants and API keys are kept."""
+
+    model_config = _group("Store")
+
+    url: str = setting(
+        "OM_DATABASE_URL",
+        DEFAULT_DATABASE_URL,
         min_length=1,
-        description="SQLAlchemy URL of the session store; SQLite file by default, "
-        "PostgreSQL as postgresql+psycopg://user@host:port/db.",
+        description="SQLAlchemy URL of the store: a SQLite file, or "
+        "postgresql://user:password@host:5432/db in production (driven by psycopg 3).",
     )
 
-    # Distributed flush (docs/architecture.md). Durations are seconds.
-    redis_url: str | None = Field(
-        default=None,
-        description="Redis for locks and coalescing, and the broker unless OM_BROKER_URL is "
-        "set; unset: a private embedded Redis.",
-    )
-    broker_url: str | None = Field(
-        default=None,
-        description="Celery broker; unset or empty: OM_REDIS_URL. amqp://user:password@host:5672/"
-        "vhost: RabbitMQ (quorum queue om, publisher confirms); Redis (OM_REDIS_URL) then serves "
-        "locks and coalescing only.",
-    )
-    provider: str = Field(
-        default="extractive",
-        min_length=1,
-        description="Memory worker provider: 'extractive' (offline), 'openai' (any "
-        "OpenAI-compatible server), 'anthropic', or 'package.module:factory', a zero-argument "
-        "callable returning an om_core Provider.",
-    )
-    model: str = Field(default="extractive", min_length=1, description="Worker model name.")
-    provider_base_url: str | None = Field(
-        default=None, description="Base URL of the openai/anthropic API; unset: the vendor's."
-    )
-    provider_api_key: SecretStr | None = Field(
-        default=None, description="Provider API key; redacted from every stored error."
-    )
-    prompts_file: Path | None = Field(
-        default=None,
-        description="JSON or TOML file with this deployment's observer/reflector instructions "
-        "and their version name (see om_workers.prompts); unset: the built-in prompts.",
-    )
-    observer_model: str | None = Field(default=None, description="Observer model override.")
-    reflector_model: str | None = Field(default=None, description="Reflector model override.")
-    dropper_model: str | None = Field(default=None, description="Dropper model override.")
-    backoff_base_s: float = Field(default=0.5, ge=0, description="First provider retry wait.")
-    worker_metrics_port: int = Field(
-        default=0, ge=0, le=65535, description="Worker Prometheus port; 0: no metrics server."
-    )
-    worker_metrics_host: str = Field(default="127.0.0.1", description="Metrics bind address.")
-    metrics_top_tenants: int = Field(
-        default=10,
-        ge=1,
-        le=1000,
-        description="Tenants named in per-tenant metrics; the rest are summed as (others).",
-    )
-    memory_settings: dict[str, Any] = Field(
-        default_factory=dict,
-        # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.
-        validation_alias=AliasChoices("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS", "memory_settings"),
-        description="JSON object of observational-memory settings (nested groups).",
-    )
-    context_max_tokens: int = Field(
-        default=DEFAULT_CONTEXT_MAX_TOKENS,
-        ge=MIN_CONTEXT_TOKENS,
-        description="Token budget of a context read when the request names none.",
-    )
-    lock_ttl_s: float = Field(default=60.0, gt=0, description="Session lock TTL.")
-    max_deliveries: int = Field(default=5, ge=1, description="Deliveries before poison.")
-    worker_concurrency: int = Field(default=16, ge=1, description="Task slots per worker.")
-    http_timeout_s: float = Field(default=60.0, gt=0, description="Provider HTTP timeout.")
-    provider_max_attempts: int = Field(default=3, ge=1, description="Calls per provider request.")
-    backoff_cap_s: float = Field(default=30.0, gt=0, description="Longest retry wait.")
-    queue_wait_s: float = Field(default=300.0, ge=0, description="Longest prefetch queue wait.")
-    soft_time_limit_s: float | None = Field(default=None, gt=0, description="Override (all 3).")
-    hard_time_limit_s: float | None = Field(default=None, gt=0, description="Override (all 3).")
-    visibility_timeout_s: float | None = Field(default=None, gt=0, description="Override.")
-    reconcile_interval_s: float = Field(default=60.0, gt=0, description="om.reconcile period.")
-    # Fair queueing across tenants (docs/architecture.md, "Fair queueing across tenants").
-    fair_queueing: bool = Field(
-        default=True,
-        description="Admit flush jobs to the broker fairly across tenants (off: first in, "
-        "first out).",
-    )
-    fair_queue_capacity: int = Field(
-        default=0,
-        ge=0,
-        description="Flush jobs admitted or running at once; 0: the live workers' task slots.",
-    )
-    fair_queue_half_life_s: float = Field(
-        default=DEFAULT_HALF_LIFE_S,
-        ge=0.001,
-        description="Seconds until a tenant's past admissions count half in the fair queue.",
-    )
 
-    # HTTP API.
-    admin_token: str | None = Field(
-        default=None,
-        description="Bearer token of the admin routes (tenants, keys); unset: admin routes 401.",
-    )
-    max_body_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=1024, description="Largest request body the API reads (413)."
-    )
-    log_level: str = Field(default="INFO", description="Log level of every om service.")
+class RedisSettings(BaseModel):
+    """Redis holds the session locks, the flush coalescing markers, the fair queue and the
+    rate limits, and is the Celery broker unless OM_BROKER_URL names RabbitMQ. Only om up,
+    om demo and the tests start a private Redis of their own; every other process needs
+    OM_REDIS_URL."""
 
-    # Per-API-key rate limits (docs/architecture.md, "Rate limits"): sustained requests per
-    # second and the burst an idle key may send at once, per request class, enforced in Redis
-    # across replicas. An admin can override them per tenant (PUT /v1/admin/tenants/{id}/limits,
-    # om tenants limits). Sized so an agent appending every turn and reading its context never
-    # meets them, while one runaway client cannot take the whole store or worker pool.
-    rate_limits_enabled: bool = Field(
-        default=True, description="Enforce the per-key rate limits (429 over them)."
-    )
-    rate_appends_per_s: float = Field(default=20.0, gt=0, le=1e6, description="Appends/s.")
-    rate_appends_burst: int = Field(default=40, ge=1, description="Append burst.")
-    rate_flushes_per_s: float = Field(default=5.0, gt=0, le=1e6, description="Flushes/s.")
-    rate_flushes_burst: int = Field(default=20, ge=1, description="Flush burst.")
-    rate_reads_per_s: float = Field(default=50.0, gt=0, le=1e6, description="Reads/s.")
-    rate_reads_burst: int = Field(default=100, ge=1, description="Read burst.")
-    rate_limit_cache_s: float = Field(
-        default=2.0,
-        ge=0,
-        description="How long an API process keeps a tenant's limit overrides before reading "
-        "them again (0: every request).",
-    )
+    model_config = _group("Redis and the broker")
 
-    # Ports of om api / om flower and of the embedded stack (om up, make up).
-    api_port: int = Field(
-        default=8000, ge=0, le=65535, description="API port of om api and om up (0: any free)."
+    url: str | None = setting(
+        "OM_REDIS_URL",
+        description="Redis URL; om api, om worker, om beat, om flower and om queue refuse to "
+        "start without it, om up and om demo start a private Redis (om up prints its URL).",
     )
-    flower_port: int = Field(
-        default=5555, ge=0, le=65535, description="Flower port of om flower and om up (0: any)."
-    )
-
-    # Command line: the client commands' target, and Flower's credentials.
-    api_url: str = Field(
-        default="http://127.0.0.1:8000", description="API base URL for om status/view/recall."
-    )
-    api_key: SecretStr | None = Field(default=None, description="API key for those commands.")
-    flower_basic_auth: SecretStr | None = Field(
-        default=None, description="user:password of Flower (om flower, om up)."
+    broker_url: str | None = setting(
+        "OM_BROKER_URL",
+        description="Celery broker; unset or empty: OM_REDIS_URL. "
+        "amqp://user:password@host:5672/vhost: RabbitMQ (quorum queue om, publisher confirms).",
     )
 
     @field_validator("broker_url")
@@ -184,6 +83,373 @@ class Settings(BaseSettings):
         if value is None:
             return None
         return value.strip() or None
+
+
+class LlmSettings(BaseModel):
+    """The provider the memory workers (observer, reflector, dropper) call, and how each call
+    is bounded and retried. The flush time limits are derived from the last four."""
+
+    model_config = _group("Provider")
+
+    provider: str = setting(
+        "OM_PROVIDER",
+        "extractive",
+        min_length=1,
+        description="extractive (offline, no model), openai (any OpenAI-compatible server), "
+        "anthropic, or package.module:factory returning an om_core Provider.",
+    )
+    model: str = setting(
+        "OM_MODEL", "extractive", min_length=1, description="Model name the workers ask for."
+    )
+    observer_model: str | None = setting(
+        "OM_OBSERVER_MODEL",
+        description="The observer's model; unset: observation.model of the memory settings, "
+        "else OM_MODEL.",
+    )
+    reflector_model: str | None = setting(
+        "OM_REFLECTOR_MODEL",
+        description="The reflector's model; unset: reflection.model, else OM_MODEL.",
+    )
+    dropper_model: str | None = setting(
+        "OM_DROPPER_MODEL",
+        description="The dropper's model; unset: dropper.model, else OM_MODEL.",
+    )
+    base_url: str | None = setting(
+        "OM_PROVIDER_BASE_URL",
+        description="Base URL of the openai or anthropic API; unset: the vendor's own.",
+    )
+    api_key: SecretStr | None = setting(
+        "OM_PROVIDER_API_KEY",
+        description="Provider API key; redacted from every log line, stored error and answer.",
+    )
+    prompts_file: Path | None = setting(
+        "OM_PROMPTS_FILE",
+        description="TOML or JSON file with a version name and observer/reflector "
+        "instructions, checked at start-up; unset: the built-in observer-2/reflector-2.",
+    )
+    http_timeout_s: float = setting(
+        "OM_HTTP_TIMEOUT_S", 60.0, gt=0, description="Timeout of one provider HTTP call, seconds."
+    )
+    max_attempts: int = setting(
+        "OM_PROVIDER_MAX_ATTEMPTS",
+        3,
+        ge=1,
+        description="Calls per provider request: the first one and its retries.",
+    )
+    backoff_base_s: float = setting(
+        "OM_BACKOFF_BASE_S",
+        0.5,
+        ge=0,
+        description="First wait before a provider retry, seconds; doubles per retry (jitter).",
+    )
+    backoff_cap_s: float = setting(
+        "OM_BACKOFF_CAP_S",
+        30.0,
+        gt=0,
+        description="Longest wait before a provider retry, seconds; a longer Retry-After gives "
+        "up at once.",
+    )
+
+
+class LockSettings(BaseModel):
+    """One flush runs per session at a time, under a Redis lock its holder keeps alive."""
+
+    model_config = _group("Session locks")
+
+    ttl_s: float = setting(
+        "OM_LOCK_TTL_S",
+        60.0,
+        gt=0,
+        description="TTL of a session lock, seconds; the heartbeat extends it every TTL/3. On "
+        "the Redis broker it must be below the visibility timeout.",
+    )
+
+
+class DeliverySettings(BaseModel):
+    """How long a flush job may run and when its message is given back. The time limits are
+    derived from the provider settings unless set; set the soft and hard limits together. The
+    workers refuse to start unless OM_HTTP_TIMEOUT_S < soft limit < hard limit < visibility
+    timeout (RabbitMQ: the first three only)."""
+
+    model_config = _group("Delivery and time limits")
+
+    max_deliveries: int = setting(
+        "OM_MAX_DELIVERIES",
+        5,
+        ge=1,
+        description="Deliveries of one flush job's message before it is failed as poison.",
+    )
+    queue_wait_s: float = setting(
+        "OM_QUEUE_WAIT_S",
+        300.0,
+        ge=0,
+        description="Longest a delivered message waits in a worker's prefetch before it "
+        "starts, seconds; part of the derived visibility timeout.",
+    )
+    soft_time_limit_s: float | None = setting(
+        "OM_SOFT_TIME_LIMIT_S",
+        gt=0,
+        description="Celery soft time limit of a flush job, seconds; unset: three full "
+        "provider retry chains (observer, reflector, dropper) plus 10 %.",
+    )
+    hard_time_limit_s: float | None = setting(
+        "OM_HARD_TIME_LIMIT_S",
+        gt=0,
+        description="Celery hard time limit, seconds (the task is killed); unset: the soft "
+        "limit plus a grace of max(30 s, 10 %).",
+    )
+    visibility_timeout_s: float | None = setting(
+        "OM_VISIBILITY_TIMEOUT_S",
+        gt=0,
+        description="Redis broker: seconds until an unacked message is redelivered; unset: "
+        "the hard limit + OM_QUEUE_WAIT_S + the same grace. RabbitMQ: the stuck-job age only.",
+    )
+    reconcile_interval_s: float = setting(
+        "OM_RECONCILE_INTERVAL_S",
+        60.0,
+        gt=0,
+        description="Period of om.reconcile on beat, seconds: re-publishes lost work, fails "
+        "dead workers' jobs.",
+    )
+
+
+class WorkerSettings(BaseModel):
+    """What one om worker process runs and serves."""
+
+    model_config = _group("Workers")
+
+    concurrency: int = setting(
+        "OM_WORKER_CONCURRENCY",
+        16,
+        ge=1,
+        description="Task slots (threads) per worker; om worker --concurrency overrides it.",
+    )
+    metrics_port: int = setting(
+        "OM_WORKER_METRICS_PORT",
+        0,
+        ge=0,
+        le=65535,
+        description="Port of the worker's Prometheus /metrics; 0: no worker metrics at all.",
+    )
+    metrics_host: str = setting(
+        "OM_WORKER_METRICS_HOST",
+        "127.0.0.1",
+        description="Address the worker metrics server binds (0.0.0.0 in a container).",
+    )
+
+
+class FairQueueSettings(BaseModel):
+    """Flush jobs reach the broker fairly across tenants: only as many as the live workers
+    have task slots at once, each free slot to the tenant served least lately."""
+
+    model_config = _group("Fair queue")
+
+    enabled: bool = setting(
+        "OM_FAIR_QUEUEING",
+        True,
+        description="Admit flush jobs fairly across tenants; false: first in, first out.",
+    )
+    capacity: int = setting(
+        "OM_FAIR_QUEUE_CAPACITY",
+        0,
+        ge=0,
+        description="Flush jobs admitted to the broker or running at once; 0: the live "
+        "workers' task slots.",
+    )
+    half_life_s: float = setting(
+        "OM_FAIR_QUEUE_HALF_LIFE_S",
+        DEFAULT_HALF_LIFE_S,
+        ge=0.001,
+        description="Seconds until a tenant's past admissions count half against it.",
+    )
+
+
+class RateLimitSettings(BaseModel):
+    """Per-API-key limits per request class, enforced in Redis across API replicas: sustained
+    requests per second and the burst an idle key may send at once. Admins override them per
+    tenant (om tenants limits). Over a limit the API answers 429 with Retry-After; with Redis
+    unreachable the limiter lets requests pass."""
+
+    model_config = _group("Rate limits")
+
+    enabled: bool = setting(
+        "OM_RATE_LIMITS_ENABLED", True, description="Enforce the per-key rate limits."
+    )
+    appends_per_s: float = setting(
+        "OM_RATE_APPENDS_PER_S", 20.0, gt=0, le=1e6, description="Appends per second per key."
+    )
+    appends_burst: int = setting(
+        "OM_RATE_APPENDS_BURST", 40, ge=1, description="Appends an idle key may send at once."
+    )
+    flushes_per_s: float = setting(
+        "OM_RATE_FLUSHES_PER_S", 5.0, gt=0, le=1e6, description="Flush requests per second."
+    )
+    flushes_burst: int = setting(
+        "OM_RATE_FLUSHES_BURST", 20, ge=1, description="Flush requests an idle key sends at once."
+    )
+    reads_per_s: float = setting(
+        "OM_RATE_READS_PER_S", 50.0, gt=0, le=1e6, description="Reads per second per key."
+    )
+    reads_burst: int = setting(
+        "OM_RATE_READS_BURST", 100, ge=1, description="Reads an idle key may send at once."
+    )
+    cache_s: float = setting(
+        "OM_RATE_LIMIT_CACHE_S",
+        2.0,
+        ge=0,
+        description="How long an API process keeps a tenant's overrides before reading them "
+        "again, seconds (0: every request).",
+    )
+
+
+class ApiSettings(BaseModel):
+    """The HTTP API (om api, and om up's)."""
+
+    model_config = _group("HTTP API")
+
+    port: int = setting(
+        "OM_API_PORT",
+        8000,
+        ge=0,
+        le=65535,
+        description="Port of om api and om up (0: any free port).",
+    )
+    admin_token: str | None = setting(
+        "OM_ADMIN_TOKEN",
+        secret=True,
+        description="Bearer token of the admin routes (tenants, keys, queue); unset: they "
+        "answer 401.",
+    )
+    max_body_bytes: int = setting(
+        "OM_MAX_BODY_BYTES",
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body the API reads, bytes (8 MiB); a larger one is "
+        "answered 413.",
+    )
+    context_max_tokens: int = setting(
+        "OM_CONTEXT_MAX_TOKENS",
+        DEFAULT_CONTEXT_MAX_TOKENS,
+        ge=MIN_CONTEXT_TOKENS,
+        description="Token budget of a context read that names none (a quarter of a 128k window).",
+    )
+
+
+class MetricsSettings(BaseModel):
+    """The Prometheus metrics the API serves at /metrics (worker metrics: Workers)."""
+
+    model_config = _group("Metrics")
+
+    top_tenants: int = setting(
+        "OM_METRICS_TOP_TENANTS",
+        10,
+        ge=1,
+        le=1000,
+        description="Tenants named in per-tenant metrics; the rest are summed as (others).",
+    )
+
+
+class FlowerSettings(BaseModel):
+    """Flower, the Celery monitor (om flower, and om up's)."""
+
+    model_config = _group("Flower")
+
+    port: int = setting(
+        "OM_FLOWER_PORT",
+        5555,
+        ge=0,
+        le=65535,
+        description="Port of om flower and om up (0: any free port).",
+    )
+    basic_auth: SecretStr | None = setting(
+        "OM_FLOWER_BASIC_AUTH",
+        description="user:password of Flower's UI and API; unset: om up and om flower generate "
+        "one and print it.",
+    )
+
+
+class CliSettings(BaseModel):
+    """The API the client commands talk to: om sessions, status, view, recall, context,
+    flush, link, unlink and mcp (om keys, om tenants and om db use OM_DATABASE_URL; om queue
+    uses OM_REDIS_URL)."""
+
+    model_config = _group("Command line")
+
+    api_url: str = setting(
+        "OM_API_URL",
+        "http://127.0.0.1:8000",
+        description="Base URL of the om API; om up prints it.",
+    )
+    api_key: SecretStr | None = setting(
+        "OM_API_KEY",
+        description="The tenant's API key; om up prints a dev key, om keys create makes one.",
+    )
+
+
+class Settings(BaseSettings):
+    """Settings read from ``OM_*`` environment variables, in groups.
+
+    Construction takes the groups (``locks=LockSettings(ttl_s=5)``, taken whole, or
+    ``locks={"ttl_s": 5}``) or the flat names (``lock_ttl_s=5``: the variable without ``OM_``,
+    lower case); both override the environment leaf by leaf. Raises
+    ``pydantic.ValidationError`` (its location names the variable, ``locks.OM_LOCK_TTL_S``)
+    when a value has the wrong shape or a name is no setting, and ``SettingsError`` when
+    ``OM_SETTINGS_JSON`` is not JSON.
+    """
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_by_name=True)
+
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    locks: LockSettings = Field(default_factory=LockSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    fair_queue: FairQueueSettings = Field(default_factory=FairQueueSettings)
+    rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    flower: FlowerSettings = Field(default_factory=FlowerSettings)
+    cli: CliSettings = Field(default_factory=CliSettings)
+    memory_settings: dict[str, Any] = setting(
+        # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.
+        ("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS"),
+        dict,
+        description="JSON object of memory settings in nested groups "
+        '({"observation": {"messageTokens": 2000}}).',
+    )
+    log_level: str = setting(
+        "OM_LOG_LEVEL",
+        "INFO",
+        description="Log level of every om service; logs are JSON lines on stderr.",
+    )
+
+    def __init__(self, **values: Any) -> None:
+        # Declared so that type checkers accept the flat names as well as the groups.
+        super().__init__(**values)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with ``update`` applied, in the names construction takes (``lock_ttl_s``,
+        ``locks={"ttl_s": 5}`` ...) and validated like them: pydantic's own copy would set an
+        unknown flat name as a stray attribute and change nothing. The environment is not
+        read again. Raises ``pydantic.ValidationError`` for a value of the wrong shape."""
+        if not update:
+            return super().model_copy(deep=deep)
+        current = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self).model_validate(merge(type(self), current, update))
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments first, then each setting's own variable; no dotenv file and no
+        secrets directory (neither was ever read)."""
+        return (FlatSettingsSource(settings_cls, init_settings),)
 
 
 @lru_cache(maxsize=1)

@@ -26,7 +26,7 @@ import redis
 from om_core.flush.prompts import PromptSet
 from om_core.flush.provider import Provider
 from om_core.settings import ObservationalMemorySettings, resolve_settings
-from om_workers.config import Settings
+from om_workers.config import REDIS_REQUIRED, Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.fairness import FairPublisher, FairQueue
 from om_workers.errors import ConfigError
@@ -119,10 +119,10 @@ class Services:
             redis=self.redis,
             publish=publish,
             provider=self.provider_factory(),
-            model=self.settings.model,
+            model=self.settings.llm.model,
             memory_settings=dict(self.memory_settings),
-            lock_ttl_s=self.settings.lock_ttl_s,
-            max_deliveries=self.settings.max_deliveries,
+            lock_ttl_s=self.settings.locks.ttl_s,
+            max_deliveries=self.settings.delivery.max_deliveries,
             secrets=self.secrets,
             worker_models=dict(self.worker_models),
             prompts=self.prompts,
@@ -133,12 +133,12 @@ class Services:
         the fair queue across tenants (:class:`~om_workers.coordination.fairness.FairPublisher`,
         capacity ``OM_FAIR_QUEUE_CAPACITY``, half-life ``OM_FAIR_QUEUE_HALF_LIFE_S``), or
         ``send`` itself when ``OM_FAIR_QUEUEING`` is off (first in, first out)."""
-        if not self.settings.fair_queueing:
+        if not self.settings.fair_queue.enabled:
             return send
         queue = FairQueue(
             self.redis,
-            capacity=self.settings.fair_queue_capacity,
-            half_life_s=self.settings.fair_queue_half_life_s,
+            capacity=self.settings.fair_queue.capacity,
+            half_life_s=self.settings.fair_queue.half_life_s,
         )
         return FairPublisher(queue, send)
 
@@ -169,13 +169,11 @@ def build_services(
     ``OM_REDIS_URL`` cannot be parsed, when ``OM_DATABASE_URL`` is unusable, or when
     ``OM_PROMPTS_FILE`` cannot be read or is invalid (read here, so a bad file stops start-up).
     """
-    prompts = load_prompts(settings.prompts_file)
+    prompts = load_prompts(settings.llm.prompts_file)
     if redis is None:
-        if not settings.redis_url:
-            raise ConfigError(
-                "OM_REDIS_URL is unset: set it, pass redis=, or run the embedded stack (om up)"
-            )
-        redis = connect(settings.redis_url)
+        if not settings.redis.url:
+            raise ConfigError(f"{REDIS_REQUIRED} (from Python: pass redis=)")
+        redis = connect(settings.redis.url)
     raw_memory = dict(settings.memory_settings)
     if store is None:
         store = SqlStore.from_settings(settings)

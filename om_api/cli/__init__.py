@@ -8,7 +8,18 @@ which extra to install in one line instead of an ImportError's traceback.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Final
+
+DISTRIBUTION: Final = "observational-memory-service"
+"""The name this project is published under (``observational-memory`` is somebody else's)."""
+
+
+def install_hint(extras: str) -> str:
+    """How to install ``extras`` (``server``, ``mcp`` ...), from a checkout or the index."""
+    return (
+        f"pip install '.[{extras}]' in a checkout, or pip install '{DISTRIBUTION}[{extras}]' "
+        "from the package index"
+    )
 
 
 def main() -> None:
@@ -18,7 +29,7 @@ def main() -> None:
     except ModuleNotFoundError as exc:
         print(
             f"om: the command line needs the server packages ({exc.name} is not installed): "
-            "pip install 'observational-memory[server]'",
+            f"{install_hint('server')}",
             file=sys.stderr,
         )
         sys.exit(2)
@@ -33,4 +44,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["main"]
+__all__ = ["DISTRIBUTION", "install_hint", "main"]

@@ -21,7 +21,7 @@ import typer
 from om_api.cli import render
 from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json
 from om_api.schemas import PATH_ID_PATTERN, ApiKeyOut, ApiKeysOut, KeyOut
-from om_workers.config import get_settings
+from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def _accounts(database_url: str | None) -> Iterator[AccountStore]:
     from om_workers.store import AccountStore
 
     try:
-        accounts = AccountStore.from_url(database_url or get_settings().database_url)
+        accounts = AccountStore.from_url(database_url or get_settings().store.url)
     except OMWorkersError as exc:
         fail(str(exc), 2)
     try:
@@ -50,7 +50,7 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
     """Migrate the database to the newest schema (safe to run again)."""
     from om_workers.store import current_revision, upgrade
 
-    url = database_url or get_settings().database_url
+    url = database_url or get_settings().store.url
     try:
         upgrade(url)
         revision = current_revision(url)
@@ -185,9 +185,9 @@ def queue(as_json: JsonOutput = False, redis_url: RedisUrl = None) -> None:
     from om_workers.coordination.connection import connect
     from om_workers.coordination.fairness import FairQueue
 
-    url = redis_url or get_settings().redis_url
+    url = redis_url or get_settings().redis.url
     if not url:
-        fail("no Redis: pass --redis-url or set OM_REDIS_URL", 2)
+        fail(f"{REDIS_REQUIRED}; or pass --redis-url", 2)
     try:
         client = connect(url)
         try:

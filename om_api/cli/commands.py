@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from om_api.cli import admin_commands, client_commands, mcp_command
+from om_api.cli import admin_commands, client_commands, mcp_command, settings_command
 from om_api.cli.common import (
     HOST,
     DatabaseUrl,
@@ -35,8 +36,11 @@ from om_api.cli.common import (
     secret,
 )
 from om_api.evaluation.command import eval_app
-from om_workers.config import get_settings
+from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import ConfigError, OMWorkersError
+
+if TYPE_CHECKING:
+    from om_api.cli.stack import StackInfo
 
 app = typer.Typer(
     name="om",
@@ -63,10 +67,12 @@ def _celery_app() -> Any:
     # Imported here: building the app reads OM_REDIS_URL, which only the service commands need.
     from om_workers.celery.app import get_app
 
+    if not get_settings().redis.url:
+        fail(REDIS_REQUIRED, 2)
     try:
         return get_app()
     except OMWorkersError as exc:
-        fail(f"{exc} (om up starts a private Redis and sets it for its children)", 2)
+        fail(str(exc), 2)
 
 
 # Services ------------------------------------------------------------------------------------
@@ -96,9 +102,11 @@ def api(
 
     try:
         level = _log_level(log_level).lower()
-        port = port if port is not None else get_settings().api_port
+        port = port if port is not None else get_settings().api.port
     except pydantic.ValidationError as exc:
         fail(f"invalid OM_* settings: {_first_error(exc)}", 2)
+    except ValueError as exc:  # pydantic-settings' SettingsError: OM_SETTINGS_JSON is not JSON
+        fail(f"invalid OM_* settings: {exc}", 2)
     config = uvicorn.Config(
         _api_factory, factory=True, host=host, port=port, log_level=level, access_log=False
     )
@@ -127,12 +135,9 @@ class _ApiStartupError(ConfigError):
 
 
 def _first_error(exc: Any) -> str:
-    errors = exc.errors()
-    if not errors:
-        return str(exc).splitlines()[0]
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "settings"
-    return f"{where}: {first.get('msg', '')}"
+    from om_workers.settings_env import first_error
+
+    return first_error(exc)
 
 
 def _api_factory() -> Any:
@@ -195,7 +200,7 @@ def worker(
         worker_deps()
     except OMWorkersError as exc:
         fail(str(exc), 2)
-    slots = concurrency if concurrency is not None else get_settings().worker_concurrency
+    slots = concurrency if concurrency is not None else get_settings().worker.concurrency
     argv = [
         "worker", "-Q", QUEUE, "-P", "threads", "-c", str(slots), "-E",
         "-n", name, f"--loglevel={_log_level(log_level)}",
@@ -227,8 +232,8 @@ def flower(
     from om_api.cli.stack import generate_basic_auth
 
     celery_app = _celery_app()
-    port = port if port is not None else get_settings().flower_port
-    basic_auth = basic_auth or secret(get_settings().flower_basic_auth)
+    port = port if port is not None else get_settings().flower.port
+    basic_auth = basic_auth or secret(get_settings().flower.basic_auth)
     if not basic_auth:
         basic_auth = generate_basic_auth()
         typer.echo(f"flower basic auth (generated): {basic_auth}")
@@ -280,7 +285,8 @@ def up(
     flower_basic_auth: FlowerAuth = None,
 ) -> None:
     """Run the embedded stack in the foreground: Redis (private unless OM_REDIS_URL), migrated
-    database, API, worker, beat and Flower. Prints URLs and a dev API key; Ctrl-C stops all.
+    database, API, worker, beat and Flower. Prints URLs, a dev API key and the export lines
+    that point another terminal at this stack; Ctrl-C stops all.
 
     A port already in use is reported before anything starts (exit code 2), naming the option
     and the variable that choose another one.
@@ -289,12 +295,12 @@ def up(
 
     settings = get_settings()
     config = StackConfig(
-        database_url=database_url or settings.database_url,
-        redis_url=settings.redis_url,
+        database_url=database_url or settings.store.url,
+        redis_url=settings.redis.url,
         host=host,
-        api_port=api_port if api_port is not None else settings.api_port,
-        flower_port=flower_port if flower_port is not None else settings.flower_port,
-        flower_basic_auth=flower_basic_auth or secret(settings.flower_basic_auth),
+        api_port=api_port if api_port is not None else settings.api.port,
+        flower_port=flower_port if flower_port is not None else settings.flower.port,
+        flower_basic_auth=flower_basic_auth or secret(settings.flower.basic_auth),
         log_dir=log_dir,
     )
     taken = taken_port(config)
@@ -318,6 +324,10 @@ def up(
         typer.echo(f"API key   {info.api_key}")
         typer.echo(f"Logs      {info.log_dir}")
         typer.echo(f"PIDs      {json.dumps(dict(info.pids))}")
+        typer.echo("")
+        typer.echo("In another terminal, for om worker, om queue, om keys, om sessions ...:")
+        for line in export_lines(info):
+            typer.echo(f"  {line}")
         typer.echo("Ready. Ctrl-C stops everything.", err=False)
         sys.stdout.flush()
         while True:
@@ -331,6 +341,25 @@ def up(
     finally:
         stack.stop()
     typer.echo("stopped.")
+
+
+def export_lines(info: StackInfo) -> list[str]:
+    """The shell lines that point a second terminal at a running stack: its API and dev key
+    (client commands), its Redis (om worker, om beat, om flower, om queue) and its database
+    (om keys, om tenants), a relative SQLite path made absolute so any directory works."""
+    from sqlalchemy.engine import make_url
+
+    database_url = info.database_url
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        database_url = str(url.set(database=str(Path(url.database).resolve())))
+    pairs = (
+        ("OM_API_URL", info.api_url),
+        ("OM_API_KEY", info.api_key),
+        ("OM_REDIS_URL", info.redis_url),
+        ("OM_DATABASE_URL", database_url),
+    )
+    return [f"export {name}={shlex.quote(value)}" for name, value in pairs]
 
 
 @app.command()
@@ -369,3 +398,4 @@ for _command in (
 ):
     app.command()(_command)
 app.command(name="mcp")(mcp_command.mcp)
+app.command(name="settings")(settings_command.settings)

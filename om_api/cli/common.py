@@ -68,7 +68,7 @@ def print_json(model: BaseModel) -> None:
 def target(api_url: str | None, key: str | None) -> tuple[str, str]:
     """The API URL and key: the options, else OM_API_URL / OM_API_KEY (the key may be "")."""
     settings = get_settings()
-    return api_url or settings.api_url, key or secret(settings.api_key) or ""
+    return api_url or settings.cli.api_url, key or secret(settings.cli.api_key) or ""
 
 
 @contextmanager

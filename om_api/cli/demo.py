@@ -205,7 +205,7 @@ def run_demo(runs: int = 12, console: Console | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="om-demo-") as tmp:
         config = StackConfig(
             database_url=f"sqlite:///{Path(tmp) / 'demo.db'}",
-            redis_url=settings.redis_url,
+            redis_url=settings.redis.url,
             api_port=0,
             beat=False,
             flower=False,

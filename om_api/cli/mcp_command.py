@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from om_api.cli import install_hint
 from om_api.cli.common import fail, target
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -51,7 +52,7 @@ def mcp(
             raise
         fail(
             f"the MCP server needs the MCP SDK ({exc.name} is not installed): "
-            "pip install 'observational-memory[mcp]'",
+            f"{install_hint('server,mcp')}",
             2,
         )
     url, api_key = target(api_url, key)

@@ -1,6 +1,7 @@
 """Python clients of the om HTTP API: :class:`OMClient` (sync) and :class:`AsyncOMClient`.
 
-Installable alone (``pip install observational-memory``: httpx and pydantic only); see
+Installable alone, httpx and pydantic only: ``pip install .`` in a checkout, or
+``pip install observational-memory-service`` from the package index; see
 :mod:`om_api.client.clients` for the methods and :mod:`om_api.client.core` for the errors.
 """
 

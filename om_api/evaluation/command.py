@@ -48,8 +48,17 @@ def locomo(
             '\'{"observation": {"messageTokens": 2000}}\' (default: OM_SETTINGS_JSON).',
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the full report (every question) as JSON instead of markdown."
+        ),
+    ] = False,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the full report (every question) here.")
+        Path | None,
+        typer.Option(
+            "--json-file", help="Write the full report (every question) as JSON here too."
+        ),
     ] = None,
     markdown_path: Annotated[
         Path | None, typer.Option("--markdown", help="Write the markdown tables here too.")
@@ -111,8 +120,10 @@ def locomo(
     in the context (ungrounded); how many evidence turns and messages are shown or one
     recall away; and raw-history vs context tokens per conversation. See docs/evaluation.md.
 
-    Exits 0 with a message when no data file is found (the data is not shipped). Exit 2 for
-    bad usage or a malformed file, 1 when a flush, the API or the model fails.
+    The markdown goes to stdout (--json: the JSON report instead); --markdown and --json-file
+    write them to files too. Exits 0 with a message when no data file is found (the data is
+    not shipped: docs/evaluation.md says where to get it). Exit 2 for bad usage or a
+    malformed file, 1 when a flush, the API or the model fails.
     """
     from om_api.evaluation.locomo import LocomoFormatError, data_files, load_conversations
     from om_api.evaluation.report import to_json, to_markdown
@@ -125,7 +136,9 @@ def locomo(
     for path in missing:
         typer.echo(f"om eval locomo: no LoCoMo data at {path}; skipped", err=True)
     if not files:
-        typer.echo("om eval locomo: no LoCoMo data found; nothing to evaluate (skipped)")
+        # On stderr with --json: stdout is for the JSON report only.
+        message = "om eval locomo: no LoCoMo data found; nothing to evaluate (skipped)"
+        typer.echo(message, err=as_json)
         raise typer.Exit(0)
     try:
         conversations = [c for f in files for c in load_conversations(f)]
@@ -153,8 +166,8 @@ def locomo(
         "mode": "api" if api_url else "in-process",
         "api_url": api_url,
         "force": force,
-        "provider": settings.provider,
-        "model": settings.model,
+        "provider": settings.llm.provider,
+        "model": settings.llm.model,
         "max_tokens": max_tokens,
         "answer": answer,
         "runs": runs if answer else None,
@@ -166,9 +179,10 @@ def locomo(
         meta["settings"] = target.settings.to_json_dict()  # type: ignore[union-attr]
         meta["max_tokens"] = target.max_tokens  # type: ignore[union-attr]
     markdown = _heading(meta) + to_markdown(results, judged=answer)
-    typer.echo(markdown)
+    report = json.dumps(to_json(results, meta), indent=2) + "\n"
+    typer.echo(report if as_json else markdown, nl=not as_json)
     if json_path is not None:
-        json_path.write_text(json.dumps(to_json(results, meta), indent=2) + "\n", encoding="utf-8")
+        json_path.write_text(report, encoding="utf-8")
     if markdown_path is not None:
         markdown_path.write_text(markdown, encoding="utf-8")
 
@@ -192,7 +206,7 @@ def _local_target(
         raw = json.loads(settings_json) if settings_json else dict(settings.memory_settings)
         memory = resolve_settings(raw)
         provider = provider_factory(settings)()
-        prompts = load_prompts(settings.prompts_file)
+        prompts = load_prompts(settings.llm.prompts_file)
     except json.JSONDecodeError as exc:
         _fail(f"--settings is not JSON: {exc}", 2)
     except (ObservationalMemoryError, TypeError) as exc:
@@ -200,10 +214,10 @@ def _local_target(
     return InProcessTarget(
         memory,
         provider,
-        model=settings.model,
+        model=settings.llm.model,
         models=worker_models(settings),
         force=force,
-        max_tokens=max_tokens or settings.context_max_tokens,
+        max_tokens=max_tokens or settings.api.context_max_tokens,
         prompts=prompts,
     )
 
@@ -218,7 +232,7 @@ def _api_target(
 ) -> ApiTarget:
     from om_api.evaluation.targets import ApiTarget
 
-    secret = key or (settings.api_key.get_secret_value() if settings.api_key else "")
+    secret = key or (settings.cli.api_key.get_secret_value() if settings.cli.api_key else "")
     if not secret:
         _fail("--api needs --key or OM_API_KEY", 2)
     return ApiTarget(url, secret, force=force, job_timeout_s=job_timeout, max_tokens=max_tokens)
@@ -228,13 +242,13 @@ def _judge(settings: Settings) -> ModelJudge:
     from om_api.evaluation.answering import ModelJudge
     from om_workers.providers.setup import HTTP_PROVIDERS, build_http_provider
 
-    if settings.provider not in HTTP_PROVIDERS:
+    if settings.llm.provider not in HTTP_PROVIDERS:
         _fail(
             f"--answer needs a real model: set OM_PROVIDER=openai or anthropic and OM_MODEL "
-            f"(OM_PROVIDER is {settings.provider!r})",
+            f"(OM_PROVIDER is {settings.llm.provider!r})",
             2,
         )
-    return ModelJudge(build_http_provider(settings), settings.model)
+    return ModelJudge(build_http_provider(settings), settings.llm.model)
 
 
 def _replay(

@@ -5,6 +5,7 @@
 - :mod:`om_api.integrations.pydantic_ai`: a pydantic-ai history capability and recorder;
 - :mod:`om_api.integrations.langgraph`: a LangGraph pre-model hook and recorder.
 
-Each module is an optional extra (``pip install 'observational-memory[mcp]'`` and so on) and
+Each module is an optional extra (``pip install '.[mcp]'`` in a checkout,
+``pip install 'observational-memory-service[mcp]'`` from the package index, and so on) and
 talks to the service only through :mod:`om_api.client`, so it runs beside any deployment.
 """

@@ -9,7 +9,8 @@ reason the model can act on; the API key is scrubbed from it and no traceback le
 
 Transports: stdio (the host spawns ``om mcp``) and streamable HTTP (``om mcp --transport http``,
 served at ``http://<host>:<port>/mcp``). Needs the ``mcp`` extra:
-``pip install 'observational-memory[mcp]'``. See ``docs/mcp.md``.
+``pip install '.[mcp]'`` in a checkout, ``pip install 'observational-memory-service[mcp]'``
+from the package index. See ``docs/mcp.md``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """An OpenAI Agents SDK ``Session`` backed by the om service (``pip install
-'observational-memory[openai-agents]'``)::
+'.[openai-agents]'`` in a checkout, ``'observational-memory-service[openai-agents]'`` from the
+package index)::
 
     session = OMSession(AsyncOMClient(url, key), "support-42")
     result = await Runner.run(agent, "What port does staging use?", session=session)

@@ -217,10 +217,10 @@ def create_app(
         raise ValueError("pass services= or settings/store/redis, not both")
     resolved = services.settings
     services.memory()  # invalid memory settings fail here, not at the first request
-    registry = SecretRegistry([resolved.admin_token, *services.secrets])
+    registry = SecretRegistry([resolved.api.admin_token, *services.secrets])
     metrics = ApiMetrics()
     metrics.registry.register(
-        TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics_top_tenants)
+        TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics.top_tenants)
     )
     # The default publisher puts flush jobs through the fair queue across tenants; an injected
     # one (tests) is used as it is.
@@ -256,5 +256,7 @@ def create_app(
         admin.router,
     ):
         app.include_router(router)
-    app.add_middleware(RequestMiddleware, max_body_bytes=resolved.max_body_bytes, metrics=metrics)
+    app.add_middleware(
+        RequestMiddleware, max_body_bytes=resolved.api.max_body_bytes, metrics=metrics
+    )
     return app

@@ -63,7 +63,7 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
 def require_admin(state: State, credentials: Credentials) -> None:
     """Pass only with ``OM_ADMIN_TOKEN`` (compared in constant time); unset token: always 401."""
     token = _token(credentials)
-    expected = state.settings.admin_token
+    expected = state.settings.api.admin_token
     if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
         raise ApiError(401, "unauthorized", "invalid admin token")
 

@@ -66,10 +66,11 @@ def request_class(method: str, route_template: str) -> RequestClass:
 
 def default_limits(settings: Settings) -> dict[RequestClass, RateLimit]:
     """The ``OM_RATE_*`` limits of every class."""
+    rates = settings.rate_limits
     return {
-        "appends": RateLimit(settings.rate_appends_per_s, settings.rate_appends_burst),
-        "flushes": RateLimit(settings.rate_flushes_per_s, settings.rate_flushes_burst),
-        "reads": RateLimit(settings.rate_reads_per_s, settings.rate_reads_burst),
+        "appends": RateLimit(rates.appends_per_s, rates.appends_burst),
+        "flushes": RateLimit(rates.flushes_per_s, rates.flushes_burst),
+        "reads": RateLimit(rates.reads_per_s, rates.reads_burst),
     }
 
 
@@ -98,9 +99,9 @@ class ApiRateLimits:
     def __init__(
         self, settings: Settings, accounts: AccountStore, limiter: RateLimiter, metrics: ApiMetrics
     ) -> None:
-        self.enabled = settings.rate_limits_enabled
+        self.enabled = settings.rate_limits.enabled
         self.defaults = default_limits(settings)
-        self._cache_s = settings.rate_limit_cache_s
+        self._cache_s = settings.rate_limits.cache_s
         self._accounts = accounts
         self._limiter = limiter
         self._metrics = metrics

@@ -42,7 +42,7 @@ def get_app() -> Any:
     app = create_celery_app(
         broker_url=broker_url(settings),
         limits=limits,
-        concurrency=settings.worker_concurrency,
+        concurrency=settings.worker.concurrency,
     )
     if broker_of(settings) == "redis":
         # kombu sweeps unacked messages (a killed worker's) back to the queue only every
@@ -54,7 +54,7 @@ def get_app() -> Any:
             unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
         )
     app.conf.beat_schedule = {
-        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.reconcile_interval_s}
+        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.delivery.reconcile_interval_s}
     }
     register(app, worker_deps)
     startup.connect(worker_deps)

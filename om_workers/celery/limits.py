@@ -11,62 +11,43 @@ from __future__ import annotations
 import math
 
 from om_core.settings import resolve_settings
-from om_workers.celery.config import Broker, broker_kind, check_task_time_limits
+from om_workers.celery.config import Broker, broker_kind
 from om_workers.config import Settings
-from om_workers.coordination.timing import TimeLimits, check_time_limits, derive_time_limits
+from om_workers.coordination.timing import TimeLimits, resolve_time_limits
 from om_workers.errors import ConfigError
 
 
 def time_limits(settings: Settings) -> TimeLimits:
-    """The flush time limits (seconds): the three ``OM_*_TIME_LIMIT_S``/
-    ``OM_VISIBILITY_TIMEOUT_S`` overrides when all are set, else derived from the provider
-    retry settings.
+    """The flush time limits (seconds): the ``OM_SOFT_TIME_LIMIT_S``/``OM_HARD_TIME_LIMIT_S``
+    pair and ``OM_VISIBILITY_TIMEOUT_S`` where set, the rest derived from the provider retry
+    settings (:func:`~om_workers.coordination.timing.resolve_time_limits`).
 
-    With a RabbitMQ broker (``OM_BROKER_URL=amqp://...``) there is no visibility timeout: the
-    two time limits may be overridden without it (it is then ``hard + OM_QUEUE_WAIT_S``, used
-    only for the reconciler's stuck-job age), and neither the visibility ordering nor the lock
-    TTL bound below apply.
+    With a RabbitMQ broker (``OM_BROKER_URL=amqp://...``) there is no visibility timeout (the
+    value only sets the reconciler's stuck-job age), so neither the visibility ordering nor
+    the lock TTL bound below apply.
 
-    Raises :class:`ConfigError` when only some overrides are set, they are out of order, the
-    lock TTL is not below the visibility timeout (Redis broker), or ``OM_BROKER_URL`` has an
-    unsupported scheme.
+    Raises :class:`ConfigError` when one of the two time limits is set alone, they are out of
+    order, the lock TTL is not below the visibility timeout (Redis broker), or
+    ``OM_BROKER_URL`` has an unsupported scheme.
     """
     broker = broker_of(settings)
-    overrides = (
-        settings.soft_time_limit_s,
-        settings.hard_time_limit_s,
-        settings.visibility_timeout_s,
-    )
-    limits = _limits(settings, overrides, broker)
-    if broker == "redis" and settings.lock_ttl_s >= limits.visibility_timeout_s:
+    try:
+        limits = resolve_time_limits(
+            http_timeout_s=settings.llm.http_timeout_s,
+            max_attempts=settings.llm.max_attempts,
+            backoff_cap_s=settings.llm.backoff_cap_s,
+            queue_wait_s=settings.delivery.queue_wait_s,
+            soft_time_limit_s=settings.delivery.soft_time_limit_s,
+            hard_time_limit_s=settings.delivery.hard_time_limit_s,
+            visibility_timeout_s=settings.delivery.visibility_timeout_s,
+            visibility_applies=broker == "redis",
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if broker == "redis" and settings.locks.ttl_s >= limits.visibility_timeout_s:
         # A crashed job's redelivered message must find the dead worker's lock expired.
         raise ConfigError("OM_LOCK_TTL_S must be below the visibility timeout")
     return limits
-
-
-def _limits(settings: Settings, overrides: tuple[float | None, ...], broker: Broker) -> TimeLimits:
-    try:
-        if all(value is None for value in overrides):
-            return derive_time_limits(
-                http_timeout_s=settings.http_timeout_s,
-                max_attempts=settings.provider_max_attempts,
-                backoff_cap_s=settings.backoff_cap_s,
-                queue_wait_s=settings.queue_wait_s,
-            )
-        soft, hard, visibility = overrides
-        if broker == "amqp" and soft is not None and hard is not None:
-            if visibility is None:
-                visibility = hard + settings.queue_wait_s
-            limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
-            check_task_time_limits(limits)
-            return limits
-        if soft is None or hard is None or visibility is None:
-            raise ConfigError("set all of OM_SOFT/HARD_TIME_LIMIT_S and OM_VISIBILITY_TIMEOUT_S")
-        limits = TimeLimits(settings.http_timeout_s, soft, hard, visibility)
-        check_time_limits(limits)
-        return limits
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def broker_of(settings: Settings) -> Broker:
@@ -74,10 +55,10 @@ def broker_of(settings: Settings) -> Broker:
 
     Raises :class:`ConfigError` for an unsupported scheme (the message never quotes the URL).
     """
-    if not settings.broker_url:
+    if not settings.redis.broker_url:
         return "redis"
     try:
-        return broker_kind(settings.broker_url)
+        return broker_kind(settings.redis.broker_url)
     except ValueError as exc:
         raise ConfigError(f"OM_BROKER_URL: {exc}") from exc
 
@@ -88,19 +69,19 @@ def broker_url(settings: Settings) -> str:
     Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset (the locks and coalescing
     markers live there whatever the broker) or ``OM_BROKER_URL`` has an unsupported scheme.
     """
-    if not settings.redis_url:
+    if not settings.redis.url:
         raise ConfigError(
             "OM_REDIS_URL must be set for Celery workers and publishers (locks and coalescing, "
             "and the broker unless OM_BROKER_URL is set)"
         )
     broker_of(settings)
-    return settings.broker_url or settings.redis_url
+    return settings.redis.broker_url or settings.redis.url
 
 
 def stale_pending_age_s(settings: Settings) -> float:
     """Age in seconds after which an unlocked ``pending`` marker is re-published: two lock TTLs,
     so a crashed holder's lock has surely expired and the marker's own message had its turn."""
-    return 2 * settings.lock_ttl_s
+    return 2 * settings.locks.ttl_s
 
 
 def stuck_job_age_s(settings: Settings) -> float:
@@ -109,14 +90,14 @@ def stuck_job_age_s(settings: Settings) -> float:
     chance (on RabbitMQ, which redelivers at once, never below the hard time limit plus a lock
     TTL)."""
     limits = time_limits(settings)
-    return max(limits.visibility_timeout_s, limits.hard_time_limit_s) + settings.lock_ttl_s
+    return max(limits.visibility_timeout_s, limits.hard_time_limit_s) + settings.locks.ttl_s
 
 
 def busy_retry_limit(settings: Settings) -> int:
     """Retries of a message past a held lock: enough lock TTLs to outlast the longest flush job
     (``ceil(hard time limit / lock TTL) + 1``). Passed to Celery as ``max_retries`` too (its
     ``None`` means the task's default of 3, not unlimited). Raises like :func:`time_limits`."""
-    return math.ceil(time_limits(settings).hard_time_limit_s / settings.lock_ttl_s) + 1
+    return math.ceil(time_limits(settings).hard_time_limit_s / settings.locks.ttl_s) + 1
 
 
 def unobserved_threshold(settings: Settings) -> int:

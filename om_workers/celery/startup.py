@@ -28,9 +28,9 @@ def start_worker_metrics(**_: Any) -> None:
     losing metrics must not stop a worker from flushing."""
     settings = get_settings()
     try:
-        metrics.serve(settings.worker_metrics_port, settings.worker_metrics_host)
+        metrics.serve(settings.worker.metrics_port, settings.worker.metrics_host)
     except OSError:
-        log.exception("worker metrics port %d not served", settings.worker_metrics_port)
+        log.exception("worker metrics port %d not served", settings.worker.metrics_port)
 
 
 def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
@@ -48,12 +48,12 @@ def join_pool(deps: Callable[[], FlushDeps], sender: Any = None) -> None:
     as fair-queue capacity while it lives, and send what the fair queue admits once they count.
     Nothing when fair queueing is off. A failure is logged: the worker still serves what other
     processes admit, and its advertisement beat retries."""
-    if not get_settings().fair_queueing:
+    if not get_settings().fair_queue.enabled:
         return
     try:
         fair = fair_publisher(deps())
         controller = getattr(sender, "controller", None)
-        slots = int(getattr(controller, "concurrency", None) or get_settings().worker_concurrency)
+        slots = int(getattr(controller, "concurrency", None) or get_settings().worker.concurrency)
         advert = PoolAdvert(
             deps().redis, LIVENESS.worker_id, slots, joined=fair.fill if fair else None
         )

@@ -177,7 +177,7 @@ def reconcile_task(deps: FlushDeps) -> dict[str, list[str]]:
         deps.publish,
         stale_pending_s=stale_pending_age_s(settings),
         stuck_job_s=stuck_job_age_s(settings),
-        lost_after_s=liveness.ttl_s(settings.lock_ttl_s),
+        lost_after_s=liveness.ttl_s(settings.locks.ttl_s),
         unobserved_threshold=unobserved_threshold(settings),
     )
     return {

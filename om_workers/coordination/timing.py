@@ -131,22 +131,80 @@ def derive_time_limits(
         raise ValueError(f"queue_wait_s must be a non-negative number, got {queue_wait_s}")
     chain = max_attempts * http_timeout_s + (max_attempts - 1) * backoff_cap_s
     soft = 3 * chain * 1.1
-    grace = max(30.0, soft * 0.1)
-    hard = soft + grace
-    visibility = hard + queue_wait_s + grace
+    hard = soft + _grace_s(soft)
+    visibility = hard + queue_wait_s + _grace_s(soft)
     limits = TimeLimits(http_timeout_s, soft, hard, visibility)
     check_time_limits(limits)
     return limits
 
 
-def check_time_limits(limits: TimeLimits) -> None:
-    """Raise ``ValueError`` naming the first pair of timeouts that is out of order."""
+def _grace_s(soft_time_limit_s: float) -> float:
+    """Time to record a failure after the soft limit: 30 s, or 10 % of the soft limit."""
+    return max(30.0, soft_time_limit_s * 0.1)
+
+
+def resolve_time_limits(
+    *,
+    http_timeout_s: float,
+    max_attempts: int,
+    backoff_cap_s: float,
+    queue_wait_s: float,
+    soft_time_limit_s: float | None,
+    hard_time_limit_s: float | None,
+    visibility_timeout_s: float | None,
+    visibility_applies: bool = True,
+) -> TimeLimits:
+    """The flush time limits from the given overrides, deriving what is not given.
+
+    - The soft and hard limits are set together or not at all; unset, both are derived from
+      the provider settings exactly as with no override (:func:`derive_time_limits`).
+    - The visibility timeout, unset, is derived from the hard limit in force: it plus
+      ``queue_wait_s`` plus the same grace as the derivation (so a visibility timeout set
+      alone keeps the derived limits, checked against it).
+
+    ``visibility_applies`` is false for a broker without a visibility timeout (RabbitMQ): the
+    order is then checked for HTTP timeout < soft < hard only. Raises ``ValueError`` when one
+    of the pair is set alone, a value is not positive, or the order does not hold (the message
+    names the first pair out of order).
+    """
+    soft, hard = soft_time_limit_s, hard_time_limit_s
+    if (soft is None) != (hard is None):
+        given, missing = (
+            ("OM_SOFT_TIME_LIMIT_S", "OM_HARD_TIME_LIMIT_S")
+            if soft is not None
+            else ("OM_HARD_TIME_LIMIT_S", "OM_SOFT_TIME_LIMIT_S")
+        )
+        raise ValueError(
+            f"{given} is set without {missing}: set both, or neither (then both are derived "
+            "from the provider settings)"
+        )
+    if soft is None or hard is None:
+        derived = derive_time_limits(
+            http_timeout_s=http_timeout_s,
+            max_attempts=max_attempts,
+            backoff_cap_s=backoff_cap_s,
+            queue_wait_s=queue_wait_s,
+        )
+        soft, hard = derived.soft_time_limit_s, derived.hard_time_limit_s
+    if queue_wait_s < 0 or not math.isfinite(queue_wait_s):
+        raise ValueError(f"queue_wait_s must be a non-negative number, got {queue_wait_s}")
+    visibility = visibility_timeout_s
+    if visibility is None:
+        visibility = hard + queue_wait_s + _grace_s(soft)
+    limits = TimeLimits(http_timeout_s, soft, hard, visibility)
+    check_time_limits(limits, visibility_applies=visibility_applies)
+    return limits
+
+
+def check_time_limits(limits: TimeLimits, *, visibility_applies: bool = True) -> None:
+    """Raise ``ValueError`` naming the first pair of timeouts that is out of order
+    (``visibility_applies=False``: the visibility timeout is not checked)."""
     order = (
         ("http_timeout_s", limits.http_timeout_s),
         ("soft_time_limit_s", limits.soft_time_limit_s),
         ("hard_time_limit_s", limits.hard_time_limit_s),
         ("visibility_timeout_s", limits.visibility_timeout_s),
-    )
+    )[: 4 if visibility_applies else 3]
     for name, value in order:
         _require_positive(name, value)
     for (lo_name, lo), (hi_name, hi) in itertools.pairwise(order):

@@ -65,11 +65,11 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     A ``Retry-After`` longer than the cap gives up at once: waiting longer would break the time
     limits the task was given. Raises ``ValueError`` for an invalid combination.
     """
-    cap = settings.backoff_cap_s
+    cap = settings.llm.backoff_cap_s
     return replace(
         PROVIDER_RETRY_POLICY,
-        attempts=settings.provider_max_attempts,
-        base_s=min(settings.backoff_base_s, cap),
+        attempts=settings.llm.max_attempts,
+        base_s=min(settings.llm.backoff_base_s, cap),
         cap_s=cap,
         max_retry_after_s=cap,
     )
@@ -88,7 +88,7 @@ def provider_factory(settings: Settings) -> Callable[[], Provider]:
     ``module:factory`` providers are built per job. Raises :class:`ConfigError` for
     an unknown name or a factory that cannot be loaded (checked now, not at the first job).
     """
-    spec = settings.provider
+    spec = settings.llm.provider
     if spec in HTTP_PROVIDERS:
         shared = build_http_provider(settings)
         return lambda: shared
@@ -105,22 +105,22 @@ def build_http_provider(settings: Settings) -> OpenAICompatibleProvider | Anthro
 
     Raises :class:`ConfigError` when ``OM_PROVIDER`` names neither.
     """
-    key, timeout_s, policy = _api_key(settings), settings.http_timeout_s, retry_policy(settings)
-    if settings.provider == "openai":
+    key, timeout_s, policy = _api_key(settings), settings.llm.http_timeout_s, retry_policy(settings)
+    if settings.llm.provider == "openai":
         return OpenAICompatibleProvider(
-            settings.provider_base_url or OPENAI_BASE_URL,
+            settings.llm.base_url or OPENAI_BASE_URL,
             api_key=key,
             timeout_s=timeout_s,
             policy=policy,
         )
-    if settings.provider == "anthropic":
+    if settings.llm.provider == "anthropic":
         return AnthropicProvider(
-            settings.provider_base_url or ANTHROPIC_BASE_URL,
+            settings.llm.base_url or ANTHROPIC_BASE_URL,
             api_key=key,
             timeout_s=timeout_s,
             policy=policy,
         )
-    raise ConfigError(f"{settings.provider!r} is not an HTTP provider")
+    raise ConfigError(f"{settings.llm.provider!r} is not an HTTP provider")
 
 
 def worker_models(settings: Settings) -> Mapping[str, str]:
@@ -129,15 +129,15 @@ def worker_models(settings: Settings) -> Mapping[str, str]:
     A worker without one uses its memory-settings group's model, then ``OM_MODEL``.
     """
     chosen = {
-        "observer": settings.observer_model,
-        "reflector": settings.reflector_model,
-        "dropper": settings.dropper_model,
+        "observer": settings.llm.observer_model,
+        "reflector": settings.llm.reflector_model,
+        "dropper": settings.llm.dropper_model,
     }
     return {name: model for name, model in chosen.items() if model}
 
 
 def _api_key(settings: Settings) -> str | None:
-    secret = settings.provider_api_key
+    secret = settings.llm.api_key
     value = secret.get_secret_value() if secret is not None else ""
     return value or None
 

@@ -70,7 +70,7 @@ class SqlStore:
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> SqlStore:
         """A store on ``OM_DATABASE_URL`` (or the given settings' ``database_url``)."""
-        return cls.from_url((settings or get_settings()).database_url)
+        return cls.from_url((settings or get_settings()).store.url)
 
     @property
     def engine(self) -> Engine:

@@ -16,7 +16,7 @@ CASES = {
     ),
     "bad OM_MAX_BODY_BYTES": (
         {"OM_REDIS_URL": "redis://127.0.0.1:1/0", "OM_MAX_BODY_BYTES": "lots"},
-        "om: invalid OM_* settings: max_body_bytes",
+        "om: invalid OM_* settings: OM_MAX_BODY_BYTES",
     ),
 }
 

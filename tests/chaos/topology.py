@@ -78,8 +78,8 @@ FULL: Final = Profile(
     # Product defaults for lock TTL (60 s), reconcile interval (60 s) and the derived time
     # limits; only the provider HTTP timeout is shorter, so a hanging provider costs 30 s a job.
     settings={"OM_HTTP_TIMEOUT_S": "10"},
-    lock_ttl_s=Settings().lock_ttl_s,
-    reconcile_interval_s=Settings().reconcile_interval_s,
+    lock_ttl_s=Settings().locks.ttl_s,
+    reconcile_interval_s=Settings().delivery.reconcile_interval_s,
 )
 SHORT: Final = Profile(
     name="short",

@@ -123,6 +123,12 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
 
         api_url, flower_url = value("API  "), value("Flower  ")
         key = value("API key ")
+        # What a second terminal needs, as shell lines.
+        exports = dict(
+            line.split()[1].split("=", 1) for line in lines if line.lstrip().startswith("export ")
+        )
+        assert exports["OM_API_URL"] == api_url and exports["OM_API_KEY"] == key
+        assert exports["OM_REDIS_URL"] == value("Redis ") and exports["OM_DATABASE_URL"] == url
         pids = json.loads(next(line for line in lines if line.startswith("PIDs"))[4:])
         assert set(pids) == {"api", "worker", "beat", "flower", "redis"}
 

@@ -35,14 +35,14 @@ def test_show_set_and_clear(tmp_path: Path) -> None:
         answer = json.loads(out)
         # The burst not given keeps its current value (the default).
         assert answer["overrides"] == {
-            "appends": {"rate_per_s": 3.0, "burst": defaults.rate_appends_burst}
+            "appends": {"rate_per_s": 3.0, "burst": defaults.rate_limits.appends_burst}
         }
-        assert answer["effective"]["reads"]["burst"] == defaults.rate_reads_burst
+        assert answer["effective"]["reads"]["burst"] == defaults.rate_limits.reads_burst
         code, out = _run("acme", "--reads-burst", "7", "--database-url", url)
         assert code == 0 and "override" in out, out
         assert store.get_rate_limits("acme") == {
-            "appends": RateLimit(3.0, defaults.rate_appends_burst),
-            "reads": RateLimit(defaults.rate_reads_per_s, 7),
+            "appends": RateLimit(3.0, defaults.rate_limits.appends_burst),
+            "reads": RateLimit(defaults.rate_limits.reads_per_s, 7),
         }
 
         code, out = _run("acme", "--flushes-burst", "0", "--database-url", url)

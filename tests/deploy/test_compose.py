@@ -71,10 +71,10 @@ def test_the_settings_accept_the_environment_of_every_om_service() -> None:
             env = {k: v for k, v in service.environment.items() if k in settings_env_names()}
             settings = Settings(**{k.removeprefix("OM_").lower(): v for k, v in env.items()})
             if service.name != "migrate":
-                assert settings.redis_url and settings.redis_url.startswith("redis://")
+                assert settings.redis.url and settings.redis.url.startswith("redis://")
                 time_limits(settings)  # ordered time limits, lock TTL below visibility
             if service.name != "flower":  # Flower only reads the broker
-                assert settings.database_url.startswith("postgresql+psycopg://om:")
+                assert settings.store.url.startswith("postgresql+psycopg://om:")
 
 
 def test_env_example_names_only_read_or_documented_variables() -> None:

@@ -46,10 +46,11 @@ def test_default_command_is_the_api_and_the_health_check_serves_every_role() -> 
 def test_the_console_script_the_image_runs_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["om"] == "om_api.cli:main"
-    assert project["name"] == "observational-memory"
+    assert project["name"] == "observational-memory-service"
     assert any(dep.startswith("flower") for dep in project["optional-dependencies"]["server"])
     installs = [arg for key, arg in dockerfile_instructions() if key == "RUN" and "/wheels" in arg]
     assert all("[server]" in arg for arg in installs) and len(installs) == 2, installs
+    assert f'"{project["name"]}[server]"' in installs[1], installs  # our wheel, by its name
 
 
 def test_every_copied_path_exists_and_is_not_ignored() -> None:

@@ -18,6 +18,7 @@ import yaml
 
 from om_api.cli import app as cli_app
 from om_workers.config import Settings
+from om_workers.settings_env import env_names
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DEPLOY: Final = ROOT / "deploy"
@@ -263,8 +264,7 @@ def parse_om(argv: list[str]) -> OmInvocation:
 
 def settings_env_names() -> set[str]:
     """Every environment variable :class:`om_workers.config.Settings` reads."""
-    prefix = str(Settings.model_config.get("env_prefix", ""))
-    return {f"{prefix}{name}".upper() for name in Settings.model_fields}
+    return env_names(Settings)
 
 
 def cli_env_names() -> set[str]:

@@ -241,7 +241,7 @@ def test_worker_killed_mid_flush_is_served_again_at_once(
     # A visibility timeout far beyond the bound: RabbitMQ must not wait for any timeout; the
     # default lock TTL (60 s), so neither may it wait for the dead worker's lock to expire. The
     # victim's provider is slow enough (1 s a provider call) for the rescuer to start meanwhile.
-    slow = {"OM_VISIBILITY_TIMEOUT_S": "600", "OM_LOCK_TTL_S": str(Settings().lock_ttl_s)}
+    slow = {"OM_VISIBILITY_TIMEOUT_S": "600", "OM_LOCK_TTL_S": str(Settings().locks.ttl_s)}
     victim = start_amqp_worker(OM_TEST_PROVIDER_DELAY_S="1.0", **slow)
     job = enqueue_flush(store, client, tenant, "crash", app=amqp_app).job_id
     wait_for(lambda: store.get_job(tenant, job).state == "running", 30, "the first attempt")

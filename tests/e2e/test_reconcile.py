@@ -57,7 +57,7 @@ def test_reconcile_republishes_stale_unlocked_markers_and_fails_stuck_runs(
 
 def test_time_limits_overrides_must_be_complete_ordered_and_above_the_lock_ttl() -> None:
     derived = time_limits(Settings())
-    assert derived.visibility_timeout_s > Settings().lock_ttl_s
+    assert derived.visibility_timeout_s > Settings().locks.ttl_s
     assert stuck_job_age_s(Settings()) > derived.visibility_timeout_s
     ok = Settings(
         http_timeout_s=1,

@@ -52,7 +52,7 @@ def test_answer_asks_and_judges_over_the_wire(
         out = tmp_path / "r.json"
         result = CliRunner().invoke(
             app,
-            ["eval", "locomo", str(synthetic.write(tmp_path)), "--answer", "--json", str(out),
+            ["eval", "locomo", str(synthetic.write(tmp_path)), "--answer", "--json-file", str(out),
              "--settings", json.dumps(synthetic.SETTINGS)],
         )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -91,7 +91,7 @@ def test_answer_runs_and_baselines(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         result = CliRunner().invoke(
             app,
             ["eval", "locomo", str(synthetic.write(tmp_path)), "--answer", "--runs", "2",
-             "--baselines", "--json", str(out), "--settings", json.dumps(synthetic.SETTINGS)],
+             "--baselines", "--json-file", str(out), "--settings", json.dumps(synthetic.SETTINGS)],
         )  # fmt: skip
     assert result.exit_code == 0, result.output
     judge_calls = [b for b in seen if "Gold answer:" in b["messages"][-1]["content"]]

@@ -58,7 +58,7 @@ def test_api_mode_replays_through_the_stack(
     out = tmp_path / "r.json"
     data = str(synthetic.write(tmp_path))
     args = ["eval", "locomo", data, "--api", api_with_jobs.url, "--key", key, "--force"]
-    result = CliRunner().invoke(app, [*args, "--json", str(out)])
+    result = CliRunner().invoke(app, [*args, "--json-file", str(out)])
     get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text(encoding="utf-8"))

@@ -174,7 +174,7 @@ def test_command_end_to_end(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
         ["eval", "locomo", str(data), "--settings", json.dumps(synthetic.SETTINGS),
-         "--json", str(out_json), "--markdown", str(out_md)],
+         "--json-file", str(out_json), "--markdown", str(out_md)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "| **overall** | 9 | 5 | 3/5 (60.0%) | - | 4/5 (80.0%) | - |" in result.output
@@ -200,6 +200,20 @@ def test_command_end_to_end(tmp_path: Path) -> None:
     ]
 
 
+def test_json_flag_prints_the_report_instead_of_markdown(tmp_path: Path) -> None:
+    data = str(synthetic.write(tmp_path))
+    settings = json.dumps(synthetic.SETTINGS)
+    result = CliRunner().invoke(app, ["eval", "locomo", data, "--settings", settings, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # stdout is the JSON report and nothing else
+    assert report["meta"]["mode"] == "in-process"
+    assert report["overall"]["grounded_rate"] == pytest.approx(0.6)
+    assert "| **overall** |" not in result.stdout
+    empty = CliRunner().invoke(app, ["eval", "locomo", str(tmp_path / "nowhere"), "--json"])
+    assert empty.exit_code == 0 and empty.stdout == ""
+    assert "no LoCoMo data" in empty.stderr
+
+
 def test_command_defaults_keep_the_tail_unobserved(tmp_path: Path) -> None:
     # The default 10,000 tokens before observing: nothing is observed, and the recent block
     # shows every unobserved message (not only its floor of two), so all turns are shown.
@@ -207,7 +221,7 @@ def test_command_defaults_keep_the_tail_unobserved(tmp_path: Path) -> None:
     data = str(synthetic.write(tmp_path))
     out = tmp_path / "r.json"
     result = CliRunner().invoke(
-        app, ["eval", "locomo", data, "--settings", window, "--json", str(out)]
+        app, ["eval", "locomo", data, "--settings", window, "--json-file", str(out)]
     )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text(encoding="utf-8"))

@@ -29,7 +29,7 @@ def _run(tmp_path: Path, *extra: str) -> tuple[str, dict[str, object]]:
     result = CliRunner().invoke(
         app,
         ["eval", "locomo", str(synthetic.write(tmp_path)), "--settings",
-         json.dumps(synthetic.SETTINGS), "--json", str(out), *extra],
+         json.dumps(synthetic.SETTINGS), "--json-file", str(out), *extra],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     meta = json.loads(out.read_text(encoding="utf-8"))["meta"]

@@ -72,9 +72,9 @@ def test_flush_deps_are_the_services(services: Services) -> None:
     assert (deps.store, deps.redis, deps.publish) == (services.store, services.redis, publish)
     assert isinstance(deps.provider(), ExtractiveProvider)
     assert (deps.model, deps.lock_ttl_s, deps.max_deliveries) == (
-        settings.model,
-        settings.lock_ttl_s,
-        settings.max_deliveries,
+        settings.llm.model,
+        settings.locks.ttl_s,
+        settings.delivery.max_deliveries,
     )
     assert deps.memory_settings == MEMORY and type(deps.memory_settings) is dict
     assert deps.secrets == (KEY,)

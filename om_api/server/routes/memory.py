@@ -128,7 +128,7 @@ def context(
     out of the memory block are listed by id in its note; when some are observations no
     reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
     session never opened or a budget out of range."""
-    budget = max_tokens if max_tokens is not None else state.settings.context_max_tokens
+    budget = max_tokens if max_tokens is not None else state.settings.api.context_max_tokens
     try:
         result = _context(state, tenant_id, session_id, scope, include, budget)
     except UnknownScopeError as exc:
