@@ -101,8 +101,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("om_core",),
     # om_workers, the adapters: each adapter, then the job bodies, the composition root, and
     # the Celery wiring that runs the jobs in a worker process.
-    ("om_workers.errors", "om_workers.config"),
+    ("om_workers.errors", "om_workers.config", "om_workers.settings_env"),
     (
+        "om_workers.settings_reference",
         "om_workers.logs",
         "om_workers.metrics",
         "om_workers.prompts",
@@ -164,12 +165,13 @@ GRAPH = {module: _arrows(module) for module in MODULES}
 
 
 def _floor(module: str) -> int | None:
+    """The floor of ``module``: its longest room in :data:`FLOORS`; a package's own
+    ``__init__`` (``om_core`` ...) is a room of its own, never the floor of its modules."""
     best: tuple[int, int] | None = None  # (length of the matching prefix, floor)
     for level, rooms in enumerate(FLOORS):
         for room in rooms:
-            if (module == room or module.startswith(room + ".")) and (
-                best is None or len(room) > best[0]
-            ):
+            inside = room not in PACKAGES and module.startswith(room + ".")
+            if (module == room or inside) and (best is None or len(room) > best[0]):
                 best = (len(room), level)
     return None if best is None else best[1]
 

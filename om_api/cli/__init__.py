@@ -8,18 +8,9 @@ which extra to install in one line instead of an ImportError's traceback.
 from __future__ import annotations
 
 import sys
-from typing import Any, Final
+from typing import Any
 
-DISTRIBUTION: Final = "observational-memory-service"
-"""The name this project is published under (``observational-memory`` is somebody else's)."""
-
-
-def install_hint(extras: str) -> str:
-    """How to install ``extras`` (``server``, ``mcp`` ...), from a checkout or the index."""
-    return (
-        f"pip install '.[{extras}]' in a checkout, or pip install '{DISTRIBUTION}[{extras}]' "
-        "from the package index"
-    )
+from om_api.cli.hints import DISTRIBUTION, install_hint
 
 
 def main() -> None:

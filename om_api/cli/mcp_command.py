@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from om_api.cli import install_hint
 from om_api.cli.common import fail, target
+from om_api.cli.hints import install_hint
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
