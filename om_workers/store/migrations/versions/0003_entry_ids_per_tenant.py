@@ -3,23 +3,15 @@
 With one global key, tenant B appending an id tenant A already used got a conflict: B could
 neither use the id nor help learning that it existed. The key becomes ``(tenant_id, id)``;
 lookups by session keep their own index.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
 down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -4,47 +4,33 @@ The snapshot kept the whole folded ledger in one JSON value, so every memory wri
 (and every flush parsed) all of a long session's memory. The row now keeps the cursors and the
 scope map; each observation and reflection is a ``memory_items`` row, written once, its
 ``pending`` flag and ``dropped_ord`` updated in place. Existing snapshots are converted.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects.postgresql import JSONB
+
+from om_workers.store.migrations.parts import JSON, KEY, owned_by
 
 revision: str = "0004"
 down_revision: str | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-_JSON = sa.JSON().with_variant(JSONB(), "postgresql")
-_PK = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
     items = op.create_table(
         "memory_items",
-        sa.Column("session_pk", _PK, nullable=False),
+        sa.Column("session_pk", KEY, nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("item_id", sa.String(256), nullable=False),
         sa.Column("ord", sa.BigInteger(), nullable=False),
-        sa.Column("payload", _JSON, nullable=False),
+        sa.Column("payload", JSON, nullable=False),
         sa.Column("pending", sa.Boolean(), nullable=False),
         sa.Column("dropped_ord", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("session_pk", "kind", "item_id", name="pk_memory_items"),
-        sa.ForeignKeyConstraint(
-            ["session_pk"],
-            ["sessions.pk"],
-            name="fk_memory_items_session_pk_sessions",
-            ondelete="CASCADE",
-        ),
+        owned_by("memory_items", "session_pk", "sessions.pk"),
     )
     op.create_index(
         "ix_memory_items_active", "memory_items", ["session_pk", "kind", "dropped_ord", "ord"]
@@ -66,7 +52,7 @@ def _convert(items: sa.Table) -> None:
     snapshots = sa.table(
         "snapshots",
         sa.column("session_pk"),
-        sa.column("ledger", _JSON),
+        sa.column("ledger", JSON),
         sa.column("observation_cursor"),
         sa.column("observation_cursor_seq"),
         sa.column("reflection_cursor"),
@@ -121,7 +107,7 @@ def downgrade() -> None:
     # from the entries by the next memory write of each session.
     op.execute("DELETE FROM snapshots")
     with op.batch_alter_table("snapshots") as batch:
-        batch.add_column(sa.Column("ledger", _JSON, nullable=False))
+        batch.add_column(sa.Column("ledger", JSON, nullable=False))
         batch.drop_column("next_ord")
         batch.drop_column("reflection_cursor")
         batch.drop_column("observation_cursor_seq")

@@ -4,22 +4,14 @@
 A flush request that got its own id is a *job* everywhere (the API's ``job_id``, the Celery
 message, the row); a stretch of consecutive seqs of one session is a *segment*. Renames only:
 no data moves.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from alembic import op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _INDEXES = {
     "session_pk_queued_at": ["session_pk", "queued_at"],

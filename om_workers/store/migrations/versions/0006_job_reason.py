@@ -1,27 +1,20 @@
-"""A flush job's ``reason``: why a job that recorded nothing did nothing.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-01
-"""
+"""A flush job's ``reason``: why a job that recorded nothing did nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
-from alembic import op
+
+from om_workers.store.migrations.parts import NullableColumn
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+
+_REASON = NullableColumn("flush_jobs", "reason", sa.Text())
 
 
 def upgrade() -> None:
-    op.add_column("flush_jobs", sa.Column("reason", sa.Text(), nullable=True))
+    _REASON.add()
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("flush_jobs") as batch:
-        batch.drop_column("reason")
+    _REASON.drop()

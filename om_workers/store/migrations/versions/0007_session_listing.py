@@ -2,22 +2,14 @@
 
 ``(tenant_id, created_at, id)``: a page is one range scan inside the tenant, read backwards
 for the newest-first order, whatever other tenants hold (see ``om_workers/store/listing.py``).
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from alembic import op
 
 revision: str = "0007"
 down_revision: str | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
