@@ -8,14 +8,12 @@ as ``metadata.user_id``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from om_core.flush.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.flush.provider import ProviderRequest, sanitize_cache_key
 from om_core.ledger.models import Message, ToolCall
-from om_core.policy.backoff import RetryPolicy
 from om_workers.errors import ProviderResponseError
-from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster
+from om_workers.providers.http import JsonApiProvider
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -24,44 +22,24 @@ THINKING_BUDGETS = {"low": 1024, "medium": 4096, "high": 16384}
 _PASSTHROUGH = ("temperature", "top_p", "top_k")
 
 
-class AnthropicProvider:
+class AnthropicProvider(JsonApiProvider):
     """The :class:`~om_core.flush.provider.Provider` port over Anthropic's Messages API.
 
-    ``api_key`` is used unless the request carries an explicit credential. Failures raise
-    :class:`~om_workers.errors.ProviderError` subclasses with secrets redacted; a malformed
-    ``tool_use`` block (no id/name, non-object input) raises
+    Credentials and failures as :class:`~om_workers.providers.http.JsonApiProvider`; a
+    malformed ``tool_use`` block (no id/name, non-object input) raises
     :class:`~om_workers.errors.ProviderResponseError`.
     """
 
-    def __init__(
-        self,
-        base_url: str = "https://api.anthropic.com",
-        *,
-        api_key: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        policy: RetryPolicy | None = None,
-        secrets: Iterable[str] = (),
-        poster: JsonPoster | None = None,
-    ) -> None:
-        self._api_key = api_key
-        self._secrets = tuple(secrets) + ((api_key,) if api_key else ())
-        self._poster = poster or JsonPoster(
-            base_url, timeout_s=timeout_s, policy=policy, secrets=self._secrets
-        )
+    DEFAULT_BASE_URL = "https://api.anthropic.com"
+    PATH = "/v1/messages"
 
-    def close(self) -> None:
-        """Release the HTTP client."""
-        self._poster.close()
+    def headers(self, key: str | None) -> dict[str, str]:
+        """The API version, and the key as ``x-api-key``."""
+        return {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
 
-    def generate(self, request: ProviderRequest) -> ProviderResponse:
-        """One Messages API call; see the class docstring for failures."""
-        key = request.credential or self._api_key
-        headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
-        if key:
-            headers["x-api-key"] = key
-        secrets = (*self._secrets, *((key,) if key else ()))
-        answer = self._poster.post("/v1/messages", self.body(request), headers, secrets)
-        return ProviderResponse(message=parse_answer(answer))
+    def message(self, answer: dict[str, Any], secrets: tuple[str, ...]) -> Message:
+        """:func:`parse_answer` (its errors name no request data)."""
+        return parse_answer(answer)
 
     def body(self, request: ProviderRequest) -> dict[str, Any]:
         """The JSON body of a request (without credentials)."""

@@ -1,4 +1,5 @@
-"""The HTTP half every provider adapter shares: one JSON POST with timeouts and retries.
+"""The HTTP half every provider adapter shares: one JSON POST with timeouts and retries, and
+:class:`JsonApiProvider`, the credential handling around it.
 
 Transient failures (transport errors, timeouts, 408/429/5xx) are retried per a
 :class:`~om_core.policy.backoff.RetryPolicy` (by default
@@ -12,11 +13,14 @@ from __future__ import annotations
 
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
+from om_core.flush.provider import ProviderRequest, ProviderResponse
+from om_core.ledger.models import Message
 from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
 from om_core.policy.redaction import normalize_secrets, redact
 from om_workers.errors import (
@@ -146,3 +150,74 @@ def bounded(text: str, secrets: Iterable[str]) -> str:
     """``text`` with known secrets redacted, cut to :data:`MAX_ERROR_CHARS` characters."""
     redacted = redact(text, secrets)
     return redacted if len(redacted) <= MAX_ERROR_CHARS else redacted[: MAX_ERROR_CHARS - 1] + "…"
+
+
+class JsonApiOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`JsonApiProvider` (see its ``__init__``), for a
+    subclass that adds its own."""
+
+    api_key: str | None
+    timeout_s: float
+    policy: RetryPolicy | None
+    secrets: Iterable[str]
+    poster: JsonPoster | None
+
+
+class JsonApiProvider(ABC):
+    """A :class:`~om_core.flush.provider.Provider` over one vendor's JSON API.
+
+    What every such adapter does the same way: ``api_key`` is sent unless the request carries
+    its own credential, and both are redacted (with ``secrets``) from every error; each
+    :meth:`generate` is one :class:`JsonPoster` POST to :attr:`PATH`. A subclass says what
+    differs: the default base URL, the headers that carry the key, the body and the answer's
+    reading. Failures raise :class:`~om_workers.errors.ProviderError` subclasses.
+    """
+
+    DEFAULT_BASE_URL: str
+    PATH: str
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        policy: RetryPolicy | None = None,
+        secrets: Iterable[str] = (),
+        poster: JsonPoster | None = None,
+    ) -> None:
+        self._api_key = api_key
+        self._secrets = tuple(secrets) + ((api_key,) if api_key else ())
+        self._poster = poster or JsonPoster(
+            base_url or self.DEFAULT_BASE_URL,
+            timeout_s=timeout_s,
+            policy=policy,
+            secrets=self._secrets,
+        )
+
+    def close(self) -> None:
+        """Release the HTTP client."""
+        self._poster.close()
+
+    def generate(self, request: ProviderRequest) -> ProviderResponse:
+        """One call of the vendor's API; see the class docstring for failures."""
+        key = request.credential or self._api_key
+        headers = {"content-type": "application/json", **self.headers(key)}
+        secrets = (*self._secrets, *((key,) if key else ()))
+        answer = self._poster.post(self.PATH, self.body(request), headers, secrets)
+        return ProviderResponse(message=self.message(answer, secrets))
+
+    @abstractmethod
+    def headers(self, key: str | None) -> dict[str, str]:
+        """The vendor's headers besides the content type: ``key`` (if any) among them."""
+
+    @abstractmethod
+    def body(self, request: ProviderRequest) -> dict[str, Any]:
+        """The JSON body of a request (without credentials)."""
+
+    @abstractmethod
+    def message(self, answer: dict[str, Any], secrets: tuple[str, ...]) -> Message:
+        """The assistant message of an answer; ``secrets`` are redacted from any error.
+
+        Raises :class:`~om_workers.errors.ProviderResponseError` for a malformed answer.
+        """

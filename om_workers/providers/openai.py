@@ -9,58 +9,45 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
-from om_core.flush.provider import ProviderRequest, ProviderResponse, sanitize_cache_key
+from om_core.flush.provider import ProviderRequest, sanitize_cache_key
 from om_core.ledger.models import Message, ToolCall
-from om_core.policy.backoff import RetryPolicy
 from om_workers.errors import ProviderResponseError
-from om_workers.providers.http import DEFAULT_TIMEOUT_S, JsonPoster, bounded
+from om_workers.providers.http import JsonApiOptions, JsonApiProvider, bounded
 
 # Options forwarded verbatim; anything else a worker sets is not part of this wire format.
 _PASSTHROUGH = ("temperature", "top_p", "max_tokens", "seed")
 
 
-class OpenAICompatibleProvider:
+class OpenAICompatibleProvider(JsonApiProvider):
     """The :class:`~om_core.flush.provider.Provider` port over OpenAI-style chat completions.
 
-    ``api_key`` is used unless the request carries an explicit credential. Failures raise
-    :class:`~om_workers.errors.ProviderError` subclasses with secrets redacted; malformed
+    Credentials and failures as :class:`~om_workers.providers.http.JsonApiProvider`; malformed
     tool calls (non-JSON or non-object arguments, missing ids or names) raise
     :class:`~om_workers.errors.ProviderResponseError`.
     """
 
+    DEFAULT_BASE_URL = "https://api.openai.com/v1"
+    PATH = "/chat/completions"
+
     def __init__(
         self,
-        base_url: str = "https://api.openai.com/v1",
+        base_url: str | None = None,
         *,
-        api_key: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        policy: RetryPolicy | None = None,
         cache_key_field: str | None = "prompt_cache_key",
-        secrets: Iterable[str] = (),
-        poster: JsonPoster | None = None,
+        **options: Unpack[JsonApiOptions],
     ) -> None:
-        self._api_key = api_key
+        super().__init__(base_url, **options)
         self._cache_key_field = cache_key_field
-        self._secrets = tuple(secrets) + ((api_key,) if api_key else ())
-        self._poster = poster or JsonPoster(
-            base_url, timeout_s=timeout_s, policy=policy, secrets=self._secrets
-        )
 
-    def close(self) -> None:
-        """Release the HTTP client."""
-        self._poster.close()
+    def headers(self, key: str | None) -> dict[str, str]:
+        """The key as a bearer token."""
+        return {"authorization": f"Bearer {key}"} if key else {}
 
-    def generate(self, request: ProviderRequest) -> ProviderResponse:
-        """One chat-completions call; see the class docstring for failures."""
-        key = request.credential or self._api_key
-        headers = {"content-type": "application/json"}
-        if key:
-            headers["authorization"] = f"Bearer {key}"
-        secrets = (*self._secrets, *((key,) if key else ()))
-        answer = self._poster.post("/chat/completions", self.body(request), headers, secrets)
-        return ProviderResponse(message=parse_answer(answer, secrets))
+    def message(self, answer: dict[str, Any], secrets: tuple[str, ...]) -> Message:
+        """:func:`parse_answer`."""
+        return parse_answer(answer, secrets)
 
     def body(self, request: ProviderRequest) -> dict[str, Any]:
         """The JSON body of a request (without credentials)."""

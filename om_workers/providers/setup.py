@@ -28,12 +28,15 @@ from om_core.flush.provider import Provider
 from om_workers.config import Settings
 from om_workers.errors import ConfigError
 from om_workers.providers import AnthropicProvider, OpenAICompatibleProvider, RetryPolicy
+from om_workers.providers.http import JsonApiProvider
 from om_workers.providers.retry import PROVIDER_RETRY_POLICY
 
-HTTP_PROVIDERS: Final = frozenset({"openai", "anthropic"})
+HTTP_ADAPTERS: Final[Mapping[str, type[JsonApiProvider]]] = {
+    "openai": OpenAICompatibleProvider,
+    "anthropic": AnthropicProvider,
+}
+HTTP_PROVIDERS: Final = frozenset(HTTP_ADAPTERS)
 WORKERS: Final = ("observer", "reflector", "dropper")
-OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
-ANTHROPIC_BASE_URL: Final = "https://api.anthropic.com"
 
 
 def load_provider(spec: str) -> Provider:
@@ -100,27 +103,21 @@ def provider_factory(settings: Settings) -> Callable[[], Provider]:
     return lambda: load_provider(spec)
 
 
-def build_http_provider(settings: Settings) -> OpenAICompatibleProvider | AnthropicProvider:
-    """The ``openai`` or ``anthropic`` adapter configured from settings.
+def build_http_provider(settings: Settings) -> JsonApiProvider:
+    """The ``openai`` or ``anthropic`` adapter configured from settings (at the vendor's own
+    base URL unless ``OM_PROVIDER_BASE_URL`` is set).
 
     Raises :class:`ConfigError` when ``OM_PROVIDER`` names neither.
     """
-    key, timeout_s, policy = _api_key(settings), settings.llm.http_timeout_s, retry_policy(settings)
-    if settings.llm.provider == "openai":
-        return OpenAICompatibleProvider(
-            settings.llm.base_url or OPENAI_BASE_URL,
-            api_key=key,
-            timeout_s=timeout_s,
-            policy=policy,
-        )
-    if settings.llm.provider == "anthropic":
-        return AnthropicProvider(
-            settings.llm.base_url or ANTHROPIC_BASE_URL,
-            api_key=key,
-            timeout_s=timeout_s,
-            policy=policy,
-        )
-    raise ConfigError(f"{settings.llm.provider!r} is not an HTTP provider")
+    adapter = HTTP_ADAPTERS.get(settings.llm.provider)
+    if adapter is None:
+        raise ConfigError(f"{settings.llm.provider!r} is not an HTTP provider")
+    return adapter(
+        settings.llm.base_url,
+        api_key=_api_key(settings),
+        timeout_s=settings.llm.http_timeout_s,
+        policy=retry_policy(settings),
+    )
 
 
 def worker_models(settings: Settings) -> Mapping[str, str]:
@@ -143,6 +140,7 @@ def _api_key(settings: Settings) -> str | None:
 
 
 __all__ = [
+    "HTTP_ADAPTERS",
     "HTTP_PROVIDERS",
     "WORKERS",
     "build_http_provider",
