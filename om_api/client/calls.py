@@ -1,10 +1,13 @@
 """One function per API endpoint, describing its request (:class:`~om_api.client.core.Call`).
 
-The sync and async clients send exactly these, so an endpoint's path, query, body and result
-model are written once. Every argument is checked here first (:mod:`om_api.client.checks`):
-whatever the API would refuse and the client can see raises
-:class:`~om_api.client.core.InvalidRequest` naming the argument, before any I/O. Paths quote
-every id too, so an id can never change the route.
+Each function is a client method's one home: its signature and docstring are the method's
+(:class:`~om_api.client.base.ClientBase` turns it into ``OMClient.<name>`` and
+``AsyncOMClient.<name>``), and the sync and async clients send exactly the request it
+describes, so an endpoint's path, query, body and result model are written once.
+
+Every argument is checked here first (:mod:`om_api.client.checks`): whatever the API would
+refuse and the client can see raises :class:`~om_api.client.core.InvalidRequest` naming the
+argument, before any I/O. Paths quote every id too, so an id can never change the route.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import quote
 
 from om_api.client import checks
-from om_api.client.core import Call, refused
+from om_api.client.core import Call, EntryLike, dump, entry_batches, refused
 from om_api.schemas import (
     MAX_CONTEXT_TOKENS,
     MAX_ENTRIES_PAGE,
@@ -73,8 +76,14 @@ def _scope(session_id: str, scope_id: str, action: str) -> str:
 
 
 def create_session(
-    session_id: str | None, metadata: Mapping[str, Any] | None, workspace: str | None = None
+    session_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    workspace: str | None = None,
 ) -> Call[SessionOut]:
+    """Create a session (random id when none), linked to ``workspace`` when given (see
+    :meth:`link`). :class:`Conflict` if the id is taken or the workspace is itself
+    linked; :class:`NotFound` for a missing workspace."""
     if session_id is not None:
         checks.path_id("session_id", session_id)
     if workspace is not None:
@@ -83,17 +92,18 @@ def create_session(
     body = checks.model(CreateSessionRequest, id=session_id, workspace=workspace, **fields)
     # Without a caller id a retry after a lost answer would make a second session.
     return Call(
-        "POST",
-        "/v1/sessions",
-        SessionOut,
-        json=body.model_dump(mode="json", exclude_none=True),
-        idempotent=session_id is not None,
+        "POST", "/v1/sessions", SessionOut, json=dump(body), idempotent=session_id is not None
     )
 
 
 def list_sessions(
-    limit: int, cursor: str | None, updated_since: datetime | str | None
+    *, limit: int = 50, cursor: str | None = None, updated_since: datetime | str | None = None
 ) -> Call[SessionsPage]:
+    """A page of the key's tenant's sessions, newest first; pass ``next_cursor`` back as
+    ``cursor`` for the next page (``None`` after the last). ``updated_since`` (a datetime
+    or ISO-8601 text; naive means UTC) keeps sessions updated at or after it.
+    :class:`InvalidRequest` for ``limit`` outside 1..100 or a cursor the API did not hand
+    out."""
     params: dict[str, Any] = {"limit": checks.int_in("limit", limit, 1, MAX_SESSIONS_PAGE)}
     if cursor is not None:
         if not isinstance(cursor, str) or not cursor:
@@ -105,49 +115,74 @@ def list_sessions(
 
 
 def get_session(session_id: str) -> Call[SessionOut]:
+    """The session's leaf, entry count and unobserved tokens. :class:`NotFound`."""
     return Call("GET", _session(session_id), SessionOut)
 
 
 def link(session_id: str, workspace: str) -> Call[SessionOut]:
+    """Link a session to a workspace session of the same tenant: every observable message
+    appended to it from now on is also appended to the workspace (a new id, and
+    ``data["funnelOrigin"]`` naming the original), in the same transaction. Returns the
+    session, ``workspace`` set. :class:`NotFound` for a missing session or workspace (or
+    another tenant's), :class:`Conflict` when the workspace is itself linked or the
+    session is a workspace of others, :class:`InvalidRequest` for a link to itself."""
     body = checks.model(LinkRequest, workspace=checks.path_id("workspace", workspace))
     # Setting the same link again changes nothing: safe to retry.
     return Call("PUT", f"{_session(session_id)}/link", SessionOut, json=body.model_dump())
 
 
 def unlink(session_id: str) -> Call[SessionOut]:
+    """Stop copying a session's messages onto its workspace (copies made stay).
+    :class:`NotFound`."""
     return Call("DELETE", f"{_session(session_id)}/link", SessionOut)
 
 
-def append(session_id: str, batch: Sequence[Mapping[str, Any]]) -> Call[AppendEntriesResponse]:
-    # Every entry carries an id (client_core.entry_batches), so repeating it appends nothing.
-    return Call(
-        "POST",
-        f"{_session(session_id)}/entries",
-        AppendEntriesResponse,
-        json={"entries": list(batch)},
-    )
+def append(session_id: str, entries: Sequence[EntryLike]) -> list[Call[AppendEntriesResponse]]:
+    """The requests of an append: ``entries`` with ids, in batches the API accepts
+    (:func:`~om_api.client.core.entry_batches`); the clients send them in order."""
+    path = f"{_session(session_id)}/entries"
+    # Every entry carries an id, so repeating a request appends nothing.
+    return [
+        Call("POST", path, AppendEntriesResponse, json={"entries": batch})
+        for batch in entry_batches(entries)
+    ]
 
 
-def entries(session_id: str, after: str | None, limit: int) -> Call[EntriesPage]:
+def entries(session_id: str, after: str | None = None, limit: int = 100) -> Call[EntriesPage]:
+    """Current-branch entries after entry ``after`` (from the start when ``None``)."""
     params: dict[str, Any] = {"limit": checks.int_in("limit", limit, 1, MAX_ENTRIES_PAGE)}
     if after is not None:
         params["after"] = checks.entry_id("after", after)
     return Call("GET", f"{_session(session_id)}/entries", EntriesPage, params=params)
 
 
-def flush(session_id: str, force: bool, full_reflection_rebuild: bool) -> Call[FlushTicket]:
+def flush(
+    session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
+) -> Call[FlushTicket]:
+    """Request a flush; the job id serving it (``coalesced`` when a pending
+    job serves it too). :class:`Unavailable` when Redis stays down through the retries."""
     body = checks.model(FlushRequest, force=force, full_reflection_rebuild=full_reflection_rebuild)
     # A repeated flush request coalesces with the pending one: safe to retry.
     return Call("POST", f"{_session(session_id)}/flush", FlushTicket, json=body.model_dump())
 
 
 def job(job_id: str) -> Call[JobOut]:
+    """A flush job's state, timings, counts and redacted error. :class:`NotFound`."""
     return Call("GET", f"/v1/jobs/{_q(checks.path_id('job_id', job_id))}", JobOut)
 
 
 def context(
-    session_id: str, scope: str | None, include: Include | None, max_tokens: int | None
+    session_id: str,
+    *,
+    scope: str | None = None,
+    include: Include | None = None,
+    max_tokens: int | None = None,
 ) -> Call[ContextOut]:
+    """The ``observational-memory`` and ``recent-messages`` blocks for the next turn:
+    memory, then every message memory does not cover yet (``unobserved``) and the last
+    few, within ``max_tokens`` estimated tokens (the server's default when ``None``).
+    ``gap`` names unobserved messages the budget left out, with the cursor to page them
+    from. :class:`InvalidRequest` for a budget out of range."""
     params: dict[str, Any] = {}
     if scope is not None:
         params["scope"] = checks.path_id("scope", scope)
@@ -161,13 +196,21 @@ def context(
 
 
 def recall(session_id: str, memory_id: str) -> Call[RecallOut]:
+    """What an observation/reflection rests on (``found`` false for an unknown id).
+    :class:`InvalidRequest` for a malformed id."""
     memory = _q(checks.memory_id("memory_id", memory_id))
     return Call("GET", f"{_session(session_id)}/memory/{memory}", RecallOut)
 
 
 def messages(
-    session_id: str, cursor: str, limit: int, direction: Direction, detail: Detail
+    session_id: str,
+    cursor: str,
+    *,
+    limit: int = 20,
+    direction: Direction = "forward",
+    detail: Detail = "summary",
 ) -> Call[MessagesPage]:
+    """A page of messages around message ``cursor`` (``limit`` <= 100)."""
     params = {
         "cursor": checks.entry_id("cursor", cursor),
         "limit": checks.int_in("limit", limit, 1, MAX_MESSAGES_PAGE),
@@ -178,47 +221,71 @@ def messages(
 
 
 def status(session_id: str) -> Call[StatusOut]:
+    """om:status: memory counts and the rendered status text."""
     return Call("GET", f"{_session(session_id)}/status", StatusOut)
 
 
-def view(session_id: str, full: bool) -> Call[ViewOut]:
+def view(session_id: str, *, full: bool = False) -> Call[ViewOut]:
+    """om:view: visible memory, or all active memory with ``full``."""
     params = {"mode": "full" if full else "visible"}
     return Call("GET", f"{_session(session_id)}/view", ViewOut, params=params)
 
 
-def compact(session_id: str, keep_recent_entries: int) -> Call[EntryOut]:
+def compact(session_id: str, keep_recent_entries: int = 8) -> Call[EntryOut]:
+    """Append a compaction entry summarising the session (not retried on a lost answer)."""
     body = checks.model(CompactRequest, keep_recent_entries=keep_recent_entries)
     # Each call appends a new compaction entry: never repeated blindly.
-    return Call(
-        "POST",
-        f"{_session(session_id)}/compact",
-        EntryOut,
-        json=body.model_dump(),
-        idempotent=False,
-    )
+    path = f"{_session(session_id)}/compact"
+    return Call("POST", path, EntryOut, json=body.model_dump(), idempotent=False)
 
 
 def open_scope(
-    session_id: str, scope_id: str, parent_id: str | None, kind: str | None, label: str | None
+    session_id: str,
+    scope_id: str,
+    *,
+    parent_id: str | None = None,
+    kind: str | None = None,
+    label: str | None = None,
 ) -> Call[ScopeRecordOut]:
+    """Open a work scope. :class:`Conflict` when it exists."""
     checks.path_id("scope_id", scope_id)
     if parent_id is not None:
         checks.path_id("parent_id", parent_id)
     body = checks.model(OpenScopeRequest, id=scope_id, parent_id=parent_id, kind=kind, label=label)
-    return Call(
-        "POST",
-        f"{_session(session_id)}/scopes",
-        ScopeRecordOut,
-        json=body.model_dump(mode="json", exclude_none=True),
-        idempotent=False,
-    )
+    path = f"{_session(session_id)}/scopes"
+    return Call("POST", path, ScopeRecordOut, json=dump(body), idempotent=False)
 
 
-def scope_action(session_id: str, scope_id: str, action: ScopeAction) -> Call[ScopeRecordOut]:
+def close_scope(session_id: str, scope_id: str) -> Call[ScopeRecordOut]:
+    """Close a work scope."""
+    return _scope_action(session_id, scope_id, "close")
+
+
+def enter_scope(session_id: str, scope_id: str) -> Call[ScopeRecordOut]:
+    """Enter a work scope (new entries belong to it)."""
+    return _scope_action(session_id, scope_id, "enter")
+
+
+def leave_scope(session_id: str, scope_id: str) -> Call[ScopeRecordOut]:
+    """Leave a work scope."""
+    return _scope_action(session_id, scope_id, "leave")
+
+
+def _scope_action(session_id: str, scope_id: str, action: ScopeAction) -> Call[ScopeRecordOut]:
     return Call("POST", _scope(session_id, scope_id, action), ScopeRecordOut, idempotent=False)
 
 
-def scope_refs(
+def bind(session_id: str, scope_id: str, refs: Sequence[str]) -> Call[ScopeRecordOut]:
+    """Bind ``om:<id>``/``reflection:<id>`` memory to a scope."""
+    return _scope_refs(session_id, scope_id, "bind", refs)
+
+
+def unbind(session_id: str, scope_id: str, refs: Sequence[str]) -> Call[ScopeRecordOut]:
+    """Unbind memory references from a scope."""
+    return _scope_refs(session_id, scope_id, "unbind", refs)
+
+
+def _scope_refs(
     session_id: str, scope_id: str, action: Literal["bind", "unbind"], refs: Sequence[str]
 ) -> Call[ScopeRecordOut]:
     body = checks.model(ScopeRefsRequest, refs=checks.id_list("refs", refs))
@@ -227,7 +294,17 @@ def scope_refs(
     return Call("POST", path, ScopeRecordOut, json=body.model_dump())
 
 
-def scope_principals(
+def grant(session_id: str, scope_id: str, principals: Sequence[str]) -> Call[ScopeRecordOut]:
+    """Share a scope's memory with other sessions of the tenant."""
+    return _scope_principals(session_id, scope_id, "grant", principals)
+
+
+def revoke(session_id: str, scope_id: str, principals: Sequence[str]) -> Call[ScopeRecordOut]:
+    """Stop sharing a scope with sessions."""
+    return _scope_principals(session_id, scope_id, "revoke", principals)
+
+
+def _scope_principals(
     session_id: str, scope_id: str, action: Literal["grant", "revoke"], principals: Sequence[str]
 ) -> Call[ScopeRecordOut]:
     principal_ids = checks.id_list("principals", principals)
@@ -237,52 +314,55 @@ def scope_principals(
 
 
 def revoke_entries(session_id: str, entry_ids: Sequence[str]) -> Call[RevocationOut]:
+    """Withhold memory derived from these entries; the observations it dropped."""
     body = checks.model(RevocationRequest, entry_ids=checks.id_list("entry_ids", entry_ids))
-    return Call(
-        "POST", f"{_session(session_id)}/revocations", RevocationOut, json=body.model_dump()
-    )
+    path = f"{_session(session_id)}/revocations"
+    return Call("POST", path, RevocationOut, json=body.model_dump())
 
 
 def healthz() -> Call[HealthOut]:
+    """Liveness."""
     return Call("GET", "/healthz", HealthOut)
 
 
 def readyz() -> Call[HealthOut]:
+    """Readiness (Redis and the database); :class:`Unavailable` when not ready."""
     return Call("GET", "/readyz", HealthOut)
 
 
 def metrics() -> Call[str]:
+    """Prometheus metrics text."""
     return Call("GET", "/metrics", str)
 
 
-def create_tenant(tenant_id: str, name: str | None) -> Call[TenantOut]:
+def create_tenant(tenant_id: str, name: str | None = None) -> Call[TenantOut]:
+    """Admin: create a tenant. Needs ``admin_token``; :class:`Conflict` if it exists."""
     checks.path_id("tenant_id", tenant_id)
     body = checks.model(CreateTenantRequest, id=tenant_id, name=name)
-    return Call(
-        "POST",
-        "/v1/admin/tenants",
-        TenantOut,
-        json=body.model_dump(mode="json", exclude_none=True),
-        idempotent=False,
-        admin=True,
-    )
+    path = "/v1/admin/tenants"
+    return Call("POST", path, TenantOut, json=dump(body), idempotent=False, admin=True)
 
 
 def _tenant_keys(tenant_id: str) -> str:
     return f"/v1/admin/tenants/{_q(checks.path_id('tenant_id', tenant_id))}/keys"
 
 
-def create_key(tenant_id: str, label: str) -> Call[KeyOut]:
+def create_key(tenant_id: str, label: str = "") -> Call[KeyOut]:
+    """Admin: a new API key for the tenant (its plaintext is in this answer only)."""
     body = checks.model(CreateKeyRequest, label=label)
     path = _tenant_keys(tenant_id)
     return Call("POST", path, KeyOut, json=body.model_dump(), idempotent=False, admin=True)
 
 
 def list_keys(tenant_id: str) -> Call[ApiKeysOut]:
+    """Admin: the tenant's keys (id, prefix, label, times; never the key), oldest first.
+    :class:`NotFound` for an unknown tenant."""
     return Call("GET", _tenant_keys(tenant_id), ApiKeysOut, admin=True)
 
 
 def revoke_key(key_id: str) -> Call[ApiKeyOut]:
+    """Admin: revoke a key by id; every later request with it is a 401 (:class:`Unauthorized`),
+    on every API replica. Revoking it again changes nothing. :class:`NotFound`."""
     path = f"/v1/admin/keys/{_q(checks.path_id('key_id', key_id))}/revoke"
     # Revoking a revoked key changes nothing: safe to retry.
     return Call("POST", path, ApiKeyOut, admin=True)

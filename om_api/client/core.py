@@ -1,5 +1,6 @@
-"""What the sync and async clients share: the error tree, the retry rule, request descriptions
-and response decoding. No I/O happens here, so both clients behave identically.
+"""What the sync and async clients share: the error tree, the retry rule (:class:`Attempts`),
+request descriptions, response decoding and the job poll (:class:`JobWait`). No I/O happens
+here, so both clients behave identically.
 :class:`RetryPolicy` is :class:`om_core.policy.backoff.RetryPolicy`, re-exported here and from
 :mod:`om_api.client`; its defaults are the client's.
 
@@ -46,7 +47,7 @@ from om_core.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
+from om_core.policy.backoff import RetryPolicy, backoff_delay_s, next_delay_s, parse_retry_after
 
 T = TypeVar("T")
 
@@ -278,6 +279,62 @@ def transport_error(call: Call[Any], exc: httpx.TransportError) -> Unavailable:
 def was_sent(exc: httpx.TransportError) -> bool:
     """False when the request surely never reached the server (connecting failed)."""
     return not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+Answer = httpx.Response | httpx.TransportError
+"""What an attempt got: a response, or the transport error that came instead."""
+
+
+class Attempts(Generic[T]):
+    """One call's attempts, decided without I/O: after each answer, how long to wait before the
+    next attempt (:meth:`wait_s`), or what the call gives (:meth:`result`). Which failures are
+    retried is :func:`should_retry`'s rule, how long to wait :func:`retry_wait_s`'s."""
+
+    def __init__(self, call: Call[T], policy: RetryPolicy) -> None:
+        self.call = call
+        self._policy = policy
+        self._count = 0
+
+    def wait_s(self, answer: Answer) -> float | None:
+        """Seconds to wait before attempting again, or ``None`` when ``answer`` is final."""
+        self._count += 1
+        if isinstance(answer, httpx.TransportError):
+            if not should_retry(self.call, None, was_sent(answer)):
+                return None
+            return retry_wait_s(self._policy, self._count, None)
+        if answer.status_code < 400 or not should_retry(self.call, answer.status_code, True):
+            return None
+        return retry_wait_s(self._policy, self._count, retry_after_s(answer))
+
+    def result(self, answer: Answer) -> T:
+        """The final answer's result (see :func:`decode`); :class:`Unavailable` for a transport
+        error."""
+        if isinstance(answer, httpx.TransportError):
+            raise transport_error(self.call, answer) from answer
+        return decode(self.call, answer)
+
+
+class JobWait:
+    """``wait_for_job``'s schedule, decided without I/O: after each read of the job, the pause
+    before the next (:data:`POLL`, cut to the time left), or ``None`` once the job is final."""
+
+    def __init__(self, job_id: str, timeout_s: float) -> None:
+        self._job_id = job_id
+        self._timeout_s = timeout_s
+        self._deadline = time.monotonic() + timeout_s
+        self._polls = 0
+
+    def pause_s(self, current: JobOut) -> float | None:
+        """Seconds until the next poll, ``None`` for a final state; :class:`JobTimeout` when
+        the job is still queued/running at the deadline."""
+        self._polls += 1
+        if current.state in FINAL_JOB_STATES:
+            return None
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            message = f"job {self._job_id} still {current.state} after {self._timeout_s} s"
+            raise JobTimeout(message, current)
+        return min(backoff_delay_s(self._polls, POLL, 0.0), remaining)
 
 
 EntryLike = EntryIn | MessageWire | Mapping[str, Any]
