@@ -64,6 +64,26 @@ SurrogateKey = BigInteger().with_variant(Integer(), "sqlite")
 # JSONB on PostgreSQL: compact, and queryable by later features without a migration of data.
 Json = JSON().with_variant(JSONB(), "postgresql")
 
+
+def tenant_id_column(*, primary_key: bool = False, index: bool = False) -> Column[str]:
+    """``tenant_id``, never ``NULL``: the row belongs to a tenant and is deleted with it."""
+    owner = ForeignKey("tenants.id", ondelete="CASCADE")
+    return Column(
+        "tenant_id",
+        String(TENANT_ID_LENGTH),
+        owner,
+        primary_key=primary_key,
+        nullable=False,
+        index=index,
+    )
+
+
+def session_pk_column(*, primary_key: bool = False) -> Column[int]:
+    """``session_pk``, never ``NULL``: the row belongs to a session and is deleted with it."""
+    owner = ForeignKey("sessions.pk", ondelete="CASCADE")
+    return Column("session_pk", SurrogateKey, owner, primary_key=primary_key, nullable=False)
+
+
 tenants = Table(
     "tenants",
     metadata,
@@ -79,13 +99,7 @@ api_keys = Table(
     "api_keys",
     metadata,
     Column("id", String(32), primary_key=True),
-    Column(
-        "tenant_id",
-        String(TENANT_ID_LENGTH),
-        ForeignKey("tenants.id", ondelete="CASCADE"),
-        nullable=False,
-        index=True,
-    ),
+    tenant_id_column(index=True),
     Column("key_hash", String(64), nullable=False, unique=True),
     Column("label", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
@@ -96,12 +110,7 @@ sessions = Table(
     "sessions",
     metadata,
     Column("pk", SurrogateKey, primary_key=True, autoincrement=True),
-    Column(
-        "tenant_id",
-        String(TENANT_ID_LENGTH),
-        ForeignKey("tenants.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    tenant_id_column(),
     Column("id", String(ID_LENGTH), nullable=False),
     Column("leaf_id", String(ID_LENGTH), nullable=True),
     Column("epoch", BigInteger, nullable=False),
@@ -128,12 +137,7 @@ entries = Table(
     # another's.
     Column("tenant_id", String(TENANT_ID_LENGTH), primary_key=True),
     Column("id", String(ID_LENGTH), primary_key=True),
-    Column(
-        "session_pk",
-        SurrogateKey,
-        ForeignKey("sessions.pk", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    session_pk_column(),
     Column("parent_id", String(ID_LENGTH), nullable=True),
     Column("seq", BigInteger, nullable=False),
     Column("segment_start", BigInteger, nullable=False),
@@ -148,12 +152,7 @@ entries = Table(
 snapshots = Table(
     "snapshots",
     metadata,
-    Column(
-        "session_pk",
-        SurrogateKey,
-        ForeignKey("sessions.pk", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    session_pk_column(primary_key=True),
     Column("entry_id", String(ID_LENGTH), nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("observation_cursor", String(ID_LENGTH), nullable=True),
@@ -167,12 +166,7 @@ snapshots = Table(
 memory_items = Table(
     "memory_items",
     metadata,
-    Column(
-        "session_pk",
-        SurrogateKey,
-        ForeignKey("sessions.pk", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    session_pk_column(primary_key=True),
     Column("kind", String(16), primary_key=True),
     Column("item_id", String(ID_LENGTH), primary_key=True),
     Column("ord", BigInteger, nullable=False),
@@ -186,18 +180,8 @@ flush_jobs = Table(
     "flush_jobs",
     metadata,
     Column("id", String(64), primary_key=True),
-    Column(
-        "tenant_id",
-        String(TENANT_ID_LENGTH),
-        ForeignKey("tenants.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column(
-        "session_pk",
-        SurrogateKey,
-        ForeignKey("sessions.pk", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    tenant_id_column(),
+    session_pk_column(),
     Column("state", String(16), nullable=False),
     Column("force", Boolean, nullable=False),
     Column("full_reflection_rebuild", Boolean, nullable=False),
@@ -218,12 +202,7 @@ flush_jobs = Table(
 tombstones = Table(
     "tombstones",
     metadata,
-    Column(
-        "tenant_id",
-        String(TENANT_ID_LENGTH),
-        ForeignKey("tenants.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    tenant_id_column(primary_key=True),
     Column("scope", String(ID_LENGTH), primary_key=True),
     Column("entry_id", String(ID_LENGTH), primary_key=True),
     Column("corrected", Boolean, nullable=False),
