@@ -13,16 +13,13 @@ from datetime import datetime
 
 from om_workers.store.records import FlushJob, JobFinish, JobState, StartedJob
 from om_workers.store.repositories import tombstone_scope
-from om_workers.store.service import UnitsOfWork
+from om_workers.store.service import Service
 
 STUCK_JOB_ERROR = "job stopped without finishing (worker lost); swept by the reconciler"
 
 
-class JobService:
+class JobService(Service):
     """The flush jobs of every tenant (see :class:`~om_workers.store.SqlStore`)."""
-
-    def __init__(self, units: UnitsOfWork) -> None:
-        self._units = units
 
     def create_job(
         self,

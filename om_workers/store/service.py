@@ -41,6 +41,13 @@ class UnitsOfWork:
         return SqlReadUnitOfWork(self.engine, clock=self.clock, snapshots=self.snapshots)
 
 
+class Service:
+    """A group of the service layer's operations, each over units of work from ``units``."""
+
+    def __init__(self, units: UnitsOfWork) -> None:
+        self._units = units
+
+
 def retry_once_after_race(operation: Callable[[], _T]) -> _T:
     """Run a write; after a lost unique-constraint race (:class:`WriteRace`) run it once more.
 

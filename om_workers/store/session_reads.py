@@ -24,17 +24,14 @@ from om_workers.store.records import (
     StoredPage,
     Tombstone,
 )
-from om_workers.store.service import UnitsOfWork
+from om_workers.store.service import Service
 
 MAX_PAGE_LIMIT = 1000
 """Most entries one :meth:`SessionReads.read_page` answer holds."""
 
 
-class SessionReads:
+class SessionReads(Service):
     """The reads of a tenant's sessions (see :class:`~om_workers.store.SqlStore`)."""
-
-    def __init__(self, units: UnitsOfWork) -> None:
-        self._units = units
 
     def get_session(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The session's bookkeeping."""

@@ -17,14 +17,11 @@ from om_workers.errors import EntryNotFoundError, SessionExistsError, StaleEpoch
 from om_workers.store.funnel import append_with_copies, check_link
 from om_workers.store.records import AppendResult, FlushJob, JobFinish, SessionInfo
 from om_workers.store.schema import ID_LENGTH
-from om_workers.store.service import UnitsOfWork, retry_once_after_race
+from om_workers.store.service import Service, retry_once_after_race
 
 
-class SessionService:
+class SessionService(Service):
     """The writes of a tenant's sessions (see :class:`~om_workers.store.SqlStore`)."""
-
-    def __init__(self, units: UnitsOfWork) -> None:
-        self._units = units
 
     def create_session(
         self,

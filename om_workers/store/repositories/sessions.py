@@ -59,30 +59,27 @@ _RAISE_EPOCH_BY_PK = (
 )
 
 
-def _move_leaf(unobserved_tokens: Any) -> Any:
+def _move_leaf(unobserved_tokens: Any, **values: Any) -> Any:
+    """The UPDATE moving a session's leaf to ``new_leaf`` at ``now``: its unobserved tokens
+    become ``unobserved_tokens``, and ``values`` set what else changes with it."""
     return (
         update(sessions)
         .where(sessions.c.pk == bindparam("session"))
         .values(
             leaf_id=bindparam("new_leaf"),
-            entry_count=bindparam("new_count"),
             updated_at=bindparam("now"),
             unobserved_tokens=unobserved_tokens,
+            **values,
         )
     )
 
 
-_MOVE_LEAF = _move_leaf(bindparam("new_tokens"))
-_MOVE_LEAF_ADDING = _move_leaf(sessions.c.unobserved_tokens + bindparam("added_tokens"))
-_FORK = (
-    update(sessions)
-    .where(sessions.c.pk == bindparam("session"))
-    .values(
-        leaf_id=bindparam("new_leaf"),
-        updated_at=bindparam("now"),
-        unobserved_tokens=bindparam("new_tokens"),
-    )
+_MOVE_LEAF = _move_leaf(bindparam("new_tokens"), entry_count=bindparam("new_count"))
+_MOVE_LEAF_ADDING = _move_leaf(
+    sessions.c.unobserved_tokens + bindparam("added_tokens"), entry_count=bindparam("new_count")
 )
+# A fork moves the leaf to an entry already stored: the entry count stays.
+_FORK = _move_leaf(bindparam("new_tokens"))
 _OVER_UNOBSERVED = (
     select(sessions.c.tenant_id, sessions.c.id, sessions.c.unobserved_tokens)
     .where(sessions.c.unobserved_tokens >= bindparam("threshold"))
