@@ -213,7 +213,7 @@ class DeliverySettings(BaseModel):
     )
 
 
-class WorkerSettings(BaseModel):
+class WorkerProcessSettings(BaseModel):
     """What one om worker process runs and serves."""
 
     model_config = _group("Workers")
@@ -404,7 +404,7 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings)
     locks: LockSettings = Field(default_factory=LockSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
-    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    worker: WorkerProcessSettings = Field(default_factory=WorkerProcessSettings)
     fair_queue: FairQueueSettings = Field(default_factory=FairQueueSettings)
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)

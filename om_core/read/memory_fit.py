@@ -54,7 +54,7 @@ def _bytes(text: str) -> int:
 
 
 @dataclass
-class Section:
+class SectionSize:
     """A run of lines under one heading: their total bytes and count (kept lines only)."""
 
     heading_bytes: int
@@ -76,9 +76,9 @@ class Layout:
     """
 
     memory_heading_bytes: int
-    outline: Section
-    reflections: Section
-    observations: Section
+    outline: SectionSize
+    reflections: SectionSize
+    observations: SectionSize
     run_prefix_bytes: list[int]
     run_kept: list[int]
     prefix_bytes: int = 0
@@ -149,13 +149,13 @@ def fit(
         run_kept[run] += 1
     layout = Layout(
         memory_heading_bytes=heading_bytes["memory"],
-        outline=Section(
+        outline=SectionSize(
             heading_bytes["outline"], sum(items.outline_bytes), len(items.outline_bytes)
         ),
-        reflections=Section(
+        reflections=SectionSize(
             heading_bytes["reflections"], sum(items.reflection_bytes), len(items.reflection_bytes)
         ),
-        observations=Section(
+        observations=SectionSize(
             heading_bytes["observations"],
             sum(items.observation_bytes),
             len(items.observation_bytes),

@@ -15,7 +15,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict
 
 import httpx
 

@@ -33,8 +33,8 @@ from om_workers.store.records import (
     SessionInfo,
     SessionsListing,
     StoredPage,
+    StoredTombstone,
     Tenant,
-    Tombstone,
 )
 from om_workers.store.repositories import tombstone_scope
 from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
@@ -60,8 +60,8 @@ __all__ = [
     "SqlStore",
     "SqlUnitOfWork",
     "StoredPage",
+    "StoredTombstone",
     "Tenant",
-    "Tombstone",
     "create_store_engine",
     "current_revision",
     "failure_streak",

@@ -190,8 +190,10 @@ class StartedJob:
 
 
 @dataclass(frozen=True, slots=True)
-class Tombstone:
-    """An entry id one scope withholds; ``corrected`` ones stay withheld."""
+class StoredTombstone:
+    """A tombstone as the store keeps it: an entry id one scope of a tenant withholds, since
+    ``created_at``. Unlike :class:`om_core.Tombstone` (any id, a ``reason``), the store's
+    are entry ids only, and a ``corrected`` one stays withheld."""
 
     tenant_id: str
     scope: str

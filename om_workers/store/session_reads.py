@@ -22,7 +22,7 @@ from om_workers.store.records import (
     SessionInfo,
     SessionsListing,
     StoredPage,
-    Tombstone,
+    StoredTombstone,
 )
 from om_workers.store.service import Service
 
@@ -142,7 +142,7 @@ class SessionReads(Service):
             next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
         )
 
-    def list_tombstones(self, tenant_id: str, scope: str) -> tuple[Tombstone, ...]:
+    def list_tombstones(self, tenant_id: str, scope: str) -> tuple[StoredTombstone, ...]:
         """The tombstones of one exact scope, oldest first."""
         with self._units.read() as uow:
             return uow.tombstones.of_scope(tenant_id, scope)

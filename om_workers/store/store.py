@@ -30,7 +30,7 @@ from om_workers.store.records import (
     SessionsListing,
     StartedJob,
     StoredPage,
-    Tombstone,
+    StoredTombstone,
 )
 from om_workers.store.service import UnitsOfWork
 from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
@@ -293,7 +293,7 @@ class SqlStore:
             tenant_id, limit=limit, cursor=cursor, updated_since=updated_since
         )
 
-    def list_tombstones(self, tenant_id: str, scope: str) -> tuple[Tombstone, ...]:
+    def list_tombstones(self, tenant_id: str, scope: str) -> tuple[StoredTombstone, ...]:
         """The tombstones of one exact scope, oldest first (empty for an unknown tenant)."""
         return self._reads.list_tombstones(tenant_id, scope)
 

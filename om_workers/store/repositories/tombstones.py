@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, bindparam, insert, select, update
 
 from om_workers.store.memory_view import WITHHELD
-from om_workers.store.records import Tombstone, as_utc
+from om_workers.store.records import StoredTombstone, as_utc
 from om_workers.store.schema import tombstones
 
 _THIS_SCOPE = (
@@ -51,11 +51,11 @@ class TombstoneRepository:
         params = {"tenant_id": tenant_id, "scope": scope}
         return frozenset(self._connection.execute(WITHHELD, params).scalars())
 
-    def of_scope(self, tenant_id: str, scope: str) -> tuple[Tombstone, ...]:
+    def of_scope(self, tenant_id: str, scope: str) -> tuple[StoredTombstone, ...]:
         """The scope's tombstones, oldest first."""
         rows = self._connection.execute(_LIST, {"tenant_id": tenant_id, "scope": scope})
         return tuple(
-            Tombstone(
+            StoredTombstone(
                 tenant_id=row.tenant_id,
                 scope=row.scope,
                 entry_id=row.entry_id,
