@@ -19,7 +19,7 @@ from om_api.cli.hints import install_hint
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class Transport(StrEnum):
+class McpTransport(StrEnum):
     """How the MCP host reaches the server."""
 
     stdio = "stdio"
@@ -28,8 +28,8 @@ class Transport(StrEnum):
 
 def mcp(
     transport: Annotated[
-        Transport, typer.Option(help="stdio: spawned by the host; http: streamable HTTP.")
-    ] = Transport.stdio,
+        McpTransport, typer.Option(help="stdio: spawned by the host; http: streamable HTTP.")
+    ] = McpTransport.stdio,
     host: Annotated[str, typer.Option(help="Interface to bind (http only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (http only).")] = 8765,
     api_url: Annotated[
@@ -58,7 +58,7 @@ def mcp(
     url, api_key = target(api_url, key)
     if not api_key:
         fail("no API key for the MCP server: set OM_API_KEY or pass --key", 2)
-    if transport is Transport.http:
+    if transport is McpTransport.http:
         typer.echo(f"om mcp: streamable HTTP at http://{host}:{port}{HTTP_PATH}", err=True)
         if host not in LOOPBACK:
             typer.echo(
@@ -66,6 +66,6 @@ def mcp(
                 "reads and writes this tenant's memory",
                 err=True,
             )
-    kind: Literal["stdio", "http"] = "http" if transport is Transport.http else "stdio"
+    kind: Literal["stdio", "http"] = "http" if transport is McpTransport.http else "stdio"
     with contextlib.suppress(KeyboardInterrupt):
         run(kind, api_url=url, api_key=api_key, host=host, port=port)
