@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from om_api.client import OMClient
-from om_api.integrations.recording import Recorded
+from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     EntryIn,
     MessageWire,
@@ -48,14 +47,9 @@ MEMORY_PREAMBLE = (
 (tool output included), so the model is told not to take it as the operator's instructions."""
 
 
-@dataclass
-class ObservationalMemory:
-    """One om session as the memory of a LangGraph agent.
-
-    ``max_tokens`` is the context budget in the service's estimated tokens (about four
-    characters each; 256 to 1,000,000), ``None`` for the server's default. When unobserved
-    messages do not fit, the oldest are left out and the memory block says how many (the
-    service requests a flush for them).
+class ObservationalMemory(SessionMemory[OMClient]):
+    """One om session as the memory of a LangGraph agent (``client``, ``session_id`` and the
+    ``max_tokens`` budget as :class:`~om_api.integrations.recording.SessionMemory`'s).
 
     The hook calls the service synchronously; under ``ainvoke`` LangGraph runs it in a worker
     thread. Every failure is the client's :class:`~om_api.client.OMClientError`, raised
@@ -64,10 +58,6 @@ class ObservationalMemory:
     out); from :meth:`record` it leaves the messages unrecorded or partly recorded, and calling
     ``record`` again with the same messages is safe.
     """
-
-    client: OMClient
-    session_id: str
-    max_tokens: int | None = None
 
     def pre_model_hook(self, state: Mapping[str, Any] | Any) -> dict[str, list[BaseMessage]]:
         """The model's input for this step: system messages of earlier turns (prompts the

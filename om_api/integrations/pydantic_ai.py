@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -52,7 +51,7 @@ from pydantic_ai.messages import (
 )
 
 from om_api.client import AsyncOMClient
-from om_api.integrations.recording import Recorded
+from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     ContentPartWire,
     EntryIn,
@@ -66,14 +65,9 @@ CONTEXT_ORIGIN = "observational-memory"
 """``CompactionPart.metadata["origin"]`` of the part holding the service's context."""
 
 
-@dataclass
-class ObservationalMemory:
-    """One om session as the memory of a pydantic-ai agent.
-
-    ``max_tokens`` is the context budget in the service's estimated tokens (about four
-    characters each; 256 to 1,000,000), ``None`` for the server's default. When unobserved
-    messages do not fit, the oldest are left out and the memory block says how many (the
-    service requests a flush for them).
+class ObservationalMemory(SessionMemory[AsyncOMClient]):
+    """One om session as the memory of a pydantic-ai agent (``client``, ``session_id`` and the
+    ``max_tokens`` budget as :class:`~om_api.integrations.recording.SessionMemory`'s).
 
     Every failure is the client's :class:`~om_api.client.OMClientError`, raised unchanged: in
     the history processor it fails the run (``NotFound`` for a session that was never created,
@@ -81,10 +75,6 @@ class ObservationalMemory:
     :meth:`record` it leaves the run's messages unrecorded or partly recorded, and calling
     ``record`` again with the same messages is safe.
     """
-
-    client: AsyncOMClient
-    session_id: str
-    max_tokens: int | None = None
 
     def capability(self) -> ProcessHistory[Any]:
         """The capability to pass as ``Agent(capabilities=[...])``."""
