@@ -6,11 +6,11 @@ pattern), the same pattern the id was checked against when it was created.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path
 
-from om_api.schemas import MEMORY_ID_PATTERN, PATH_ID_PATTERN, SCOPE_ID_PATTERN
+from om_api.schemas import MEMORY_ID_PATTERN, PATH_ID_PATTERN, SCOPE_ID_PATTERN, ErrorBody
 
 SessionPath = Annotated[str, Path(pattern=PATH_ID_PATTERN, description="Session id.")]
 JobPath = Annotated[str, Path(pattern=PATH_ID_PATTERN, description="Flush job id.")]
@@ -20,3 +20,9 @@ MemoryPath = Annotated[
     str, Path(pattern=MEMORY_ID_PATTERN, description="Observation or reflection id.")
 ]
 ScopePath = Annotated[str, Path(pattern=SCOPE_ID_PATTERN, description="Work-scope id.")]
+
+
+def error_answers(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses`` for the error statuses it documents: each answers an
+    :class:`~om_api.schemas.ErrorBody`."""
+    return {status: {"model": ErrorBody} for status in statuses}

@@ -9,7 +9,7 @@ never cached.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body
 
@@ -18,7 +18,6 @@ from om_api.schemas import (
     ApiKeysOut,
     CreateKeyRequest,
     CreateTenantRequest,
-    ErrorBody,
     FlushQueueOut,
     KeyOut,
     RateLimitsOut,
@@ -28,18 +27,13 @@ from om_api.schemas import (
 from om_api.server.auth import Admin
 from om_api.server.convert import queue_out
 from om_api.server.limits import default_limits, limits_out
-from om_api.server.routes import KeyPath, TenantPath
+from om_api.server.routes import KeyPath, TenantPath, error_answers
 from om_api.server.state import State
 from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.coordination.fairness import FairQueue
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    409: {"model": ErrorBody},
-    422: {"model": ErrorBody},
-}
+ERRORS = error_answers(401, 404, 409, 422)
 
 
 @router.post("/tenants", status_code=201, response_model=TenantOut, responses=ERRORS)

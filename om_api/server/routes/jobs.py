@@ -16,16 +16,14 @@ from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut
 from om_api.server.auth import TenantId
 from om_api.server.convert import job_out
 from om_api.server.logging import bind_log_context, redact_text
-from om_api.server.routes import JobPath, SessionPath
+from om_api.server.routes import JobPath, SessionPath, error_answers
 from om_api.server.state import State
 from om_workers.errors import CoordinationError
 from om_workers.jobs.requests import request_flush
 
 router = APIRouter(prefix="/v1", tags=["flush"])
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    422: {"model": ErrorBody},
+    **error_answers(401, 404, 422),
     503: {"model": ErrorBody, "description": "Redis is unavailable; retry after Retry-After."},
 }
 

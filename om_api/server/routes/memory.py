@@ -4,7 +4,7 @@ and compaction, which appends the strategy's compaction entry."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query
 
@@ -16,7 +16,6 @@ from om_api.schemas import (
     CompactRequest,
     ContextOut,
     EntryOut,
-    ErrorBody,
     MessagesPage,
     RecallOut,
     StatusOut,
@@ -25,7 +24,7 @@ from om_api.schemas import (
 from om_api.server.auth import TenantId
 from om_api.server.convert import context_out, entry_out
 from om_api.server.errors import ApiError
-from om_api.server.routes import MemoryPath, SessionPath
+from om_api.server.routes import MemoryPath, SessionPath, error_answers
 from om_api.server.state import ApiState, State
 from om_core import (
     RecallResult,
@@ -47,11 +46,7 @@ from om_workers.reads import (
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["memory"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    422: {"model": ErrorBody},
-}
+ERRORS = error_answers(401, 404, 422)
 IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 
 

@@ -4,7 +4,7 @@ the current branch."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
@@ -16,7 +16,6 @@ from om_api.schemas import (
     AppendEntriesResponse,
     CreateSessionRequest,
     EntriesPage,
-    ErrorBody,
     LinkRequest,
     SessionOut,
     SessionsPage,
@@ -24,18 +23,12 @@ from om_api.schemas import (
 from om_api.server.auth import TenantId
 from om_api.server.convert import entry_out, session_out, to_entry
 from om_api.server.errors import ApiError
-from om_api.server.routes import SessionPath
+from om_api.server.routes import SessionPath, error_answers
 from om_api.server.state import State
 from om_workers.errors import EntryNotFoundError
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    409: {"model": ErrorBody},
-    413: {"model": ErrorBody},
-    422: {"model": ErrorBody},
-}
+ERRORS = error_answers(401, 404, 409, 413, 422)
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut, responses=ERRORS)
