@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from om_api.cli import render
-from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json
+from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json, show
 from om_api.schemas import PATH_ID_PATTERN, ApiKeyOut, ApiKeysOut, KeyOut
 from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
@@ -92,10 +92,7 @@ def keys_list(
     with _accounts(database_url) as accounts:
         found = accounts.list_api_keys(tenant)
     keys = [ApiKeyOut.model_validate(info, from_attributes=True) for info in found]
-    if as_json:
-        print_json(ApiKeysOut(keys=keys))
-    else:
-        render.show_keys(tenant, keys)
+    show(ApiKeysOut(keys=keys), as_json, lambda answer: render.show_keys(tenant, answer.keys))
 
 
 def keys_revoke(
@@ -107,10 +104,7 @@ def keys_revoke(
     replica. Revoking a revoked key changes nothing."""
     with _accounts(database_url) as accounts:
         revoked = ApiKeyOut.model_validate(accounts.revoke_key(key_id), from_attributes=True)
-    if as_json:
-        print_json(revoked)
-    else:
-        render.show_key(revoked)
+    show(revoked, as_json, render.show_key)
 
 
 def _rate(name: str) -> Any:
@@ -166,10 +160,7 @@ def tenants_limits(
                     fail(f"--{name}: {exc}", 2)
             overrides = accounts.set_rate_limits(tenant, overrides)
     answer = limits_out(tenant, overrides, defaults)
-    if as_json:
-        print_json(answer)
-    else:
-        render.show_limits(answer)
+    show(answer, as_json, render.show_limits)
 
 
 RedisUrl = Annotated[
@@ -196,7 +187,4 @@ def queue(as_json: JsonOutput = False, redis_url: RedisUrl = None) -> None:
             client.close()
     except OMWorkersError as exc:
         fail(str(exc))
-    if as_json:
-        print_json(answer)
-    else:
-        render.show_queue(answer)
+    show(answer, as_json, render.show_queue)

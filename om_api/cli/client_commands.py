@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from om_api.cli import render
-from om_api.cli.common import ApiKey, ApiUrl, JsonOutput, SessionArg, api_client, print_json
+from om_api.cli.common import ApiKey, ApiUrl, JsonOutput, SessionArg, api_client, show
 
 
 def sessions(
@@ -38,10 +38,7 @@ def sessions(
     """List the sessions of the key's tenant, newest first, one page at a time."""
     with api_client(api_url, key) as client:
         page = client.list_sessions(limit=limit, cursor=cursor, updated_since=updated_since)
-    if as_json:
-        print_json(page)
-    else:
-        render.show_sessions(page)
+    show(page, as_json, render.show_sessions)
 
 
 def link(
@@ -58,10 +55,7 @@ def link(
     workspace's memory observes the session's work. Memory records are never copied."""
     with api_client(api_url, key) as client:
         result = client.link(session, workspace)
-    if as_json:
-        print_json(result)
-    else:
-        typer.echo(f"{result.id} -> {result.workspace}: new messages are copied")
+    show(result, as_json, render.show_link)
 
 
 def unlink(
@@ -70,10 +64,7 @@ def unlink(
     """Stop copying a session's messages onto its workspace; copies already made stay."""
     with api_client(api_url, key) as client:
         result = client.unlink(session)
-    if as_json:
-        print_json(result)
-    else:
-        typer.echo(f"{result.id}: not linked")
+    show(result, as_json, render.show_unlinked)
 
 
 def flush(
@@ -92,17 +83,10 @@ def flush(
     with api_client(api_url, key) as client:
         accepted = client.flush(session, force=force)
         if wait <= 0:
-            if as_json:
-                print_json(accepted)
-            else:
-                state = "coalesced" if accepted.coalesced else "queued"
-                typer.echo(f"job {accepted.job_id} {state}")
+            show(accepted, as_json, render.show_ticket)
             return
         job = client.wait_for_job(accepted.job_id, timeout_s=wait)
-    if as_json:
-        print_json(job)
-    else:
-        render.show_job(job)
+    show(job, as_json, render.show_job)
 
 
 def context(
@@ -118,10 +102,7 @@ def context(
     """The context the next turn gets: memory, then the recent messages."""
     with api_client(api_url, key) as client:
         result = client.context(session, max_tokens=max_tokens)
-    if as_json:
-        print_json(result)
-    else:
-        render.show_context(result)
+    show(result, as_json, render.show_context)
 
 
 def status(
@@ -130,10 +111,7 @@ def status(
     """Memory status of a session (om:status): recorded, dropped, active and visible memory."""
     with api_client(api_url, key) as client:
         result = client.status(session)
-    if as_json:
-        print_json(result)
-    else:
-        typer.echo(result.text)
+    show(result, as_json, render.show_status)
 
 
 def view(
@@ -148,10 +126,7 @@ def view(
     """Render a session's observational memory (om:view)."""
     with api_client(api_url, key) as client:
         result = client.view(session, full=full)
-    if as_json:
-        print_json(result)
-    else:
-        typer.echo(result.text or "(no memory yet)")
+    show(result, as_json, render.show_view)
 
 
 def recall(
@@ -169,7 +144,4 @@ def recall(
     """Recall one memory item: its text and the source messages it rests on."""
     with api_client(api_url, key) as client:
         result = client.recall(session, memory_id)
-    if as_json:
-        print_json(result)
-    else:
-        render.show_recall(result)
+    show(result, as_json, render.show_recall)

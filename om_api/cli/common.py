@@ -5,9 +5,9 @@ client commands talk through.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 from pydantic import BaseModel, SecretStr
@@ -60,9 +60,21 @@ def secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 def print_json(model: BaseModel) -> None:
     """Print a wire model exactly as the API sends it (indented)."""
     typer.echo(model.model_dump_json(indent=2))
+
+
+def show(answer: M, as_json: bool, for_people: Callable[[M], object]) -> None:
+    """Print a command's answer: its wire JSON with ``--json`` (:func:`print_json`), else
+    ``for_people(answer)`` (a :mod:`om_api.cli.render` function)."""
+    if as_json:
+        print_json(answer)
+    else:
+        for_people(answer)
 
 
 def target(api_url: str | None, key: str | None) -> tuple[str, str]:

@@ -21,10 +21,14 @@ from om_api.schemas import (
     ContextOut,
     EntryOut,
     FlushQueueOut,
+    FlushTicket,
     JobOut,
     RateLimitsOut,
     RecallOut,
+    SessionOut,
     SessionsPage,
+    StatusOut,
+    ViewOut,
 )
 from om_core.ledger.funnel import ORIGIN_KEY
 
@@ -189,6 +193,21 @@ def show_key(key: ApiKeyOut) -> None:
     typer.echo(f"revoked at {_when(key.revoked_at)} UTC" if key.revoked else "active")
 
 
+def show_link(session: SessionOut) -> None:
+    """A session just linked to its workspace."""
+    typer.echo(f"{session.id} -> {session.workspace}: new messages are copied")
+
+
+def show_unlinked(session: SessionOut) -> None:
+    """A session just unlinked."""
+    typer.echo(f"{session.id}: not linked")
+
+
+def show_ticket(ticket: FlushTicket) -> None:
+    """A flush request's job, not waited for."""
+    typer.echo(f"job {ticket.job_id} {'coalesced' if ticket.coalesced else 'queued'}")
+
+
 def show_job(job: JobOut) -> None:
     """A finished (or still pending) flush job: state, what it recorded, and why not."""
     counts = ", ".join(f"{k} {v}" for k, v in job.counts.items()) or "nothing recorded"
@@ -211,3 +230,13 @@ def show_context(result: ContextOut) -> None:
         f"budget {result.max_tokens} tokens",
         err=True,
     )
+
+
+def show_status(status: StatusOut) -> None:
+    """om:status as the service renders it."""
+    typer.echo(status.text)
+
+
+def show_view(view: ViewOut) -> None:
+    """om:view as the service renders it."""
+    typer.echo(view.text or "(no memory yet)")
