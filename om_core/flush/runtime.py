@@ -43,6 +43,7 @@ from om_core.flush.workers.selection import (
     WorkerConfig,
     resolve_worker,
 )
+from om_core.flush.workers.tool_loop import WorkerCall
 from om_core.ledger.fold import (
     Record,
     fold_ledger,
@@ -409,7 +410,7 @@ class ObservationalMemoryRuntime:
         state.appended.append(entry.id)
         return view.after_append([entry], leaf)
 
-    def _call_options(self, worker: ResolvedWorker) -> dict[str, Any]:
+    def _call_options(self, worker: ResolvedWorker) -> WorkerCall:
         """What every observer/reflector/dropper call takes from the runtime and the worker."""
         return {
             "session_id": self.session_id,

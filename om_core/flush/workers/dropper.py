@@ -7,23 +7,23 @@ ledger keeps them for audit and exact-id recall.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Unpack
 
-from om_core.errors import InvalidInputError, WorkerCitationError, WorkerProtocolError
-from om_core.flush.provider import Provider, correlation_id_for
+from om_core.errors import InvalidInputError
+from om_core.flush.provider import Provider
+from om_core.flush.workers.arguments import check_known, cited_ids
 from om_core.flush.workers.protocol import (
+    DROP_OBSERVATIONS,
     DROP_TOOL,
     OBSERVATIONS_TAG,
     block,
-    limits_line,
     pool_line,
 )
 from om_core.flush.workers.reflector import observation_lines
-from om_core.flush.workers.tool_loop import WorkerTool, run_tool_loop
+from om_core.flush.workers.tool_loop import WorkerCall, WorkerRun, WorkerTool
 from om_core.ledger.models import Observation, ObservationsDropped
 from om_core.ledger.tokens import estimate_text_tokens
-from om_core.policy.limits import WorkerLimits
 
 DROPPER_INSTRUCTIONS = """You are the dropper of a long agent session.
 The active observation pool is larger than its target. The user message states the pool size
@@ -70,15 +70,10 @@ def run_dropper(
     observations: Sequence[Observation],
     *,
     target_tokens: int,
-    session_id: str,
-    model: str,
-    limits: WorkerLimits,
-    secrets: Iterable[str] = (),
-    instructions: str | None = None,
-    options: Mapping[str, Any] | None = None,
-    credential: str | None = None,
+    **call: Unpack[WorkerCall],
 ) -> ObservationsDropped | None:
-    """Ask ``provider`` which active ``observations`` to drop; one record payload or ``None``.
+    """Ask ``provider`` which active ``observations`` to drop; one record payload or ``None``
+    (``call``: the model, limits ... as :class:`~om_core.flush.workers.tool_loop.WorkerCall`).
 
     Only ids in ``observations`` may be named (anything else fails the run closed with
     :class:`~om_core.errors.WorkerCitationError`); repeated ids count once. ``None`` means the
@@ -89,7 +84,8 @@ def run_dropper(
         raise InvalidInputError("run_dropper needs at least one observation")
     if target_tokens <= 0:
         raise InvalidInputError("target_tokens must be positive")
-    known = tuple(secrets)
+    run = WorkerRun(provider, call, DROPPER_INSTRUCTIONS)
+    known = run.secrets
     citable = {o.id for o in observations}
     dropped: dict[str, None] = {}
 
@@ -104,29 +100,11 @@ def run_dropper(
             block(OBSERVATIONS_TAG, observation_lines(observations, known)),
         ]
     )
-    run_tool_loop(
-        provider,
-        system=f"{instructions or DROPPER_INSTRUCTIONS}\n{limits_line(limits)}",
-        prompt=prompt,
-        tools=[WorkerTool(DROP_TOOL, drop)],
-        model=model,
-        correlation_id=correlation_id_for(session_id),
-        limits=limits,
-        secrets=known,
-        options=dict(options or {}),
-        credential=credential,
-    )
+    run.loop(prompt, WorkerTool(DROP_TOOL, drop))
     return ObservationsDropped(observation_ids=tuple(dropped)) if dropped else None
 
 
 def _drop_ids(arguments: dict[str, Any], citable: set[str]) -> list[str]:
-    extra = set(arguments) - {"observationIds"}
-    if extra:
-        raise WorkerProtocolError(f"drop_observations got unknown arguments {sorted(extra)}")
-    ids = arguments.get("observationIds")
-    if not isinstance(ids, list) or not ids:
-        raise WorkerCitationError("drop_observations needs a non-empty observationIds list")
-    for oid in ids:
-        if not isinstance(oid, str) or oid not in citable:
-            raise WorkerCitationError(f"drop names {oid!r}, not an active observation")
-    return ids
+    check_known(DROP_OBSERVATIONS, arguments, ("observationIds",))
+    refusal = "drop names {!r}, not an active observation"
+    return cited_ids(DROP_OBSERVATIONS, arguments, "observationIds", citable, refusal)

@@ -100,6 +100,11 @@ def parse_block(text: str, tag: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in body.split("\n") if line.strip()]
 
 
+def system_message(instructions: str, limits: WorkerLimits) -> str:
+    """A worker's system message: its instructions, then the announced call limits."""
+    return f"{instructions}\n{limits_line(limits)}"
+
+
 def limits_line(limits: WorkerLimits) -> str:
     """The system-message line telling the model how many calls it may make."""
     return _LIMITS_PREFIX + json.dumps(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-from om_core.errors import InvalidInputError, WorkerCitationError, WorkerProtocolError
+from om_core.errors import InvalidInputError
 from om_core.flush.prompts import REFLECTOR_INSTRUCTIONS
-from om_core.flush.provider import Provider, correlation_id_for
+from om_core.flush.provider import Provider
+from om_core.flush.workers.arguments import check_known, cited_ids, text_argument
 from om_core.flush.workers.guards import (
     check_record_text,
     check_reflections_smaller,
@@ -15,22 +16,16 @@ from om_core.flush.workers.guards import (
 )
 from om_core.flush.workers.protocol import (
     OBSERVATIONS_TAG,
+    RECORD_REFLECTION,
     REFLECTION_TOOL,
     block,
     encode_line,
-    limits_line,
 )
-from om_core.flush.workers.tool_loop import ToolError, WorkerTool, run_tool_loop
+from om_core.flush.workers.tool_loop import ToolError, WorkerCall, WorkerRun, WorkerTool
 from om_core.ledger.ids import create_memory_id
 from om_core.ledger.models import Observation, Reflection, ReflectionsRecorded
 from om_core.ledger.tokens import estimate_text_tokens
-from om_core.policy.limits import WorkerLimits
 from om_core.policy.redaction import redact
-
-
-def reflector_system(instructions: str | None, limits: WorkerLimits) -> str:
-    """The reflector's system message: instructions plus the announced call limits."""
-    return f"{instructions or REFLECTOR_INSTRUCTIONS}\n{limits_line(limits)}"
 
 
 def observation_lines(observations: Iterable[Observation], secrets: Iterable[str]) -> list[str]:
@@ -53,18 +48,13 @@ def run_reflector(
     provider: Provider,
     observations: Sequence[Observation],
     *,
-    session_id: str,
-    model: str,
-    limits: WorkerLimits,
     active: Iterable[Observation] | None = None,
-    secrets: Iterable[str] = (),
-    instructions: str | None = None,
-    options: Mapping[str, Any] | None = None,
-    credential: str | None = None,
     reflected_at: str | None = None,
     covers_up_to_id: str | None = None,
+    **call: Unpack[WorkerCall],
 ) -> ReflectionsRecorded:
-    """Reflect over ``observations`` (the window) and return the run's single record payload.
+    """Reflect over ``observations`` (the window) and return the run's single record payload
+    (``call``: the model, limits ... as :class:`~om_core.flush.workers.tool_loop.WorkerCall`).
 
     Reflections may cite any observation in ``active`` (default: the window). A reflection is
     a candidate, never committed as such: one not shorter (in tokens) than the observations
@@ -78,7 +68,8 @@ def run_reflector(
     """
     if not observations:
         raise InvalidInputError("run_reflector needs at least one observation")
-    known = tuple(secrets)
+    run = WorkerRun(provider, call, REFLECTOR_INSTRUCTIONS)
+    known = run.secrets
     citable = {o.id: o for o in (active if active is not None else observations)}
     # Candidates keyed by the set of observations they cite: a retry over the same set
     # competes with the earlier attempt instead of piling up beside it.
@@ -99,18 +90,8 @@ def run_reflector(
         candidates[key] = reflection
         return {"id": reflection.id}
 
-    run_tool_loop(
-        provider,
-        system=reflector_system(instructions, limits),
-        prompt=block(OBSERVATIONS_TAG, observation_lines(observations, known)),
-        tools=[WorkerTool(REFLECTION_TOOL, record)],
-        model=model,
-        correlation_id=correlation_id_for(session_id),
-        limits=limits,
-        secrets=known,
-        options=dict(options or {}),
-        credential=credential,
-    )
+    prompt = block(OBSERVATIONS_TAG, observation_lines(observations, known))
+    run.loop(prompt, WorkerTool(REFLECTION_TOOL, record))
     check_run_texts([r.text for r in candidates.values()])
     kept = best_candidates(list(candidates.values()), citable)
     cited = dict.fromkeys(oid for r in kept for oid in r.observation_ids)
@@ -149,18 +130,10 @@ def _reflection(
     secrets: tuple[str, ...],
     reflected_at: str | None,
 ) -> Reflection:
-    extra = set(arguments) - {"text", "observationIds"}
-    if extra:
-        raise WorkerProtocolError(f"record_reflection got unknown arguments {sorted(extra)}")
-    text = arguments.get("text")
-    cited = arguments.get("observationIds")
-    if not isinstance(text, str):
-        raise WorkerProtocolError("record_reflection needs a string text")
-    if not isinstance(cited, list) or not cited:
-        raise WorkerCitationError("record_reflection needs a non-empty observationIds list")
-    for oid in cited:
-        if not isinstance(oid, str) or oid not in citable:
-            raise WorkerCitationError(f"reflection cites {oid!r}, not a known active observation")
+    check_known(RECORD_REFLECTION, arguments, ("text", "observationIds"))
+    text = text_argument(RECORD_REFLECTION, arguments)
+    refusal = "reflection cites {!r}, not a known active observation"
+    cited = cited_ids(RECORD_REFLECTION, arguments, "observationIds", citable, refusal)
     return Reflection(
         id=create_memory_id(),
         text=redact(check_record_text(text), secrets),

@@ -13,9 +13,9 @@ and bounded to ``max_error_bytes``; the caller records nothing for a failed run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from om_core.errors import (
     InvalidInputError,
@@ -25,8 +25,9 @@ from om_core.errors import (
     WorkerRunError,
     WorkerTranscriptOverflowError,
 )
-from om_core.flush.provider import Provider, ProviderRequest, ToolSpec
+from om_core.flush.provider import Provider, ProviderRequest, ToolSpec, correlation_id_for
 from om_core.flush.workers.jsonvalue import bounded_error, dump_json, json_bytes
+from om_core.flush.workers.protocol import system_message
 from om_core.ledger.models import Message, ToolCall
 from om_core.policy.limits import WorkerLimits
 from om_core.policy.redaction import normalize_secrets, redact_value
@@ -143,6 +144,50 @@ def run_tool_loop(
             _execute(run, call)
         run.calls += len(calls)
     return ToolLoopResult(turns=turns, tool_calls=run.calls, transcript=tuple(run.transcript))
+
+
+class WorkerCall(TypedDict, total=False):
+    """What every worker run (observer, reflector, dropper) takes besides its input, as
+    keywords: the session it runs for (its correlation id is ``om:<session_id>``), the
+    ``model`` and the ``limits``; ``secrets`` redacted from everything it sends and reports;
+    ``instructions`` in place of the worker's built-in ones; provider ``options``; and the
+    ``credential`` sent with each request."""
+
+    session_id: Required[str]
+    model: Required[str]
+    limits: Required[WorkerLimits]
+    secrets: Iterable[str]
+    instructions: str | None
+    options: Mapping[str, Any] | None
+    credential: str | None
+
+
+class WorkerRun:
+    """One worker run as ``call`` describes it: the secrets it redacts (``call``'s, read once)
+    and its system message (``call``'s instructions, else the worker's ``built_in`` ones, then
+    the announced limits); :meth:`loop` runs it."""
+
+    def __init__(self, provider: Provider, call: WorkerCall, built_in: str) -> None:
+        self._provider = provider
+        self._call = call
+        self.secrets = tuple(call.get("secrets", ()))
+        self.system = system_message(call.get("instructions") or built_in, call["limits"])
+
+    def loop(self, prompt: str, tool: WorkerTool) -> ToolLoopResult:
+        """:func:`run_tool_loop` over ``tool``, ``prompt`` the user message; fails as it does."""
+        call = self._call
+        return run_tool_loop(
+            self._provider,
+            system=self.system,
+            prompt=prompt,
+            tools=[tool],
+            model=call["model"],
+            correlation_id=correlation_id_for(call["session_id"]),
+            limits=call["limits"],
+            secrets=self.secrets,
+            options=dict(call.get("options") or {}),
+            credential=call.get("credential"),
+        )
 
 
 def _ask(run: _Run) -> tuple[ToolCall, ...]:
