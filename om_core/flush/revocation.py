@@ -17,9 +17,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from om_core.errors import InvalidInputError, WrongSessionError
+from om_core.errors import InvalidInputError
 from om_core.flush.unit_of_work import MemoryUnitOfWork
-from om_core.ledger.appending import append_checked
+from om_core.ledger.appending import append_checked, check_own_entries, record_entry
 from om_core.ledger.fold import fold_ledger
 from om_core.ledger.ids import create_memory_id
 from om_core.ledger.models import (
@@ -120,23 +120,13 @@ class ObservationalMemoryDropHandler:
             if self._get_entries is None:
                 raise InvalidInputError("pass entries= or construct the handler with get_entries")
             entries = self._get_entries()
-        for entry in entries:
-            if entry.session_id != self.session_id:
-                raise WrongSessionError(
-                    f"entry {entry.id!r} belongs to session {entry.session_id!r}, "
-                    f"not {self.session_id!r}"
-                )
+        check_own_entries(entries, self.session_id)
         dropped = observations_resting_on(fold_ledger(entries), ids)
         if not dropped:
             return ()
-        entry = SessionEntry(
-            id=self._new_entry_id(),
-            session_id=self.session_id,
-            parent_id=None,
-            kind="custom",
-            created_at=self._now() if self._now is not None else None,
-            data=ObservationsDropped(observation_ids=dropped).to_json_dict(),
-        )
+        record = ObservationsDropped(observation_ids=dropped)
+        now = self._now() if self._now is not None else None
+        entry = record_entry(record, self.session_id, self._new_entry_id(), now)
         if self._get_entries is not None:
             append_checked(self._append, self._get_entries, entry, "drop entry")
         else:
@@ -159,16 +149,7 @@ def drop_resting_on(
     """
     dropped = observations_resting_on(unit_of_work.read().ledger, ids)
     if dropped:
-        unit_of_work.append(
-            [
-                SessionEntry(
-                    id=new_entry_id(),
-                    session_id=unit_of_work.session_id,
-                    parent_id=None,
-                    kind="custom",
-                    created_at=now() if now is not None else None,
-                    data=ObservationsDropped(observation_ids=dropped).to_json_dict(),
-                )
-            ]
-        )
+        record = ObservationsDropped(observation_ids=dropped)
+        at = now() if now is not None else None
+        unit_of_work.append([record_entry(record, unit_of_work.session_id, new_entry_id(), at)])
     return dropped

@@ -44,6 +44,7 @@ from om_core.flush.workers.selection import (
     resolve_worker,
 )
 from om_core.flush.workers.tool_loop import WorkerCall
+from om_core.ledger.appending import record_entry
 from om_core.ledger.fold import (
     Record,
     fold_ledger,
@@ -398,14 +399,8 @@ class ObservationalMemoryRuntime:
         self, payload: Record | ScopeBound, state: FlushState, view: MemoryView
     ) -> MemoryView:
         """Append one memory record at the leaf; the view with it folded in."""
-        entry = SessionEntry(
-            id=self._new_entry_id(),
-            session_id=self.session_id,
-            parent_id=None,
-            kind="custom",
-            created_at=self._now() if self._now else None,
-            data=payload.to_json_dict(),
-        )
+        now = self._now() if self._now else None
+        entry = record_entry(payload, self.session_id, self._new_entry_id(), now)
         leaf = self.unit_of_work.append([entry])
         state.appended.append(entry.id)
         return view.after_append([entry], leaf)

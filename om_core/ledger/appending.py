@@ -4,8 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from om_core.errors import AppendNotVisibleError
-from om_core.ledger.models import SessionEntry
+from om_core.errors import AppendNotVisibleError, WrongSessionError
+from om_core.ledger.models import Frozen, SessionEntry
+
+
+def record_entry(
+    record: Frozen, session_id: str, entry_id: str, created_at: str | None
+) -> SessionEntry:
+    """The ``custom`` entry of ``session_id`` that carries ``record`` (its wire JSON as the
+    entry's data), with ``parent_id=None`` so it lands at the leaf of its moment (see
+    :func:`append_checked`)."""
+    return SessionEntry(
+        id=entry_id,
+        session_id=session_id,
+        parent_id=None,
+        kind="custom",
+        created_at=created_at,
+        data=record.to_json_dict(),
+    )
+
+
+def check_own_entries(
+    entries: Sequence[SessionEntry],
+    session_id: str,
+    error: type[WrongSessionError] = WrongSessionError,
+) -> None:
+    """Refuse, with ``error``, a branch a host's callback read that holds another session's
+    entry."""
+    for entry in entries:
+        if entry.session_id != session_id:
+            raise error(
+                f"entry {entry.id!r} belongs to session {entry.session_id!r}, not {session_id!r}"
+            )
 
 
 def append_checked(

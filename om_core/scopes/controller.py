@@ -22,7 +22,7 @@ from om_core.errors import (
     ScopeOwnershipError,
     UnknownMemoryRefError,
 )
-from om_core.ledger.appending import append_checked
+from om_core.ledger.appending import append_checked, check_own_entries, record_entry
 from om_core.ledger.fold import fold_ledger
 from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, create_memory_id
 from om_core.ledger.models import SessionEntry
@@ -93,12 +93,7 @@ class WorkScopeController:
     def entries(self) -> Sequence[SessionEntry]:
         """The current branch; raises :class:`ScopeOwnershipError` for a foreign entry."""
         entries = self._get_entries()
-        for entry in entries:
-            if entry.session_id != self.session_id:
-                raise ScopeOwnershipError(
-                    f"entry {entry.id!r} belongs to session {entry.session_id!r}, "
-                    f"not {self.session_id!r}"
-                )
+        check_own_entries(entries, self.session_id, ScopeOwnershipError)
         return entries
 
     def scope_map(self) -> WorkScopeMap:
@@ -249,14 +244,8 @@ class WorkScopeController:
         if state is None:
             state = ScopeFold.start(fold_work_scope_map(entries))
         state.check(record)
-        entry = SessionEntry(
-            id=self._new_entry_id(),
-            session_id=self.session_id,
-            parent_id=None,
-            kind="custom",
-            created_at=self._now() if self._now is not None else None,
-            data=record.to_json_dict(),
-        )
+        now = self._now() if self._now is not None else None
+        entry = record_entry(record, self.session_id, self._new_entry_id(), now)
         append_checked(self._append, self._get_entries, entry, "scope entry")
         return entry
 
