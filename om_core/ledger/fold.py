@@ -42,14 +42,7 @@ def parse_record(entry: SessionEntry) -> Record | None:
 
     A malformed ``om.*`` payload is treated as no record at all: memory is only what validates.
     """
-    record_type = entry.record_type
-    model = _RECORD_MODELS.get(record_type) if record_type else None
-    if model is None or entry.data is None:
-        return None
-    try:
-        return model.model_validate(entry.data)
-    except ValidationError:
-        return None
+    return entry.record(_RECORD_MODELS)
 
 
 def parse_snapshot(entry: SessionEntry) -> FoldedMemory | None:

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from om_core.ledger.ids import MEMORY_ID_PATTERN
@@ -79,6 +86,9 @@ class Message(Frozen):
         return "\n".join(p.text for p in self.content if p.text is not None)
 
 
+_R = TypeVar("_R", bound=Frozen)
+
+
 class SessionEntry(Frozen):
     """One node of a session's entry tree.
 
@@ -115,6 +125,19 @@ class SessionEntry(Frozen):
             return None
         value = self.data.get("type")
         return value if isinstance(value, str) else None
+
+    def record(self, models: Mapping[str, type[_R]]) -> _R | None:
+        """The record this entry carries when its :attr:`record_type` is one of ``models``
+        (keyed by record type) and its data validates as that model, else ``None``: a
+        malformed payload is no record at all."""
+        record_type = self.record_type
+        model = models.get(record_type) if record_type else None
+        if model is None or self.data is None:
+            return None
+        try:
+            return model.model_validate(self.data)
+        except ValidationError:
+            return None
 
 
 class Observation(Frozen):

@@ -24,10 +24,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         return text
     for secret in ordered:
         text = text.replace(secret, REDACTED)
-    while any(s in text for s in ordered):
-        for secret in ordered:
-            text = text.replace(secret, "")
-    return text
+    return scrub(text, ordered)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

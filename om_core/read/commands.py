@@ -8,7 +8,7 @@ from om_core.ledger.fold import fold_ledger
 from om_core.ledger.models import Frozen, ObservationalMemoryLedger, SessionEntry
 from om_core.ledger.projection import project_ledger
 from om_core.ledger.tokens import estimate_text_tokens
-from om_core.read.context import visible_observations
+from om_core.read.context_memory import visible_observations
 from om_core.read.render import render_observational_memory
 from om_core.read.window import select_recent_message_entries
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map

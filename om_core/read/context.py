@@ -3,41 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Unpack
 
-from om_core.ledger.fold import fold_ledger, is_eligible_observation_source, unscanned_entries
+from om_core.ledger.fold import is_eligible_observation_source, unscanned_entries
 from om_core.ledger.models import (
     ContextBlock,
     Frozen,
-    Observation,
     ObservationalMemoryLedger,
     SessionEntry,
 )
-from om_core.ledger.projection import ObservationalMemoryProjection, project_ledger
 from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_entry_tokens, estimate_text_tokens
-from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES, MAX_RENDERED_MEMORY_BYTES
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
 from om_core.policy.redaction import normalize_secrets, redact, scrub
-from om_core.read.render import RenderedMemory, render_observational_memory, render_reachable_memory
+from om_core.read.context_memory import ContextMemory, MemoryView
+from om_core.read.render import RenderedMemory
 from om_core.read.window import (
     render_message,
     render_recent_message_window,
     select_recent_message_entries,
     tool_units,
 )
-from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
-from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
-from om_core.scopes.work_memory import Include, leaf_memory
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 
 MEMORY_BLOCK_ID = "observational-memory"
 RECENT_BLOCK_ID = "recent-messages"
-
-
-def visible_observations(
-    projection: ObservationalMemoryProjection, recent_ids: Iterable[str]
-) -> tuple[Observation, ...]:
-    """Active observations not wholly inside the recent window (those are shown verbatim)."""
-    recent = frozenset(recent_ids)
-    return tuple(o for o in projection.observations if not recent.issuperset(o.source_entry_ids))
 
 
 def build_context_blocks(
@@ -45,27 +35,14 @@ def build_context_blocks(
     settings: ObservationalMemorySettings | None = None,
     invalidated_ids: Iterable[str] = (),
     secrets: Iterable[str] = (),
-    *,
-    ledger: ObservationalMemoryLedger | None = None,
-    scope_map: WorkScopeMap | None = None,
-    shared: Sequence[SharedScopeMemory] = (),
-    scope: str | None = None,
-    include: Include = "self+ancestors",
+    **view: Unpack[MemoryView],
 ) -> tuple[ContextBlock, ContextBlock]:
     """Render the ``observational-memory`` and ``recent-messages`` blocks of one branch.
 
     ``entries`` is the current branch (at least from the latest snapshot on, and covering
-    the recent window); pass ``ledger`` when it is already folded (a store keeps one) so
-    nothing is folded again. Both blocks are always returned; their text may be empty.
-
-    With host work scopes the memory block renders the current leaf's ``self+ancestors``
-    projection (Scope Outline, Reflections, Observations). The scope map is folded from
-    ``entries`` unless ``scope_map`` is given (a store that reads from a snapshot on must
-    pass it: snapshots do not carry scope records). ``shared`` (from
-    :func:`~om_core.scopes.shared.resolve_shared_scopes`) joins for rendering only.
-    ``scope`` / ``include`` pick another view than the leaf's ``self+ancestors``; an unknown
-    scope or mode raises the typed scope errors of
-    :func:`~om_core.scopes.work_memory.project_work_memory`.
+    the recent window); ``view`` says which memory (:class:`MemoryView`). Both blocks are
+    always returned; their text may be empty. Raises the scope errors :class:`MemoryView`
+    names.
     """
     resolved = settings or resolve_settings()
     recent = select_recent_message_entries(
@@ -74,23 +51,18 @@ def build_context_blocks(
         resolved.context.recent_message_max_tokens,
     )
     recent_text, recent_ids = render_recent_message_window(recent, secrets)
-    memory_text = _memory_block(
-        [e for e in recent if e.id in set(recent_ids)],
-        resolved,
-        invalidated_ids,
-        secrets,
-        ledger if ledger is not None else fold_ledger(entries),
-        scope_map,
-        entries,
-        shared,
-        scope,
-        include,
-        None,
-    ).text
+    memory = ContextMemory(entries, invalidated_ids, secrets, view)
+    memory_text = memory.render(_shown(recent, recent_ids))
     return (
         ContextBlock(id=MEMORY_BLOCK_ID, text=memory_text),
         ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
     )
+
+
+def _shown(window: Sequence[SessionEntry], ids: Iterable[str]) -> list[SessionEntry]:
+    """The entries of ``window`` a rendered block shows (by their ids)."""
+    shown = set(ids)
+    return [e for e in window if e.id in shown]
 
 
 # The service's context: every message memory does not cover yet, within a token budget.
@@ -169,13 +141,9 @@ def build_context(
     invalidated_ids: Iterable[str] = (),
     secrets: Iterable[str] = (),
     *,
-    ledger: ObservationalMemoryLedger | None = None,
-    scope_map: WorkScopeMap | None = None,
-    shared: Sequence[SharedScopeMemory] = (),
-    scope: str | None = None,
-    include: Include = "self+ancestors",
     max_tokens: int | None = None,
     older: Unobserved | None = None,
+    **view: Unpack[MemoryView],
 ) -> Context:
     """The context an agent server can replace its history with: nothing is out of sight.
 
@@ -194,61 +162,84 @@ def build_context(
     Memory items that do not fit stay in reach
     (:func:`~om_core.read.render.render_reachable_memory`):
     observations a reflection covers go first, and the block's note lists the recall id of
-    every other item left out; they are reported as ``omitted``. The other
-    arguments are those of :func:`build_context_blocks`. Raises ``ValueError`` for a budget
-    below the minimum, and the scope errors of :func:`build_context_blocks`.
+    every other item left out; they are reported as ``omitted``. ``view`` says which memory
+    (:class:`MemoryView`). Raises ``ValueError`` for a budget below the minimum, and the scope
+    errors :class:`MemoryView` names.
     """
     if max_tokens is not None and max_tokens < MIN_CONTEXT_TOKENS:
         raise ValueError(f"max_tokens must be at least {MIN_CONTEXT_TOKENS}, got {max_tokens}")
     resolved = settings or resolve_settings()
-    folded = ledger if ledger is not None else fold_ledger(entries)
+    memory = ContextMemory(entries, invalidated_ids, secrets, view)
     unobserved = [
-        e for e in unscanned_entries(entries, folded) if is_eligible_observation_source(e)
+        e for e in unscanned_entries(entries, memory.ledger) if is_eligible_observation_source(e)
     ]
-    keep = max(resolved.context.recent_messages, len(unobserved))
-    window = select_recent_message_entries(
-        entries, keep, None if unobserved else resolved.context.recent_message_max_tokens
-    )
-
-    def memory_text(
-        shown: Sequence[SessionEntry], max_bytes: int | None, page_from: str | None
-    ) -> RenderedMemory:
-        return _memory_block(
-            shown, resolved, invalidated_ids, secrets, folded, scope_map, entries, shared,
-            scope, include, max_bytes, reachable=True, page_from=page_from,
-        )  # fmt: skip
-
+    window = _window(entries, resolved, unobserved)
     if max_tokens is None:
-        recent_text, recent_ids = _fitted_recent(window, secrets, None)
-        shown = set(recent_ids)
-        rendered = memory_text([e for e in window if e.id in shown], None, _first(recent_ids))
+        fitted = _unbudgeted(memory, window)
     else:
-        # Memory first within half the budget, recent messages in what it leaves; then memory
-        # again for the messages actually shown, in what they leave (observations of messages
-        # the budget pushed out must show), so the two never exceed the budget together.
-        first = memory_text(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None).text
-        recent_text, recent_ids = _fitted_recent(
-            window, secrets, max_tokens - estimate_text_tokens(first)
-        )
-        gap = _gap(unobserved, older, recent_ids)
-        note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
-        room = (max_tokens - estimate_text_tokens(recent_text) - note) * CHARS_PER_TOKEN
-        shown = set(recent_ids)
-        rendered = memory_text(
-            [e for e in window if e.id in shown], max(0, room), _first(recent_ids)
-        )
-    memory = rendered.text
-    gap = _gap(unobserved, older, recent_ids)
-    if gap is not None:
-        memory = f"{memory}\n\n{gap_note(gap)}" if memory else gap_note(gap)
+        fitted = _within_budget(memory, window, max_tokens, unobserved, older)
+    gap = _gap(unobserved, older, fitted.recent_ids)
     return Context(
-        memory=ContextBlock(id=MEMORY_BLOCK_ID, text=memory),
-        recent=ContextBlock(id=RECENT_BLOCK_ID, text=recent_text, entry_ids=recent_ids),
+        memory=ContextBlock(id=MEMORY_BLOCK_ID, text=_with_gap_note(fitted.memory.text, gap)),
+        recent=ContextBlock(id=RECENT_BLOCK_ID, text=fitted.recent, entry_ids=fitted.recent_ids),
         unobserved=_unobserved(unobserved, older),
         gap=gap,
-        omitted=_omission(rendered, folded),
+        omitted=_omission(fitted.memory, memory.ledger),
         max_tokens=max_tokens,
     )
+
+
+def _window(
+    entries: Sequence[SessionEntry],
+    settings: ObservationalMemorySettings,
+    unobserved: Sequence[SessionEntry],
+) -> list[SessionEntry]:
+    """The messages the recent block may show: every unobserved one, and at least the last
+    ``context.recentMessages`` (within their token cap only when nothing is unobserved)."""
+    keep = max(settings.context.recent_messages, len(unobserved))
+    cap = None if unobserved else settings.context.recent_message_max_tokens
+    return list(select_recent_message_entries(entries, keep, cap))
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """The two blocks' contents as fitted: memory, the recent text and the ids it shows."""
+
+    memory: RenderedMemory
+    recent: str
+    recent_ids: tuple[str, ...]
+
+
+def _unbudgeted(memory: ContextMemory, window: Sequence[SessionEntry]) -> _Fitted:
+    recent, ids = _fitted_recent(window, memory.secrets, None)
+    rendered = memory.render_reachable(_shown(window, ids), None, _first(ids))
+    return _Fitted(rendered, recent, ids)
+
+
+def _within_budget(
+    memory: ContextMemory,
+    window: Sequence[SessionEntry],
+    max_tokens: int,
+    unobserved: Sequence[SessionEntry],
+    older: Unobserved | None,
+) -> _Fitted:
+    """Memory first within half the budget, recent messages in what it leaves; then memory
+    again for the messages actually shown, in what they leave (observations of messages the
+    budget pushed out must show), so the two never exceed the budget together."""
+    first = memory.render_reachable(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None)
+    left = max_tokens - estimate_text_tokens(first.text)
+    recent, ids = _fitted_recent(window, memory.secrets, left)
+    gap = _gap(unobserved, older, ids)
+    note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
+    room = (max_tokens - estimate_text_tokens(recent) - note) * CHARS_PER_TOKEN
+    rendered = memory.render_reachable(_shown(window, ids), max(0, room), _first(ids))
+    return _Fitted(rendered, recent, ids)
+
+
+def _with_gap_note(memory: str, gap: ContextGap | None) -> str:
+    if gap is None:
+        return memory
+    return f"{memory}\n\n{gap_note(gap)}" if memory else gap_note(gap)
 
 
 def _first(ids: Sequence[str]) -> str | None:
@@ -266,45 +257,6 @@ def _omission(rendered: RenderedMemory, ledger: ObservationalMemoryLedger) -> Me
         unlisted=rendered.unlisted,
         unreflected=sum(1 for i in rendered.omitted_ids if i in pending),
     )
-
-
-def _memory_block(
-    window: Sequence[SessionEntry],
-    settings: ObservationalMemorySettings,
-    invalidated_ids: Iterable[str],
-    secrets: Iterable[str],
-    ledger: ObservationalMemoryLedger,
-    scope_map: WorkScopeMap | None,
-    entries: Sequence[SessionEntry],
-    shared: Sequence[SharedScopeMemory],
-    scope: str | None,
-    include: Include,
-    max_bytes: int | None,
-    *,
-    reachable: bool = False,
-    page_from: str | None = None,
-) -> RenderedMemory:
-    memory, scopes = merge_shared_memory(
-        ledger, scope_map if scope_map is not None else fold_work_scope_map(entries), shared
-    )
-    projection = project_ledger(memory, invalidated_ids)
-    shown = {e.id for e in window}
-    reflections, observations, outline = leaf_memory(
-        scopes,
-        projection.reflections,
-        visible_observations(projection, shown),
-        from_=scope,
-        include=include,
-    )
-    limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
-    if reachable:
-        return render_reachable_memory(
-            reflections, observations, outline, secrets, max_bytes=limit, page_from=page_from
-        )
-    text = render_observational_memory(
-        reflections, observations, outline, secrets=secrets, max_bytes=limit
-    )
-    return RenderedMemory(text=text)
 
 
 def _fitted_recent(

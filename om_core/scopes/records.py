@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Final, Literal
 
-from pydantic import AfterValidator, Field, ValidationError
+from pydantic import AfterValidator, Field
 
 from om_core.errors import (
     InvalidScopeInputError,
@@ -213,11 +213,4 @@ _RECORD_MODELS: dict[str, type[ScopeRecord]] = {
 
 def parse_scope_record(entry: SessionEntry) -> ScopeRecord | None:
     """The ``om.scope.*`` record a custom entry carries, or ``None`` (malformed ones included)."""
-    record_type = entry.record_type
-    model = _RECORD_MODELS.get(record_type) if record_type else None
-    if model is None or entry.data is None:
-        return None
-    try:
-        return model.model_validate(entry.data)
-    except ValidationError:
-        return None
+    return entry.record(_RECORD_MODELS)
