@@ -36,7 +36,7 @@ from om_api.evaluation.grounding import (
 )
 from om_api.evaluation.locomo import Conversation, Question, Session
 from om_api.evaluation.scoring import AnswerStatus, answer_status, memory_refs
-from om_api.evaluation.targets import MemoryTarget, ReplayMessage
+from om_api.evaluation.targets import ContextView, MemoryTarget, ReplayMessage
 from om_core import Message, estimate_message_tokens
 from om_core.ledger.tokens import estimate_text_tokens
 from om_core.read.window import render_message
@@ -224,7 +224,37 @@ def evaluate_conversation(
     :class:`~om_api.evaluation.targets.EvalError`; provider failures of the judge propagate.
     """
     judged = judged_questions(conversation) if judge else []
-    total = len(conversation.sessions) + len(judged)
+    tick = _ticker(progress, len(conversation.sessions) + len(judged))
+    replay = _replay(conversation, target, session_id, tick)
+    view = target.context(session_id)
+    refs = memory_refs(view.memory_text)
+    shown = _shown(view, target.sources(session_id, refs), replay.messages, session_id)
+    result = _result(conversation, session_id, replay, view, len(refs), shown)
+    if judge is not None:
+        contexts = _judged_contexts(view, replay.messages, baselines)
+        _judge_questions(judge, conversation, judged, result, contexts, runs, tick)
+    return result
+
+
+def _ticker(progress: Progress | None, total: int) -> Callable[[int], None]:
+    """``progress`` with its total filled in (nothing when there is none)."""
+    return (lambda done: progress(done, total)) if progress else (lambda done: None)
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """What a conversation's replay sent: its messages in order, their estimated tokens as raw
+    history, and the number of LoCoMo turns."""
+
+    messages: list[ReplayMessage]
+    raw_tokens: int
+    turns: int
+
+
+def _replay(
+    conversation: Conversation, target: MemoryTarget, session_id: str, tick: Callable[[int], None]
+) -> _Replay:
+    """Each LoCoMo session as one run of ``target`` (see the module docstring)."""
     target.start(session_id)
     raw_tokens = turns = 0
     replayed: list[ReplayMessage] = []
@@ -236,32 +266,50 @@ def evaluate_conversation(
         )
         turns += len(session.turns)
         target.run(session_id, messages)
-        if progress:
-            progress(done, total)
-    view = target.context(session_id)
-    refs = memory_refs(view.memory_text)
-    recalled = target.sources(session_id, refs)
+        tick(done)
+    return _Replay(replayed, raw_tokens, turns)
+
+
+def _shown(
+    view: ContextView,
+    recalled: dict[str, Recalled],
+    replayed: Sequence[ReplayMessage],
+    session_id: str,
+) -> ShownContext:
+    """The context taken apart per turn: the recent block's messages as replayed, and each
+    memory id's recall."""
     by_id = {m.entry_id: m for m in replayed}
-    shown = shown_context(
+    recent = [
+        (turn_key(session_id, i), rendered(by_id[i]) if i in by_id else "") for i in view.recent_ids
+    ]
+    return shown_context(
         view.memory_text,
         view.recent_text,
-        [
-            (turn_key(session_id, i), rendered(by_id[i]) if i in by_id else "")
-            for i in view.recent_ids
-        ],
+        recent,
         {ref: _keyed(session_id, r) for ref, r in recalled.items()},
     )
-    keys = [turn_key(session_id, m.entry_id) for m in replayed]
+
+
+def _result(
+    conversation: Conversation,
+    session_id: str,
+    replay: _Replay,
+    view: ContextView,
+    memory_items: int,
+    shown: ShownContext,
+) -> ConversationResult:
+    """The conversation's scores: what the context holds and reaches, and each question."""
+    keys = [turn_key(session_id, m.entry_id) for m in replay.messages]
     known = conversation.dia_ids
-    result = ConversationResult(
+    return ConversationResult(
         name=conversation.name,
         session_id=session_id,
         sessions=len(conversation.sessions),
-        turns=turns,
-        raw_tokens=raw_tokens,
+        turns=replay.turns,
+        raw_tokens=replay.raw_tokens,
         context_tokens=estimate_text_tokens(view.memory_text)
         + estimate_text_tokens(view.recent_text),
-        memory_items_shown=len(refs),
+        memory_items_shown=memory_items,
         recent_messages_shown=len(view.recent_ids),
         unobserved_messages=view.unobserved_messages,
         unobserved_tokens=view.unobserved_tokens,
@@ -272,22 +320,40 @@ def evaluate_conversation(
         shown=shown,
         questions=[score_question(q, known, shown) for q in conversation.questions],
     )
-    if judge is not None:
-        contexts = {"memory": f"{view.memory_text}\n\n{view.recent_text}".strip()}
-        if baselines:
-            contexts |= {"full-transcript": transcript(replayed), "no-memory": ""}
-        by_index = {r.question.index: r for r in result.questions}
-        for done, question in enumerate(judged, start=len(conversation.sessions) + 1):
-            record = by_index[question.index]
-            for name, text in contexts.items():
-                out = judge_runs(judge, conversation, question, text, runs=runs, tag=name)
-                if name == "memory":
-                    record.judged = out
-                else:
-                    record.baselines[name] = out
-            if progress:
-                progress(done, total)
-    return result
+
+
+def _judged_contexts(
+    view: ContextView, replayed: Sequence[ReplayMessage], baselines: bool
+) -> dict[str, str]:
+    """The contexts the model answers from, by name: memory, and with ``baselines`` the full
+    transcript and nothing."""
+    contexts = {"memory": f"{view.memory_text}\n\n{view.recent_text}".strip()}
+    if baselines:
+        contexts |= {"full-transcript": transcript(replayed), "no-memory": ""}
+    return contexts
+
+
+def _judge_questions(
+    judge: ModelJudge,
+    conversation: Conversation,
+    judged: Sequence[Question],
+    result: ConversationResult,
+    contexts: dict[str, str],
+    runs: int,
+    tick: Callable[[int], None],
+) -> None:
+    """Each judged question answered from each context ``runs`` times, into ``result``'s
+    records; ``tick`` counts on after the conversation's runs."""
+    by_index = {r.question.index: r for r in result.questions}
+    for done, question in enumerate(judged, start=len(conversation.sessions) + 1):
+        record = by_index[question.index]
+        for name, text in contexts.items():
+            out = judge_runs(judge, conversation, question, text, runs=runs, tag=name)
+            if name == "memory":
+                record.judged = out
+            else:
+                record.baselines[name] = out
+        tick(done)
 
 
 def judged_questions(conversation: Conversation) -> list[Question]:
