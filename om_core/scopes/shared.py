@@ -141,61 +141,67 @@ def resolve_shared_scopes(
     """
     resolved: list[SharedScopeMemory] = []
     for scope_id, config in (scopes or {}).items():
-        owner = config.owner_session_id if isinstance(config, SharedScopeConfig) else ""
-
-        def report(
-            granted: bool,
-            reason: DenialReason | None = None,
-            memory: SharedScopeMemory | None = None,
-            scope_id: str = scope_id,
-            owner: str = owner,
-        ) -> None:
-            if on_access is None:
-                return
-            ledger = memory.ledger if memory is not None else None
-            on_access(
-                SharedScopeAccessEvent(
-                    scope_id=scope_id,
-                    owner_session_id=owner,
-                    principal_id=principal_id,
-                    granted=granted,
-                    reason=reason,
-                    branches=len(memory.branches) if memory is not None else 0,
-                    observations=len(ledger.active_observations) if ledger else 0,
-                    reflections=len(ledger.reflections) if ledger else 0,
-                )
-            )
-
-        if (
-            not is_scope_id(scope_id)
-            or not isinstance(config, SharedScopeConfig)
-            or not is_principal_id(owner)
-            or not callable(config.entries)
-            or not is_principal_id(principal_id)
-        ):
-            report(False, "invalid_config")
-            continue
-        if scope_map.get(scope_id) is None:
-            report(False, "not_opened")
-            continue
-        owner_entries = _read(config, owner)
-        if owner_entries is None:
-            report(False, "unreachable")
-            continue
-        owner_map = fold_work_scope_map(owner_entries)
-        if owner_map.get(scope_id) is None:
-            report(False, "unknown")
-            continue
-        grant = owner_map.grants_by_scope.get(scope_id)
-        granted = grant.principal_ids if grant is not None else ()
-        if principal_id != owner and principal_id not in granted:
-            revoked = grant is not None and principal_id in grant.revoked_principal_ids
-            report(False, "revoked" if revoked else "absent")
-            continue
-        memory = _collect(scope_id, config, owner_entries, owner_map, granted, principal_id)
-        report(True, memory=memory)
-        resolved.append(memory)
+        outcome = _resolve(scope_id, config, principal_id, scope_map)
+        if on_access is not None:
+            on_access(_access_event(scope_id, config, principal_id, outcome))
+        if isinstance(outcome, SharedScopeMemory):
+            resolved.append(outcome)
     return tuple(resolved)
+
+
+def _resolve(
+    scope_id: str, config: SharedScopeConfig, principal_id: str, scope_map: WorkScopeMap
+) -> SharedScopeMemory | DenialReason:
+    """One shared scope for the reader: its memory, or why it is denied (the checks in the
+    order :func:`resolve_shared_scopes` states)."""
+    if not isinstance(config, SharedScopeConfig) or not _valid(scope_id, config, principal_id):
+        return "invalid_config"
+    if scope_map.get(scope_id) is None:
+        return "not_opened"
+    owner = config.owner_session_id
+    owner_entries = _read(config, owner)
+    if owner_entries is None:
+        return "unreachable"
+    owner_map = fold_work_scope_map(owner_entries)
+    if owner_map.get(scope_id) is None:
+        return "unknown"
+    grant = owner_map.grants_by_scope.get(scope_id)
+    granted = grant.principal_ids if grant is not None else ()
+    if principal_id != owner and principal_id not in granted:
+        revoked = grant is not None and principal_id in grant.revoked_principal_ids
+        return "revoked" if revoked else "absent"
+    return _collect(scope_id, config, owner_entries, owner_map, granted, principal_id)
+
+
+def _valid(scope_id: str, config: SharedScopeConfig, principal_id: str) -> bool:
+    """Well-formed scope, owner and reader ids, and a callable to read branches with."""
+    return (
+        is_scope_id(scope_id)
+        and is_principal_id(config.owner_session_id)
+        and callable(config.entries)
+        and is_principal_id(principal_id)
+    )
+
+
+def _access_event(
+    scope_id: str,
+    config: SharedScopeConfig,
+    principal_id: str,
+    outcome: SharedScopeMemory | DenialReason,
+) -> SharedScopeAccessEvent:
+    """What ``on_access`` hears of one decision."""
+    owner = config.owner_session_id if isinstance(config, SharedScopeConfig) else ""
+    memory = outcome if isinstance(outcome, SharedScopeMemory) else None
+    return SharedScopeAccessEvent(
+        scope_id=scope_id,
+        owner_session_id=owner,
+        principal_id=principal_id,
+        granted=memory is not None,
+        reason=None if isinstance(outcome, SharedScopeMemory) else outcome,
+        branches=len(memory.branches) if memory else 0,
+        observations=len(memory.ledger.active_observations) if memory else 0,
+        reflections=len(memory.ledger.reflections) if memory else 0,
+    )
 
 
 def _collect(
