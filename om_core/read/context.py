@@ -16,7 +16,7 @@ from om_core.ledger.models import (
 from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_entry_tokens, estimate_text_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
 from om_core.policy.redaction import normalize_secrets, redact, scrub
-from om_core.read.context_memory import ContextMemory, MemoryView
+from om_core.read.context_memory import ContextMemory, MemorySelection
 from om_core.read.render import RenderedMemory
 from om_core.read.window import (
     render_message,
@@ -35,7 +35,7 @@ def build_context_blocks(
     settings: ObservationalMemorySettings | None = None,
     invalidated_ids: Iterable[str] = (),
     secrets: Iterable[str] = (),
-    **view: Unpack[MemoryView],
+    **view: Unpack[MemorySelection],
 ) -> tuple[ContextBlock, ContextBlock]:
     """Render the ``observational-memory`` and ``recent-messages`` blocks of one branch.
 
@@ -143,7 +143,7 @@ def build_context(
     *,
     max_tokens: int | None = None,
     older: Unobserved | None = None,
-    **view: Unpack[MemoryView],
+    **view: Unpack[MemorySelection],
 ) -> Context:
     """The context an agent server can replace its history with: nothing is out of sight.
 

@@ -1,4 +1,4 @@
-"""The memory a context shows: which (:class:`MemoryView`), and rendered beside a window of
+"""The memory a context shows: which (:class:`MemorySelection`), and rendered beside a window of
 recent messages (:class:`ContextMemory`)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def visible_observations(
     return tuple(o for o in projection.observations if not recent.issuperset(o.source_entry_ids))
 
 
-class MemoryView(TypedDict, total=False):
+class MemorySelection(TypedDict, total=False):
     """Which memory a context shows, as keywords of
     :func:`~om_core.read.context.build_context_blocks` and
     :func:`~om_core.read.context.build_context`.
@@ -56,7 +56,7 @@ class ContextMemory:
         entries: Sequence[SessionEntry],
         invalidated_ids: Iterable[str],
         secrets: Iterable[str],
-        view: MemoryView,
+        view: MemorySelection,
     ) -> None:
         self.secrets = normalize_secrets(secrets)
         ledger = view.get("ledger")
