@@ -44,6 +44,12 @@ def stack(figures: dict[str, Any]) -> Iterator[ComposeStack]:
     log_dir = Path(tempfile.mkdtemp(prefix="om-containers-"))
     running = ComposeStack(log_dir, say=lambda line: print(line, flush=True))
     figures["logs"] = str(log_dir)
+    tuning = running.tuning
+    figures["tuning"] = (
+        f"{tuning.workers} workers x {tuning.worker_concurrency} slots, lock TTL "
+        f"{tuning.lock_ttl_s:g} s, reconcile interval {tuning.reconcile_interval_s:g} s, "
+        f"provider {tuning.provider_delay_s:g} s a call"
+    )
     try:
         running.start()
         figures["stack"] = running.timings

@@ -119,7 +119,8 @@ def _faults(figures: Mapping[str, Any]) -> list[str]:
         "runs: append a turn, flush, context, recall) through the published API port; its checks "
         "after quiescence (`tests/chaos/checks.py`), secrets searched in every container's log, "
         "the database (`pg_dump` in its container) and Redis. Time to heal: from the kill (or "
-        "Redis answering again) until every confirmed message is observed.",
+        "Redis answering again) until every confirmed message is observed. Settings: "
+        f"{figures.get('tuning', '')}.",
         "",
         "| fault | time to heal | messages confirmed | jobs | problems | API during the fault |",
         "| --- | ---: | ---: | --- | --- | --- |",
@@ -129,6 +130,9 @@ def _faults(figures: Mapping[str, Any]) -> list[str]:
         problems = ", ".join(f"{k}: {n}" for k, n in row["problems"].items()) or "none"
         window = ", ".join(f"{k} x{n}" for k, n in row["in_window"].items()) or "-"
         heal = "not healed" if row["heal_s"] is None else f"{row['heal_s']} s"
+        if "target_s" in row:
+            met = "met" if row["target_met"] else "missed"
+            heal += f" (target <= {row['target_s']:g} s: {met})"
         lines.append(
             f"| {row['fault']} | {heal} | {row['messages']} | {jobs} | {problems} | {window} |"
         )

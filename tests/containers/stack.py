@@ -22,6 +22,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,10 +47,13 @@ POLL_S: Final = 1.0
 @dataclass(frozen=True)
 class Tuning:
     """What the suite sets through the compose file's variables: task slots per worker, the
-    reconciler's interval (s) and the fake provider's delay per call (s)."""
+    reconciler's interval and the session lock's TTL (s), and the fake provider's delay per
+    call (s). The lock TTL also sets when the reconciler re-publishes a job whose message Redis
+    lost (two TTLs): 60 s would keep the Redis fault's last job queued for two minutes."""
 
     worker_concurrency: int = 2
     reconcile_interval_s: float = 10.0
+    lock_ttl_s: float = 15.0
     provider_delay_s: float = 1.0
     workers: int = 2
 
@@ -93,6 +97,7 @@ class ComposeStack:
             "WORKER_REPLICAS": str(self.tuning.workers),
             "OM_WORKER_CONCURRENCY": str(self.tuning.worker_concurrency),
             "OM_RECONCILE_INTERVAL_S": f"{self.tuning.reconcile_interval_s:g}",
+            "OM_LOCK_TTL_S": f"{self.tuning.lock_ttl_s:g}",
             "OM_PROVIDER": "openai",
             "OM_MODEL": "containers-model",
             # A provider call that hangs costs 10 s, not a minute (the matrix's setting).
@@ -159,18 +164,23 @@ class ComposeStack:
         """
         began = time.monotonic()
         deadline = began + timeout_s
-        for name in names:
-            while True:
-                check = run(["podman", "healthcheck", "run", name], check=False)
-                if check.returncode == 0:
-                    break
-                state = inspect("container", name)
-                running = state is not None and state["State"]["Status"] == "running"
-                if not running or time.monotonic() > deadline:
-                    why = "exited" if not running else f"not healthy within {timeout_s:g} s"
-                    raise HostError(f"{name} {why}: {self.logs(name)[-3000:]}")
-                time.sleep(POLL_S)
+        # Side by side: a check is a process in the container, mostly waiting on a reply.
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            for future in [pool.submit(self._wait_healthy, name, deadline) for name in names]:
+                future.result()
         return time.monotonic() - began
+
+    def _wait_healthy(self, name: str, deadline: float) -> None:
+        while True:
+            check = run(["podman", "healthcheck", "run", name], check=False)
+            if check.returncode == 0:
+                return
+            state = inspect("container", name)
+            running = state is not None and state["State"]["Status"] == "running"
+            if not running or time.monotonic() > deadline:
+                why = "exited" if not running else "not healthy in time"
+                raise HostError(f"{name} {why}: {self.logs(name)[-3000:]}")
+            time.sleep(POLL_S)
 
     def wait_exited(self, name: str, timeout_s: float) -> None:
         """Wait for a one-shot container to exit 0. Raises :class:`HostError` otherwise."""
