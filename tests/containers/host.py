@@ -103,7 +103,3 @@ def inspect(kind: str, name: str) -> dict[str, Any] | None:
         return None
     found = json.loads(done.stdout)
     return found[0] if found else None
-
-
-def image_exists(name: str) -> bool:
-    return run(["podman", "image", "exists", name], check=False).returncode == 0

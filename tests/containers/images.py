@@ -2,11 +2,12 @@
 
 - A Debian bookworm base: ``debootstrap --variant=minbase`` into a folder, trimmed like the
   official slim images (no apt lists or caches, docs, man pages or locales), imported with
-  ``podman import``. Built once; later runs reuse it.
+  ``podman import``. Built once; later runs reuse it (until its recipe changes, see
+  :data:`RECIPE_LABEL`).
 - Stand-ins for the images the compose file and the Dockerfile name, layered on that base from
   Debian's packages (``standins/``) and tagged with those names: ``python:3.11-slim-bookworm``
   (the Dockerfile's ``PYTHON_IMAGE``), ``redis:7.2-alpine`` and ``postgres:15-alpine``. Also
-  built once.
+  built once (and again when a Containerfile, an entry point or the host's CAs change).
 - The service image from ``deploy/Dockerfile``, every run (podman's layer cache makes an
   unchanged tree cheap). Its ``pip`` reaches the package index the host's ``pip`` uses: the
   host's pip settings are mounted into the build as ``/etc/pip.conf``, with any local index,
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -30,7 +32,6 @@ from typing import Final
 from tests.containers.host import (
     HERE,
     HostError,
-    image_exists,
     inspect,
     podman,
     podman_env,
@@ -45,6 +46,9 @@ SUITE: Final = "bookworm"
 SERVICE_IMAGE: Final = "observational-memory:local"
 """The compose file's default ``OM_IMAGE``."""
 HOST_CA_FOLDER: Final = Path("/usr/local/share/ca-certificates")
+RECIPE_LABEL: Final = "io.om.test-containers.recipe"
+"""Label of the images built here: a digest of what they were built from; a later run
+rebuilds an image whose recipe changed and reuses the others."""
 
 # What the official slim images leave out, and the settings that keep it out of every later
 # package install (theirs, as debuerreotype writes them): without the apt ones, each
@@ -100,12 +104,35 @@ STAND_INS: Final = (
 )
 
 
-def ensure_base(say: Callable[[str], None] = print) -> bool:
-    """Build :data:`BASE_IMAGE` unless it exists; returns whether it was built.
+def recipe(*parts: str | bytes) -> str:
+    """A short digest of what an image is built from (kept in its :data:`RECIPE_LABEL`)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() if isinstance(part, str) else part)
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
-    Raises :class:`HostError` when debootstrap or the import fails.
+
+def base_recipe() -> str:
+    return recipe(SUITE, MIRROR, *TRIM, *(f"{k}={v}" for k, v in SLIM_CONFIG.items()), APT_SOURCES)
+
+
+def is_current(name: str, wanted: str) -> bool:
+    """Whether ``name`` can be reused: it exists, and was built from the recipe ``wanted``
+    (an image of that name that this harness did not build, a real one, is kept as it is)."""
+    found = inspect("image", name)
+    if found is None:
+        return False
+    labels = found.get("Labels") or {}
+    return labels.get(RECIPE_LABEL, wanted) == wanted
+
+
+def ensure_base(say: Callable[[str], None] = print) -> bool:
+    """Build :data:`BASE_IMAGE` unless it exists from the same recipe; returns whether it was
+    built. Raises :class:`HostError` when debootstrap or the import fails.
     """
-    if image_exists(BASE_IMAGE):
+    wanted = base_recipe()
+    if is_current(BASE_IMAGE, wanted):
         return False
     say(f"building {BASE_IMAGE} (debootstrap --variant=minbase {SUITE})")
     with tempfile.TemporaryDirectory(prefix="om-debootstrap-") as folder:
@@ -115,7 +142,16 @@ def ensure_base(say: Callable[[str], None] = print) -> bool:
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         try:
             done = subprocess.run(
-                ["podman", "import", "--change", 'CMD ["bash"]', "-", BASE_IMAGE],
+                [
+                    "podman",
+                    "import",
+                    "--change",
+                    'CMD ["bash"]',
+                    "--change",
+                    f"LABEL {RECIPE_LABEL}={wanted}",
+                    "-",
+                    BASE_IMAGE,
+                ],
                 stdin=tar.stdout,
                 capture_output=True,
                 text=True,
@@ -151,8 +187,12 @@ def ensure_stand_ins(say: Callable[[str], None] = print) -> list[str]:
     """Build every stand-in that does not exist yet (on :data:`BASE_IMAGE`); returns the names
     built. Raises :class:`HostError` when a build fails."""
     built = []
+    cas = sorted(HOST_CA_FOLDER.rglob("*")) if HOST_CA_FOLDER.is_dir() else []
+    trusted = [path.read_bytes() for path in cas if path.is_file()]
     for stand_in in STAND_INS:
-        if image_exists(stand_in.reference):
+        sources = [(STANDINS / n).read_bytes() for n in (stand_in.containerfile, *stand_in.files)]
+        wanted = recipe(base_recipe(), *sources, *trusted)
+        if is_current(stand_in.reference, wanted):
             continue
         say(f"building the stand-in for {stand_in.name}")
         with tempfile.TemporaryDirectory(prefix="om-standin-") as folder:
@@ -166,7 +206,7 @@ def ensure_stand_ins(say: Callable[[str], None] = print) -> list[str]:
                 shutil.copytree(HOST_CA_FOLDER, cas, dirs_exist_ok=True)
             podman(
                 "build", "--format", "docker", "--build-arg", f"BASE={BASE_IMAGE}",
-                "-t", stand_in.reference, str(context),
+                "--label", f"{RECIPE_LABEL}={wanted}", "-t", stand_in.reference, str(context),
             )  # fmt: skip
         built.append(stand_in.name)
     return built
