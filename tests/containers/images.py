@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -224,7 +225,7 @@ def build_service(say: Callable[[str], None] = print) -> float:
     with pip_settings() as mounts:
         volumes = [arg for host, inside in mounts for arg in ("--volume", f"{host}:{inside}:ro")]
         say(f"building {SERVICE_IMAGE} from deploy/Dockerfile")
-        podman(
+        log = podman(
             "build", "--format", "docker", "--layers",
             "--ignorefile", str(ROOT / "deploy" / "Dockerfile.dockerignore"),
             "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", SERVICE_IMAGE, *volumes, str(ROOT),
@@ -233,7 +234,25 @@ def build_service(say: Callable[[str], None] = print) -> float:
     current = inspect("image", SERVICE_IMAGE)
     if previous and current and previous["Id"] != current["Id"]:
         podman("rmi", previous["Id"], check=False)  # still used by a container: kept
+    _drop_stale_stages(set(_STEP.findall(log)))
     return took
+
+
+_STEP: Final = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})", re.MULTILINE)
+"""A build step's image as ``podman build`` reports it."""
+
+
+def _drop_stale_stages(used: set[str]) -> None:
+    """Remove the untagged stage images earlier builds of the service left (they inherit the
+    stand-ins' :data:`RECIPE_LABEL`), except the ones this build used: its layer cache."""
+    listing = podman(
+        "images", "-q", "--no-trunc", "--filter", "dangling=true",
+        "--filter", f"label={RECIPE_LABEL}",
+    )  # fmt: skip
+    for image in listing.split():
+        digest = image.removeprefix("sha256:")
+        if not any(digest.startswith(step) for step in used):
+            podman("rmi", digest, check=False)
 
 
 @contextmanager
