@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,10 +34,12 @@ class HostError(RuntimeError):
     """The host cannot run the containers (not root, apt failed, a command failed)."""
 
 
-def podman_env() -> dict[str, str]:
-    """The environment of every podman and podman-compose call: our containers.conf, and
-    images built in Docker's format (OCI images drop ``HEALTHCHECK``)."""
-    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF), "BUILDAH_FORMAT": "docker"}
+def podman_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of every podman and podman-compose call: ``base`` (default: this
+    process's), our containers.conf, and images built in Docker's format (OCI images drop
+    ``HEALTHCHECK``)."""
+    env = dict(os.environ if base is None else base)
+    return {**env, "CONTAINERS_CONF": str(CONTAINERS_CONF), "BUILDAH_FORMAT": "docker"}
 
 
 def prepare(say: Callable[[str], None] = print) -> None:
@@ -69,15 +71,16 @@ def run(
     check: bool = True,
     timeout_s: float = COMMAND_TIMEOUT_S,
     cwd: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command with :func:`podman_env` (plus ``env``) and capture its output.
+    """Run a command with :func:`podman_env` of ``env`` (default: this process's environment)
+    and capture its output.
 
     Raises :class:`HostError` (quoting the end of its output) when ``check`` and it fails.
     """
     done = subprocess.run(
         list(argv),
-        env={**podman_env(), **(env or {})},
+        env=podman_env(env),
         cwd=cwd,
         capture_output=True,
         text=True,

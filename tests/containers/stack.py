@@ -114,9 +114,11 @@ class ComposeStack:
         :class:`HostError` when it fails."""
         files = [arg for path in COMPOSE_FILES for arg in ("-f", str(path))]
         argv = ["podman-compose", "-p", PROJECT, *files, *args]
-        # podman-compose reads its variables from the environment only (no --env-file).
+        # podman-compose reads its variables from the environment only (no --env-file); none
+        # of the caller's own OM_* values may reach the containers through it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
-        done = run(argv, check=False, cwd=ROOT / "deploy", env={**env, **self.environment(**extra)})
+        env.update(self.environment(**extra))
+        done = run(argv, check=False, cwd=ROOT / "deploy", env=env)
         with (self.log_dir / "compose.log").open("a") as log:
             log.write(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}\n")
         if done.returncode != 0:
