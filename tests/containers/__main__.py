@@ -55,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     began = time.monotonic()
     phases, built = build()
+    before = podman_objects()
     suite, figures = run_suite(phases, keep=args.keep)
     e2e = run_e2e_on_a_redis_container(phases)
     figures["e2e_redis_container"] = {"file": E2E_ON_A_REDIS_CONTAINER, "passed": e2e == 0}
-    code = suite or e2e
+    left = sorted(podman_objects() - before) if not args.keep else []
+    if left:
+        say(f"FAILED to clean up after itself: {', '.join(left)}")
+    code = suite or e2e or (1 if left else 0)
     total = time.monotonic() - began
     RESULTS.write_text(render(figures, phases, total, built, passed=code == 0))
     say(f"{'passed' if code == 0 else 'FAILED'} in {total / 60:.1f} min; {RESULTS}")
@@ -68,6 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     elif logs:
         say(f"container logs: {logs}")
     return code
+
+
+def podman_objects() -> set[str]:
+    """Every container, volume and network on the host, as ``kind id``."""
+    listings = {
+        "container": ("ps", "-a", "-q", "--no-trunc"),
+        "volume": ("volume", "ls", "-q"),
+        "network": ("network", "ls", "-q", "--no-trunc"),
+    }
+    return {
+        f"{kind} {item}" for kind, argv in listings.items() for item in host.podman(*argv).split()
+    }
 
 
 def build() -> tuple[dict[str, float], list[str]]:

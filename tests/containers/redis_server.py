@@ -82,7 +82,7 @@ class ContainerRedis(EmbeddedRedis):
                 break
             except (HostError, OSError) as exc:
                 if "address already in use" in str(exc) and time.monotonic() < deadline:
-                    podman("rm", "-f", name, check=False)
+                    podman("rm", "-f", "-v", name, check=False)
                     time.sleep(0.2)
                     continue
                 why = f"cannot run a Redis container of {self.image}: {exc}"
@@ -114,7 +114,8 @@ class ContainerRedis(EmbeddedRedis):
             client.close()
 
     def stop(self) -> None:
-        """Stop and remove the container; does nothing when it is not running."""
+        """Stop and remove the container with its anonymous volume (the image's ``/data``);
+        does nothing when it is not running."""
         name, self._container = self._container, None
         if name is not None:
-            podman("rm", "-f", "-t", str(STOP_TIMEOUT_S), name, check=False)
+            podman("rm", "-f", "-v", "-t", str(STOP_TIMEOUT_S), name, check=False)

@@ -325,7 +325,8 @@ class ComposeStack:
             if not found:
                 continue
             if kind == "container":
-                podman("rm", "-f", "-t", "5", *found, check=False)
+                # -v: with any anonymous volume an image's VOLUME made for it.
+                podman("rm", "-f", "-v", "-t", "5", *found, check=False)
             else:
                 podman(kind, "rm", "-f", *found, check=False)
         if self.provider is not None:
