@@ -26,7 +26,7 @@ from tests.chaos.proxy import FaultProxy
 from tests.conftest import PG_URL, fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
-LATE_S = 3.0
+LATE_S = 1.0
 
 
 def _start(*args: str) -> subprocess.Popen[str]:

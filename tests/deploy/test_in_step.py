@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -36,12 +37,14 @@ def _healthcheck_module() -> ModuleType:
     return module
 
 
+@cache
+def _docs() -> tuple[dict[str, Any], ...]:
+    """The applied manifests, parsed once for the module (read-only)."""
+    return tuple(doc for _, doc in k8s_docs(include_optional=False))
+
+
 def _workloads() -> dict[str, dict[str, Any]]:
-    return {
-        doc["metadata"]["name"]: doc
-        for _, doc in k8s_docs(include_optional=False)
-        if doc["kind"] in ("Deployment", "Job")
-    }
+    return {doc["metadata"]["name"]: doc for doc in _docs() if doc["kind"] in ("Deployment", "Job")}
 
 
 def _container(name: str) -> dict[str, Any]:
@@ -50,7 +53,7 @@ def _container(name: str) -> dict[str, Any]:
 
 
 def _k8s_data(kind: str, name: str, field: str) -> dict[str, str]:
-    for _, doc in k8s_docs(include_optional=False):
+    for doc in _docs():
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
             return {str(k): str(v) for k, v in doc[field].items()}
     raise AssertionError(f"no {kind} {name}")
@@ -66,10 +69,12 @@ def _k8s_env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _pairs() -> list[tuple[ComposeService, dict[str, Any]]]:
+@cache
+def _pairs() -> tuple[tuple[ComposeService, dict[str, Any]], ...]:
+    """(compose service, Kubernetes container) per role, parsed once for the module."""
     # env.example as an operator fills it: secrets set, the provider URL left empty.
     services = compose_services(example_env(OM_PROVIDER_BASE_URL=""))
-    return [(services[s], _container(k)) for s, k in (*ROLES.items(), MIGRATION)]
+    return tuple((services[s], _container(k)) for s, k in (*ROLES.items(), MIGRATION))
 
 
 def test_one_image_repository_and_the_package_version_as_the_pinned_tag() -> None:
