@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test test-fast lint install clean bench rehearsal demo up chaos
+.PHONY: test test-fast lint install clean bench rehearsal demo up chaos test-containers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,14 @@ rehearsal: $(STAMP)
 # `python -m tests.chaos --only redis-restarts,malformed` re-runs just those two parts.
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos
+
+# The deployment for real (tests/containers): as root, installs podman, podman-compose, runc
+# and debootstrap when missing, builds the base images once (later runs reuse them) and the
+# service image from deploy/, runs the compose topology (API, two workers, beat, Flower,
+# Redis, PostgreSQL), the client tour and the container suite against it, then removes its own
+# containers, networks and volumes; writes tests/containers/results.md. Not part of `make test`.
+test-containers: $(STAMP)
+	$(BIN)/python -m tests.containers
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

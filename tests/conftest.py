@@ -1,5 +1,7 @@
 """Fixtures every suite shares: one private, real Redis server per test run (never the
-machine's), a client on it that starts each test on an empty database, and a migrated store:
+machine's; a container of ``OM_TEST_REDIS_IMAGE`` when that is set, see
+``tests/containers/redis_server.py``), a client on it that starts each test on an empty
+database, and a migrated store:
 a real SQLite file always, PostgreSQL too when ``OM_TEST_DATABASE_URL`` is set. Each
 PostgreSQL test gets a fresh schema (via the URL's ``search_path``, so child processes reach
 the same tables) and drops it afterwards."""
@@ -20,6 +22,7 @@ from sqlalchemy.engine import make_url
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import AccountStore, SqlStore, normalize_database_url, upgrade
+from tests.containers.redis_server import private_redis
 
 # Per-key rate limits are off for every suite (and the API processes it starts, which inherit
 # the environment): load, chaos and burst tests would otherwise measure the limiter. They are
@@ -29,7 +32,7 @@ os.environ.setdefault("OM_RATE_LIMITS_ENABLED", "false")
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as server:
+    with private_redis() as server:
         yield server
 
 

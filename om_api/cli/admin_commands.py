@@ -46,13 +46,32 @@ def _accounts(database_url: str | None) -> Iterator[AccountStore]:
         accounts.close()
 
 
-def db_upgrade(database_url: DatabaseUrl = None) -> None:
+DB_WAIT_S = 60.0
+"""How long ``om db upgrade`` waits for an unreachable database by default (seconds)."""
+
+
+def db_upgrade(
+    database_url: DatabaseUrl = None,
+    wait_s: Annotated[
+        float,
+        typer.Option(
+            "--wait-s",
+            min=0,
+            help="Seconds to keep retrying while the database cannot be reached (a server "
+            "still starting beside this job); 0: one attempt.",
+        ),
+    ] = DB_WAIT_S,
+) -> None:
     """Migrate the database to the newest schema (safe to run again)."""
-    from om_workers.store import current_revision, upgrade
+    from om_workers.errors import StoreUnavailableError
+    from om_workers.store import current_revision, upgrade_when_reachable
+
+    def retrying(error: StoreUnavailableError, pause_s: float) -> None:
+        typer.echo(f"database not reachable yet ({error}); retrying in {pause_s:.1f} s", err=True)
 
     url = database_url or get_settings().store.url
     try:
-        upgrade(url)
+        upgrade_when_reachable(url, wait_s, on_retry=retrying)
         revision = current_revision(url)
     except OMWorkersError as exc:
         fail(str(exc))

@@ -12,7 +12,12 @@ from om_workers.store.accounts import AccountStore
 from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.listing import MAX_SESSIONS_LIMIT
 from om_workers.store.memory_unit_of_work import SqlMemoryUnitOfWork
-from om_workers.store.migrate import current_revision, head_revision, upgrade
+from om_workers.store.migrate import (
+    current_revision,
+    head_revision,
+    upgrade,
+    upgrade_when_reachable,
+)
 from om_workers.store.reconcile_queries import (
     FailureStreak,
     JobRef,
@@ -73,4 +78,5 @@ __all__ = [
     "sessions_over_unobserved",
     "tombstone_scope",
     "upgrade",
+    "upgrade_when_reachable",
 ]

@@ -28,13 +28,15 @@ MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 
 
 class ProviderServer:
-    """The server on 127.0.0.1 (any port), answering on its own threads.
+    """The server on ``host`` (127.0.0.1 by default; any port), answering on its own threads.
 
     ``calls`` counts requests by the mode that answered them; ``in_flight`` is how many are
     being answered now. :meth:`close` releases hanging requests and stops it.
     """
 
-    def __init__(self, *, delay_s: float = 0.0, hang_s: float = 15.0) -> None:
+    def __init__(
+        self, *, delay_s: float = 0.0, hang_s: float = 15.0, host: str = "127.0.0.1"
+    ) -> None:
         self.mode: Mode = "ok"
         self.delay_s = delay_s
         self.hang_s = hang_s
@@ -43,9 +45,9 @@ class ProviderServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer((host, 0), self._handler())
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
 
     def start(self) -> Self:
         self._thread = threading.Thread(

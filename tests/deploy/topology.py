@@ -35,10 +35,20 @@ NON_OM_ENV: Final = {
     "REDIS_PASSWORD": "compose interpolation only: Redis requirepass",
     "REDIS_MAXMEMORY": "compose interpolation only: Redis maxmemory",
     "OM_IMAGE": "compose interpolation only: the image every om service runs",
+    "WORKER_REPLICAS": "compose interpolation only: how many worker containers start",
+    "API_PORT": "compose interpolation only: the host port the API is published on",
+    "FLOWER_PORT": "compose interpolation only: the host port Flower is published on",
 }
 """Variables that are not read by the om settings, and who reads them instead."""
 
-INTERPOLATION_ONLY: Final = {"REDIS_PASSWORD", "REDIS_MAXMEMORY", "OM_IMAGE"}
+INTERPOLATION_ONLY: Final = {
+    "REDIS_PASSWORD",
+    "REDIS_MAXMEMORY",
+    "OM_IMAGE",
+    "WORKER_REPLICAS",
+    "API_PORT",
+    "FLOWER_PORT",
+}
 """Variables of ``env.example`` that compose substitutes into the file; no container gets them."""
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")

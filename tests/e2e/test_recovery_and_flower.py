@@ -23,6 +23,7 @@ from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.coordination.timing import TimeLimits
 from om_workers.store import SqlStore
+from tests.containers.redis_server import private_redis
 from tests.e2e.support import (
     add_chat,
     assert_observed_once,
@@ -36,7 +37,7 @@ from tests.e2e.workers import FINAL, ROOT, StartWorker, runs_of, settled, worker
 @pytest.fixture
 def restartable() -> Iterator[EmbeddedRedis]:
     """A Redis of this test's own: restarting the shared one would disturb other tests."""
-    with EmbeddedRedis() as server:
+    with private_redis() as server:
         yield server
 
 
