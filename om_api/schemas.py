@@ -194,6 +194,10 @@ class ErrorBody(WireModel):
     error: str
     detail: str
     request_id: str | None = None
+    line: int | None = Field(
+        default=None,
+        description="For a refused import: the 1-based number of the first bad line.",
+    )
     errors: list[dict[str, Any]] | None = Field(
         default=None,
         description="Field-level validation problems, for 422s from the schema: each has "
@@ -329,6 +333,18 @@ class EntriesPage(WireModel):
 
     entries: list[EntryOut]
     next_cursor: str | None
+
+
+class ImportOut(WireModel):
+    """What ``POST /v1/sessions/{sid}/import`` stored: the session afterwards, whether the
+    import created it (201) or found it (200), the entries written now, those already stored
+    with the same content (a repeated import writes none), and the tombstones added."""
+
+    session: SessionOut
+    created: bool
+    imported: int
+    duplicates: int
+    tombstones: int
 
 
 # Sessions ----------------------------------------------------------------------------------

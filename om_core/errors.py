@@ -21,6 +21,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError
     │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
     │   ├── InvalidEntryError             an append the plan refuses (empty, ids, parents)
+    │   ├── ImportLineError               a line of an import refused (its number, why)
     │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
     │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
     │   └── InvalidRequest [c]            400/422, or refused before sending
@@ -34,6 +35,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── WrongSessionError
     │   │   └── ScopeOwnershipError
     │   ├── EntryConflictError            an entry id stored with other content
+    │   ├── ImportClashError              an imported id another session of the tenant holds
     │   ├── AppendNotVisibleError         the leaf moved under the append: retry
     │   ├── DuplicateScopeError, ScopeStateError
     │   ├── FencedOutError                a newer writer owns the session: stop, write nothing
@@ -178,6 +180,16 @@ class InvalidEntryError(InvalidInputError):
     (also an out-of-range id or page limit of a store read)."""
 
 
+class ImportLineError(InvalidInputError):
+    """A line of an import that cannot be stored: ``line`` (1-based) and ``reason`` say which
+    and why. Nothing of the import is stored."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
 # Conflicts ----------------------------------------------------------------------------------
 
 
@@ -190,6 +202,20 @@ class EntryConflictError(ConflictError):
 
     def __init__(self, entry_id: str) -> None:
         super().__init__(f"entry id {entry_id!r} is already stored with different content")
+        self.entry_id = entry_id
+
+
+class ImportClashError(ConflictError):
+    """An import's entry id is already stored in another session of the tenant (entry ids are
+    unique per tenant): ``line`` of the file holds it. Import into another tenant, or into
+    the session that holds the ids."""
+
+    def __init__(self, line: int, entry_id: str) -> None:
+        super().__init__(
+            f"line {line}: entry id {entry_id!r} is already stored in another session of this "
+            "tenant; entry ids are unique per tenant and an import keeps them"
+        )
+        self.line = line
         self.entry_id = entry_id
 
 

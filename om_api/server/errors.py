@@ -128,6 +128,7 @@ def error_response(
     errors: list[dict[str, Any]] | None = None,
     secrets: Iterable[str] = (),
     headers: dict[str, str] | None = None,
+    line: int | None = None,
 ) -> JSONResponse:
     """An :class:`ErrorBody` response; ``detail`` is redacted of every exact secret;
     ``headers`` are added (a 429's ``Retry-After``)."""
@@ -136,6 +137,7 @@ def error_response(
         detail=_encodable(redact_text(detail, secrets)),
         request_id=_request_id(request),
         errors=errors,
+        line=line,
     )
     if status == 503:
         headers = {"Retry-After": str(RETRY_AFTER_S), **(headers or {})}
@@ -257,7 +259,16 @@ def install_error_handlers(app: FastAPI) -> None:
             # The edge should have refused the value: say so in the log, never the value.
             log.warning("database refused a value", extra={"error_type": type(exc).__name__})
             return error_response(request, status, error, REFUSED_BY_DATABASE)
-        return error_response(request, status, error, str(exc), secrets=_secrets(request))
+        # An import's refusal names its line (ImportLineError, ImportClashError).
+        line = getattr(exc, "line", None)
+        return error_response(
+            request,
+            status,
+            error,
+            str(exc),
+            secrets=_secrets(request),
+            line=line if isinstance(line, int) else None,
+        )
 
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -55,9 +55,9 @@ class RateLimitedError(ApiError):
 
 
 def request_class(method: str, route_template: str) -> RequestClass:
-    """The class a request spends: ``POST .../entries`` appends, ``POST .../flush`` flushes,
-    anything else reads."""
-    if method == "POST" and route_template.endswith(("/entries", "/messages")):
+    """The class a request spends: ``POST .../entries`` and ``POST .../import`` appends,
+    ``POST .../flush`` flushes, anything else reads."""
+    if method == "POST" and route_template.endswith(("/entries", "/messages", "/import")):
         return "appends"
     if method == "POST" and route_template.endswith("/flush"):
         return "flushes"

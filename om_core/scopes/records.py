@@ -211,6 +211,11 @@ _RECORD_MODELS: dict[str, type[ScopeRecord]] = {
 }
 
 
+def scope_record_models() -> dict[str, type[ScopeRecord]]:
+    """Every ``om.scope.*`` record type and its payload model (a copy)."""
+    return dict(_RECORD_MODELS)
+
+
 def parse_scope_record(entry: SessionEntry) -> ScopeRecord | None:
     """The ``om.scope.*`` record a custom entry carries, or ``None`` (malformed ones included)."""
     return entry.record(_RECORD_MODELS)

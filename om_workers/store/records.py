@@ -226,3 +226,26 @@ class FailureStreak:
 
     failures: int
     last_failed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMemoryItem:
+    """An observation or reflection of a session's stored ledger (``kind``: ``observation``
+    or ``reflection``), its wire ``payload``, and whether it was dropped."""
+
+    kind: str
+    item_id: str
+    payload: dict[str, Any]
+    dropped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """What an import stored: the session afterwards, whether the import created it, the
+    entries written now and those already stored (a repeated import), the tombstones added."""
+
+    session: SessionInfo
+    created: bool
+    imported: int
+    duplicates: int
+    tombstones: int

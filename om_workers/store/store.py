@@ -9,7 +9,7 @@ transactions (:class:`~om_workers.store.accounts.AccountStore`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,13 +17,16 @@ from sqlalchemy import Engine
 
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
+from om_core.portability import EntryCheck
 from om_workers.config import Settings, get_settings
 from om_workers.store.engine import create_store_engine
 from om_workers.store.jobs import JobService
+from om_workers.store.portability import EXPORT_PAGE, ExportItem, PortabilityService
 from om_workers.store.records import (
     AppendResult,
     ContextState,
     FlushJob,
+    ImportResult,
     JobFinish,
     JobState,
     SessionInfo,
@@ -61,6 +64,7 @@ class SqlStore:
         self._sessions = SessionService(units)
         self._reads = SessionReads(units)
         self._jobs = JobService(units)
+        self._portability = PortabilityService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -300,6 +304,45 @@ class SqlStore:
     def invalidated_ids(self, tenant_id: str, scope: str) -> frozenset[str]:
         """Entry ids one exact scope withholds, ``corrected`` ones included."""
         return self._reads.invalidated_ids(tenant_id, scope)
+
+    # Export and import --------------------------------------------------------------------
+
+    def export_session(
+        self, tenant_id: str, session_id: str, *, page_size: int = EXPORT_PAGE
+    ) -> Iterator[ExportItem]:
+        """The session's export (:mod:`om_core.portability`), item by item: the header, the
+        current branch's entries root to leaf, its tombstones, memory items and link, the end.
+
+        Lazy and in constant memory: each ``page_size`` entries (or memory items) are one
+        short read transaction, over the branch as it was when the first item was read.
+        Raises :class:`~om_workers.errors.SessionNotFoundError` at the first item (also for
+        another tenant's session), and the store's errors at any item.
+        """
+        return self._portability.export_session(tenant_id, session_id, page_size=page_size)
+
+    def import_session(
+        self,
+        tenant_id: str,
+        session_id: str,
+        lines: Iterable[tuple[int, bytes]],
+        *,
+        check_entry: EntryCheck | None = None,
+    ) -> ImportResult:
+        """Import an export's ``lines`` (``(1-based number, bytes with the newline)``, read
+        lazily) into ``session_id``, created with the header's metadata when the tenant has
+        no such session; in one transaction, all or nothing.
+
+        Entries keep their ids and go through the append plan (parents, duplicates,
+        conflicts); ``check_entry`` adds the caller's checks of each entry. Raises
+        :class:`~om_core.errors.ImportLineError` naming the first bad line (see
+        :class:`~om_core.portability.ImportReader`; also a parent in neither the file nor
+        the session, an id stored in this session with other content),
+        :class:`~om_core.errors.ImportClashError` for an id another session of the tenant
+        holds, :class:`~om_workers.errors.TenantNotFoundError`, and the store's errors.
+        """
+        return self._portability.import_session(
+            tenant_id, session_id, lines, check_entry=check_entry
+        )
 
     # Flush jobs -------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ edge (a 422) instead of failing in the database (a 500).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis import Case
 from schemathesis.schemas import BaseSchema
 
@@ -65,6 +67,22 @@ def _openapi() -> dict[str, Any]:
 
 
 OPENAPI = _openapi()
+
+# An import's body is JSON lines: arbitrary bytes, and lines of arbitrary JSON objects after an
+# export's header (so the checks past the first line are reached too).
+_HEADER_LINE = b'{"type":"om.export.header","format":"om.export","version":1,"sessionId":"s"}\n'
+_JSON_LINE = st.dictionaries(
+    st.sampled_from(["id", "kind", "parentId", "type", "message", "data", "entries", "records"]),
+    st.one_of(st.none(), st.integers(), st.text(max_size=8)),
+    max_size=4,
+).map(lambda value: json.dumps(value).encode() + b"\n")
+schemathesis.openapi.media_type(
+    "application/x-ndjson",
+    st.one_of(
+        st.binary(max_size=64),
+        st.lists(_JSON_LINE, max_size=4).map(lambda lines: _HEADER_LINE + b"".join(lines)),
+    ),
+)
 schema: BaseSchema = schemathesis.openapi.from_dict(OPENAPI)
 
 

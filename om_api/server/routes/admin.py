@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Response
+from fastapi.responses import StreamingResponse
 
 from om_api.schemas import (
     ApiKeyOut,
@@ -27,6 +28,7 @@ from om_api.schemas import (
 from om_api.server.auth import Admin
 from om_api.server.convert import queue_out
 from om_api.server.limits import default_limits, limits_out
+from om_api.server.portability import NDJSON, tenant_export_lines
 from om_api.server.routes import KeyPath, TenantPath, error_answers
 from om_api.server.state import State
 from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
@@ -104,3 +106,18 @@ def flush_queue(state: State, _: Admin) -> FlushQueueOut:
     with jobs waiting, queued or running, or with requests refused by a rate limit. 503 when
     Redis is unavailable."""
     return queue_out(*FairQueue(state.redis).load())
+
+
+@router.get(
+    "/tenants/{tenant_id}/export",
+    response_class=StreamingResponse,
+    responses={200: {"content": {NDJSON: {"schema": {"type": "string"}}}}, **ERRORS},
+)
+def export_tenant(state: State, _: Admin, tenant_id: TenantPath) -> Response:
+    """Every session of the tenant as JSON lines, newest first, one session's export after
+    another (each from its ``om.export.header`` to its ``om.export.end`` line), streamed; each
+    session imports with ``POST /v1/sessions/{id}/import``. 404 for an unknown tenant."""
+    state.accounts.get_tenant(tenant_id)
+    return StreamingResponse(
+        tenant_export_lines(state.store, tenant_id, state.secrets), media_type=NDJSON
+    )

@@ -129,6 +129,16 @@ class EntryRepository:
         )
         return to_entries(rows)
 
+    def page(
+        self, session_pk: int, segments: Sequence[Segment], after_seq: int, limit: int
+    ) -> tuple[int, tuple[SessionEntry, ...]]:
+        """Up to ``limit`` branch entries after ``after_seq``, in branch order, and the seq of
+        the last one (``after_seq`` when there are none): one keyset page."""
+        rows = read_branch_payloads(
+            self._connection, session_pk, segments, after_seq=after_seq, limit=limit
+        )
+        return (int(rows[-1].seq) if rows else after_seq), to_entries(rows)
+
     def count_messages(
         self, session_pk: int, segments: Sequence[Segment], *, after_seq: int, before_seq: int
     ) -> tuple[int, int, str | None]:

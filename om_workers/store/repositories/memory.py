@@ -12,16 +12,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, and_, bindparam, or_, select
 
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.append_plan import AppendPlan
 from om_workers.store.branch import Segment
 from om_workers.store.memory_state import advance_memory_state, refresh_memory_state
 from om_workers.store.memory_view import read_context_state, read_memory_view
-from om_workers.store.records import ContextState
+from om_workers.store.records import ContextState, StoredMemoryItem
 from om_workers.store.repositories.sessions import LockedSession, SessionHead
+from om_workers.store.schema import memory_items
 from om_workers.store.snapshot import SnapshotCache, read_snapshot, valid_snapshot
+
+# Keyset over the primary key's order (kind, item id): a page is one index range scan.
+_ITEMS_PAGE = (
+    select(
+        memory_items.c.kind,
+        memory_items.c.item_id,
+        memory_items.c.payload,
+        memory_items.c.dropped_ord,
+    )
+    .where(
+        memory_items.c.session_pk == bindparam("session_pk"),
+        or_(
+            memory_items.c.kind > bindparam("kind"),
+            and_(
+                memory_items.c.kind == bindparam("kind"),
+                memory_items.c.item_id > bindparam("item_id"),
+            ),
+        ),
+    )
+    .order_by(memory_items.c.kind, memory_items.c.item_id)
+    .limit(bindparam("limit"))
+)
 
 
 class MemoryRepository:
@@ -53,6 +76,22 @@ class MemoryRepository:
         unobserved tokens, ``None`` when the append only added its own messages' tokens."""
         return advance_memory_state(
             self._connection, session.pk, session.snapshot, plan.written, plan.positions, now=now
+        )
+
+    def items_page(
+        self, session_pk: int, after: tuple[str, str], limit: int
+    ) -> tuple[StoredMemoryItem, ...]:
+        """Up to ``limit`` of the session's stored observations and reflections after
+        ``after`` (``(kind, item id)``; ``("", "")`` from the first), in that order."""
+        params = {"session_pk": session_pk, "kind": after[0], "item_id": after[1], "limit": limit}
+        return tuple(
+            StoredMemoryItem(
+                kind=str(row.kind),
+                item_id=str(row.item_id),
+                payload=dict(row.payload),
+                dropped=row.dropped_ord is not None,
+            )
+            for row in self._connection.execute(_ITEMS_PAGE, params)
         )
 
     def refresh(self, session_pk: int, leaf_id: str | None, *, now: datetime) -> int:
