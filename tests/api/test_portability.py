@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.api.seed import OBS_ID, REF_ID, seeded_session
-from tests.api.server import LiveApi
+from tests.api.server import ADMIN_TOKEN, LiveApi
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
@@ -224,3 +224,16 @@ def test_admin_exports_a_tenant_as_a_stream_of_sessions(api: LiveApi) -> None:
     headers = [line["sessionId"] for line in lines if line.get("type") == "om.export.header"]
     assert sorted(headers) == ["one", "two"]
     assert sum(1 for line in lines if line.get("type") == "om.export.end") == 2
+
+
+def test_an_export_redacts_known_secrets(api: LiveApi) -> None:
+    _, a = api.tenant()
+    leaked = f"the admin token is {ADMIN_TOKEN}"
+    assert (
+        a.post("/v1/sessions", json={"id": "leak", "metadata": {"note": leaked}}).status_code == 201
+    )
+    entry = {"id": "leak-0", "kind": "message", "message": {"role": "tool", "content": leaked}}
+    assert a.post("/v1/sessions/leak/entries", json={"entries": [entry]}).status_code == 201
+    content = a.get("/v1/sessions/leak/export").content
+    assert ADMIN_TOKEN.encode() not in content
+    assert b"the admin token is" in content
