@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from om_api.cli import admin_commands, client_commands, mcp_command, settings_command
+from om_api.cli import (
+    admin_commands,
+    client_commands,
+    mcp_command,
+    portability_commands,
+    settings_command,
+)
 from om_api.cli.common import (
     HOST,
     DatabaseUrl,
@@ -60,6 +66,10 @@ tenants_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
+sessions_app = typer.Typer(
+    help="List the key's tenant's sessions (no command), or export and import one."
+)
+app.add_typer(sessions_app, name="sessions")
 app.add_typer(eval_app, name="eval")
 
 
@@ -386,8 +396,11 @@ keys_app.command("list")(admin_commands.keys_list)
 keys_app.command("revoke")(admin_commands.keys_revoke)
 tenants_app.command("limits")(admin_commands.tenants_limits)
 app.command(name="queue")(admin_commands.queue)
+sessions_app.callback(invoke_without_command=True)(client_commands.sessions)
+sessions_app.command("export")(portability_commands.sessions_export)
+sessions_app.command("import")(portability_commands.sessions_import)
+tenants_app.command("export")(portability_commands.tenants_export)
 for _command in (
-    client_commands.sessions,
     client_commands.link,
     client_commands.unlink,
     client_commands.flush,

@@ -7,13 +7,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import IO, Self, TypeVar
 
 import httpx
 
 from om_api.client import calls
 from om_api.client.base import ClientBase
-from om_api.client.core import Answer, Attempts, Call, EntryLike, JobWait, merge_appends
+from om_api.client.core import (
+    Answer,
+    Attempts,
+    Call,
+    EntryLike,
+    JobWait,
+    error_for,
+    merge_appends,
+)
 from om_api.schemas import AppendEntriesResponse, JobOut
 
 T = TypeVar("T")
@@ -72,3 +80,22 @@ class AsyncOMClient(ClientBase[httpx.AsyncBaseTransport, httpx.AsyncClient]):
             await asyncio.sleep(pause)
             current = await self.job(job_id)
         return current
+
+    async def export_session(self, session_id: str, out: IO[bytes]) -> int:
+        """See :meth:`~om_api.client.clients.OMClient.export_session`."""
+        return await self._stream(calls.export_session(session_id), out)
+
+    async def export_tenant(self, tenant_id: str, out: IO[bytes]) -> int:
+        """See :meth:`~om_api.client.clients.OMClient.export_tenant`."""
+        return await self._stream(calls.export_tenant(tenant_id), out)
+
+    async def _stream(self, call: Call[str], out: IO[bytes]) -> int:
+        written = 0
+        async with self._http.stream(**self._request(call)) as response:
+            if not response.is_success:
+                await response.aread()
+                raise error_for(call, response)
+            async for chunk in response.aiter_bytes():
+                out.write(chunk)
+                written += len(chunk)
+        return written

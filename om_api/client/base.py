@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from om_api.client import calls
-from om_api.client.core import DEFAULT_TIMEOUT_S, Call, auth_headers
+from om_api.client.core import DEFAULT_TIMEOUT_S, NDJSON, Call, auth_headers
 from om_core.policy.backoff import RetryPolicy
 
 P = ParamSpec("P")
@@ -107,12 +107,21 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
 
     def _request(self, call: Call[Any]) -> dict[str, Any]:
         """httpx's ``request`` arguments for ``call``."""
+        headers = auth_headers(self._api_key, self._admin_token, call)
+        if call.content is not None:
+            return {
+                "method": call.method,
+                "url": call.path,
+                "params": dict(call.params),
+                "content": call.content,
+                "headers": {**headers, "Content-Type": NDJSON},
+            }
         return {
             "method": call.method,
             "url": call.path,
             "params": dict(call.params),
             "json": call.json,
-            "headers": auth_headers(self._api_key, self._admin_token, call),
+            "headers": headers,
         }
 
     # Sessions and entries ------------------------------------------------------------------
@@ -122,6 +131,7 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
     get_session = Endpoint(calls.get_session)
     list_sessions = Endpoint(calls.list_sessions)
     entries = Endpoint(calls.entries)
+    import_session = Endpoint(calls.import_session)
     # Flush and jobs ------------------------------------------------------------------------
     flush = Endpoint(calls.flush)
     job = Endpoint(calls.job)

@@ -37,6 +37,7 @@ from om_api.schemas import (
     FlushRequest,
     FlushTicket,
     HealthOut,
+    ImportOut,
     JobOut,
     KeyOut,
     LinkRequest,
@@ -366,3 +367,27 @@ def revoke_key(key_id: str) -> Call[ApiKeyOut]:
     path = f"/v1/admin/keys/{_q(checks.path_id('key_id', key_id))}/revoke"
     # Revoking a revoked key changes nothing: safe to retry.
     return Call("POST", path, ApiKeyOut, admin=True)
+
+
+def export_session(session_id: str) -> Call[str]:
+    """The session's export (JSON lines); sent by the clients' streaming ``export_session``,
+    which writes it to a file as it arrives. :class:`NotFound` for a missing session."""
+    return Call("GET", f"{_session(session_id)}/export", str)
+
+
+def export_tenant(tenant_id: str) -> Call[str]:
+    """Admin: every session of a tenant, one export after the other; sent by the clients'
+    streaming ``export_tenant``. :class:`NotFound` for an unknown tenant."""
+    tenant = _q(checks.path_id("tenant_id", tenant_id))
+    return Call("GET", f"/v1/admin/tenants/{tenant}/export", str, admin=True)
+
+
+def import_session(session_id: str, content: bytes) -> Call[ImportOut]:
+    """Import an export (JSON lines, as ``export_session`` wrote it) into the session, all or
+    nothing; ``created`` says whether the import created the session. Importing the same
+    file again stores nothing twice (so a retry is safe). :class:`InvalidRequest` (422)
+    naming the first bad line, :class:`Conflict` when another session of the tenant holds
+    one of its ids, :class:`PayloadTooLarge` over the server's body limit."""
+    if not isinstance(content, bytes):
+        raise refused("content", f"expected bytes, got {type(content).__name__}")
+    return Call("POST", f"{_session(session_id)}/import", ImportOut, content=content)

@@ -21,13 +21,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import IO, Self, TypeVar
 
 import httpx
 
 from om_api.client import calls
 from om_api.client.base import ClientBase
-from om_api.client.core import Answer, Attempts, Call, EntryLike, JobWait, merge_appends
+from om_api.client.core import (
+    Answer,
+    Attempts,
+    Call,
+    EntryLike,
+    JobWait,
+    error_for,
+    merge_appends,
+)
 from om_api.schemas import AppendEntriesResponse, JobOut
 
 T = TypeVar("T")
@@ -97,3 +105,24 @@ class OMClient(ClientBase[httpx.BaseTransport, httpx.Client]):
             time.sleep(pause)
             current = self.job(job_id)
         return current
+
+    def export_session(self, session_id: str, out: IO[bytes]) -> int:
+        """Write the session's export (JSON lines) to ``out`` as it arrives, in constant
+        memory; the bytes written. :class:`NotFound` for a missing session."""
+        return self._stream(calls.export_session(session_id), out)
+
+    def export_tenant(self, tenant_id: str, out: IO[bytes]) -> int:
+        """Admin: write every session of the tenant, one export after the other, to ``out``
+        as it arrives; the bytes written. :class:`NotFound` for an unknown tenant."""
+        return self._stream(calls.export_tenant(tenant_id), out)
+
+    def _stream(self, call: Call[str], out: IO[bytes]) -> int:
+        written = 0
+        with self._http.stream(**self._request(call)) as response:
+            if not response.is_success:
+                response.read()
+                raise error_for(call, response)
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+                written += len(chunk)
+        return written

@@ -193,6 +193,12 @@ class Call(Generic[T]):
     params: Mapping[str, Any] = field(default_factory=dict)
     idempotent: bool = True
     admin: bool = False
+    content: bytes | None = None
+    """A raw body (JSON lines) sent instead of ``json``."""
+
+
+NDJSON: Final = "application/x-ndjson"
+"""The media type of an export and of an import's body."""
 
 
 def auth_headers(api_key: str | None, admin_token: str | None, call: Call[Any]) -> dict[str, str]:
