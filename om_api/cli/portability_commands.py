@@ -98,7 +98,7 @@ def sessions_import(
     session: SessionArg,
     file: Annotated[
         Path,
-        typer.Argument(metavar="FILE", help="An export (om sessions export).", exists=True),
+        typer.Argument(metavar="FILE", help="An export (om sessions export)."),
     ],
     as_json: JsonOutput = False,
     api_url: ApiUrl = None,
@@ -108,7 +108,10 @@ def sessions_import(
     line is refused with its number and nothing is stored. Importing the same file again
     stores nothing twice. Entry ids are kept, so the file goes to another tenant or
     deployment, not to a second session of the same tenant (refused: the ids clash)."""
-    content = file.read_bytes()
+    try:
+        content = file.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}", 2)
     if not as_json:
         lines = content.count(b"\n")
         typer.echo(f"import {session}: sending {lines} lines, {len(content)} bytes", err=True)
