@@ -113,6 +113,38 @@ _MEMORY_RECORDS: dict[str, type[Frozen]] = {
 }
 
 
+def _memory_ids_of(record: Frozen) -> list[str]:
+    """Observation and reflection ids a parsed memory record (or a compaction's snapshot)
+    carries."""
+    if isinstance(record, CompactionEntry):
+        record = record.memory
+    return [
+        item.id for found in ("observations", "reflections") for item in getattr(record, found, ())
+    ]
+
+
+def recorded_memory_ids(entry: SessionEntry) -> list[str]:
+    """The observation and reflection ids ``entry`` records (``om.observations.recorded``,
+    ``om.reflections.recorded``, a compaction's folded snapshot); none for any other entry or
+    a malformed record. An export lists only memory items its entries record: items a flush
+    committed after the export's leaf belong to a later export."""
+    if entry.kind == "compaction" and entry.data is not None and "memory" in entry.data:
+        model: type[Frozen] | None = CompactionEntry
+    else:
+        kind = entry.record_type
+        model = (
+            _MEMORY_RECORDS.get(kind)
+            if kind in (OBSERVATIONS_RECORDED, REFLECTIONS_RECORDED)
+            else None
+        )
+    if model is None:
+        return []
+    try:
+        return _memory_ids_of(model.model_validate(entry.data))
+    except ValidationError:
+        return []
+
+
 def dump_line(value: Frozen | Mapping[str, Any]) -> bytes:
     """One line of an export: compact JSON, UTF-8, ending in a newline."""
     data = value.to_json_dict() if isinstance(value, Frozen) else value
@@ -277,9 +309,7 @@ class ImportReader:
             parsed = model.model_validate(entry.data)
         except ValidationError as exc:
             raise ImportLineError(number, f"invalid {kind} record: {_reason(exc)}") from None
-        for found in ("observations", "reflections"):
-            for item in getattr(parsed, found, ()):
-                self._memory_ids.add(item.id)
+        self._memory_ids.update(_memory_ids_of(parsed))
 
     def _record(self, number: int, kind: Any, value: dict[str, Any]) -> ImportedRecord | None:
         model = _RECORD_MODELS.get(kind) if isinstance(kind, str) else None

@@ -36,6 +36,7 @@ from om_core.portability import (
     LinkRecord,
     MemoryItemRecord,
     TombstoneRecord,
+    recorded_memory_ids,
 )
 from om_workers.store.branch import Segment
 from om_workers.store.funnel import append_with_copies
@@ -72,16 +73,20 @@ class PortabilityService(Service):
             now = uow.now()
         yield _header(info, now)
         entries = 0
+        recorded: set[str] = set()
         for page in self._entry_pages(head.pk, segments, page_size):
             entries += len(page)
+            for entry in page:
+                recorded.update(recorded_memory_ids(entry))
             yield from page
         records = 0
         for tombstone in tombstones:
             records += 1
             yield TombstoneRecord(entry_id=tombstone.entry_id, corrected=tombstone.corrected)
         for item in self._memory_items(head.pk, page_size):
-            records += 1
-            yield item
+            if item.id in recorded:
+                records += 1
+                yield item
         if info.workspace_id is not None:
             records += 1
             yield LinkRecord(workspace=info.workspace_id)

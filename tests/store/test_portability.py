@@ -185,3 +185,30 @@ def test_an_export_reads_pages_and_holds_one_at_a_time(
     exporting = _peak(lambda: sum(1 for _ in store.export_session(tenant, "long", page_size=500)))
     whole = _peak(lambda: store.read_branch(tenant, "long"))
     assert exporting * 10 < whole, (exporting, whole)
+
+
+def _observed(session_id: str, entry_id: str, obs_id: str, source: str) -> SessionEntry:
+    data = {
+        "type": "om.observations.recorded",
+        "observations": [{"id": obs_id, "text": "A fact.", "sourceEntryIds": [source]}],
+        "coversUpToId": source,
+    }
+    return SessionEntry(id=entry_id, session_id=session_id, kind="custom", data=data)
+
+
+def test_an_export_is_the_branch_of_its_start_and_imports_whole(
+    store: SqlStore, tenant: str
+) -> None:
+    _grow(store, tenant, "busy", 10)
+    store.append_entries(tenant, "busy", _observed("busy", "busy-obs", "0000000000c1", "busy-9"))
+    items = store.export_session(tenant, "busy", page_size=4)
+    started = [next(items), next(items)]
+    # A flush commits memory while the export streams: it belongs to the next export.
+    store.append_entries(tenant, "busy", _observed("busy", "busy-obs2", "0000000000c2", "busy-9"))
+    lines = [
+        dump_line(i.to_json_dict() if isinstance(i, SessionEntry) else i)
+        for i in [*started, *items]
+    ]
+    assert b"0000000000c2" not in b"".join(lines) and b"0000000000c1" in b"".join(lines)
+    other = AccountStore(store.engine).create_tenant("later").id
+    assert store.import_session(other, "busy", enumerate(lines, start=1)).imported == 11
