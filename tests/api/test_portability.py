@@ -63,9 +63,9 @@ def test_export_has_header_branch_records_and_end(api: LiveApi) -> None:
     assert lines[-1] == {"type": "om.export.end", "entries": 8, "records": 4}
 
 
-def test_round_trip_into_another_tenant_reads_the_same(api: LiveApi) -> None:
-    _, a = api.tenant()
-    _, b = api.tenant()
+def test_round_trip_into_another_tenant_reads_the_same(backend_api: LiveApi) -> None:
+    _, a = backend_api.tenant()
+    _, b = backend_api.tenant()
     seeded_session(a, "trip", "r")
     a.post("/v1/sessions/trip/revocations", json={"entry_ids": ["r4"]})
     content = a.get("/v1/sessions/trip/export").content
@@ -91,8 +91,8 @@ def test_the_same_file_twice_leaves_one_copy(api: LiveApi) -> None:
     assert b.get("/v1/sessions/twice").json()["entry_count"] == 8
 
 
-def test_a_copy_inside_the_tenant_is_refused_with_the_clash(api: LiveApi) -> None:
-    _, a = api.tenant()
+def test_a_copy_inside_the_tenant_is_refused_with_the_clash(backend_api: LiveApi) -> None:
+    _, a = backend_api.tenant()
     seeded_session(a, "orig", "c")
     content = a.get("/v1/sessions/orig/export").content
     answer = import_(a, "copy", content)
@@ -164,10 +164,10 @@ def _bad_files(lines: list[dict[str, Any]]) -> dict[str, tuple[bytes, int, str]]
     ],
 )
 def test_a_bad_file_is_refused_naming_the_line_and_nothing_is_stored(
-    api: LiveApi, case: str
+    backend_api: LiveApi, case: str
 ) -> None:
-    _, a = api.tenant()
-    _, b = api.tenant()
+    _, a = backend_api.tenant()
+    _, b = backend_api.tenant()
     seeded_session(a, "src", "b")
     content, line, reason = _bad_files(export(a, "src"))[case]
     answer = import_(b, "dst", content)
@@ -180,9 +180,11 @@ def test_a_bad_file_is_refused_naming_the_line_and_nothing_is_stored(
     assert import_(b, "dst", a.get("/v1/sessions/src/export").content).status_code == 201
 
 
-def test_another_tenant_cannot_export_or_import_into_these_sessions(api: LiveApi) -> None:
-    _, a = api.tenant()
-    _, b = api.tenant()
+def test_another_tenant_cannot_export_or_import_into_these_sessions(
+    backend_api: LiveApi,
+) -> None:
+    _, a = backend_api.tenant()
+    _, b = backend_api.tenant()
     seeded_session(a, "mine", "m")
     before = export(a, "mine")
     for session in ("mine", "nowhere"):
