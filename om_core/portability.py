@@ -209,11 +209,6 @@ class ImportReader:
         self._ended = False
         self._last_line = 0
 
-    @property
-    def entry_count(self) -> int:
-        """Entry lines read so far."""
-        return self._entries
-
     def read(self, number: int, raw: bytes) -> ImportedEntry | ImportedRecord | None:
         """Check line ``number``; the entry or record it holds (``None``: header, end or a
         blank line). Raises :class:`ImportLineError`."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Annotated
 
@@ -25,6 +26,7 @@ from om_api.cli.common import (
     fail,
     print_json,
 )
+from om_api.client.core import BinarySink
 from om_workers.config import get_settings
 
 OutputFile = Annotated[
@@ -57,9 +59,10 @@ class _Progress:
         return len(chunk)
 
 
-def _export_to(output: Path | None, label: str, as_json: bool, write: object) -> None:
+def _export_to(
+    output: Path | None, label: str, as_json: bool, write: Callable[[BinarySink], int]
+) -> None:
     """Run ``write(progress)`` into ``output`` (or stdout) and report what it wrote."""
-    assert callable(write)
     if output is None:
         progress = _Progress(sys.stdout.buffer, label, loud=False)
         write(progress)

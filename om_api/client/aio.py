@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from types import TracebackType
-from typing import IO, Self, TypeVar
+from typing import Self, TypeVar
 
 import httpx
 
@@ -16,6 +16,7 @@ from om_api.client.base import ClientBase
 from om_api.client.core import (
     Answer,
     Attempts,
+    BinarySink,
     Call,
     EntryLike,
     JobWait,
@@ -81,15 +82,15 @@ class AsyncOMClient(ClientBase[httpx.AsyncBaseTransport, httpx.AsyncClient]):
             current = await self.job(job_id)
         return current
 
-    async def export_session(self, session_id: str, out: IO[bytes]) -> int:
+    async def export_session(self, session_id: str, out: BinarySink) -> int:
         """See :meth:`~om_api.client.clients.OMClient.export_session`."""
         return await self._stream(calls.export_session(session_id), out)
 
-    async def export_tenant(self, tenant_id: str, out: IO[bytes]) -> int:
+    async def export_tenant(self, tenant_id: str, out: BinarySink) -> int:
         """See :meth:`~om_api.client.clients.OMClient.export_tenant`."""
         return await self._stream(calls.export_tenant(tenant_id), out)
 
-    async def _stream(self, call: Call[str], out: IO[bytes]) -> int:
+    async def _stream(self, call: Call[str], out: BinarySink) -> int:
         written = 0
         async with self._http.stream(**self._request(call)) as response:
             if not response.is_success:

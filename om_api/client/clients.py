@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import IO, Self, TypeVar
+from typing import Self, TypeVar
 
 import httpx
 
@@ -30,6 +30,7 @@ from om_api.client.base import ClientBase
 from om_api.client.core import (
     Answer,
     Attempts,
+    BinarySink,
     Call,
     EntryLike,
     JobWait,
@@ -106,17 +107,17 @@ class OMClient(ClientBase[httpx.BaseTransport, httpx.Client]):
             current = self.job(job_id)
         return current
 
-    def export_session(self, session_id: str, out: IO[bytes]) -> int:
+    def export_session(self, session_id: str, out: BinarySink) -> int:
         """Write the session's export (JSON lines) to ``out`` as it arrives, in constant
         memory; the bytes written. :class:`NotFound` for a missing session."""
         return self._stream(calls.export_session(session_id), out)
 
-    def export_tenant(self, tenant_id: str, out: IO[bytes]) -> int:
+    def export_tenant(self, tenant_id: str, out: BinarySink) -> int:
         """Admin: write every session of the tenant, one export after the other, to ``out``
         as it arrives; the bytes written. :class:`NotFound` for an unknown tenant."""
         return self._stream(calls.export_tenant(tenant_id), out)
 
-    def _stream(self, call: Call[str], out: IO[bytes]) -> int:
+    def _stream(self, call: Call[str], out: BinarySink) -> int:
         written = 0
         with self._http.stream(**self._request(call)) as response:
             if not response.is_success:

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -195,6 +195,12 @@ class Call(Generic[T]):
     admin: bool = False
     content: bytes | None = None
     """A raw body (JSON lines) sent instead of ``json``."""
+
+
+class BinarySink(Protocol):
+    """Where a streamed export goes: anything with ``write(bytes)`` (an open binary file)."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 NDJSON: Final = "application/x-ndjson"
