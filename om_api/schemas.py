@@ -38,6 +38,7 @@ from pydantic import (
     Tag,
     ValidationError,
     computed_field,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -334,12 +335,38 @@ class EntriesPage(WireModel):
 # Sessions ----------------------------------------------------------------------------------
 
 
+SUBJECT_KEY: Final = "subject"
+"""The session metadata key naming the end user a session is about: ``DELETE
+/v1/subjects/{subject}`` erases every session of the tenant whose ``metadata.subject`` is it."""
+SUBJECT_PATTERN: Final = r"^(?:[^/\s.][^/\s]{0,255}|\.[^/\s.][^/\s]{0,254}|\.\.[^/\s]{1,254})$"
+"""A subject: 1-256 characters, no ``/`` and no whitespace (it travels in a URL path), never
+``.`` or ``..`` (clients resolve those away). ``user@example.com`` and ``u_42`` both fit."""
+_SUBJECT_RE: Final = re.compile(SUBJECT_PATTERN)
+
+
 class CreateSessionRequest(RequestModel):
     """``POST /v1/sessions``: ``id`` defaults to a random hex id; ``workspace`` links the new
-    session to a workspace session at once (see :class:`LinkRequest`)."""
+    session to a workspace session at once (see :class:`LinkRequest`); ``metadata`` is the
+    tenant's own, except ``metadata.subject`` (:data:`SUBJECT_KEY`), which names the end
+    user the session is about, for erasure by subject, and must then fit
+    :data:`SUBJECT_PATTERN`."""
 
     id: PathId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _subject_fits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        subject = value.get(SUBJECT_KEY)
+        if subject is not None and not (
+            isinstance(subject, str) and _SUBJECT_RE.fullmatch(subject)
+        ):
+            raise ValueError(
+                "metadata.subject must be a string of 1-256 characters without '/' or "
+                "whitespace (it names the end user for DELETE /v1/subjects/{subject})"
+            )
+        return value
+
     workspace: PathId | None = Field(
         default=None,
         description="Copy every observable message appended to this session onto this "
@@ -402,6 +429,14 @@ class FlushRequest(RequestModel):
     full_reflection_rebuild: bool = False
 
 
+class ErasureTicket(WireModel):
+    """The answer to an erasure request (202): the erasure job ``job_id`` exists and what it
+    erases is already gone to the tenant (404 on every route); read the job at
+    ``GET /v1/jobs/{job_id}`` until it has ``succeeded``, when nothing of it is stored."""
+
+    job_id: str
+
+
 class FlushTicket(WireModel):
     """The answer to a flush request (202): the job row of ``job_id`` exists. ``coalesced``: a
     job already pending for the session will serve this request too (nothing new was
@@ -411,10 +446,19 @@ class FlushTicket(WireModel):
     coalesced: bool
 
 
+ErasureKind = Literal["session", "subject", "tenant", "retention"]
+
+
 class JobOut(WireModel):
-    """A flush job. ``error`` (failed or skipped jobs) is redacted of every known secret."""
+    """A flush job, or an erasure job (``kind``). ``error`` (failed or skipped jobs) is
+    redacted of every known secret. For an erasure job ``session_id`` is what it erases (the
+    session id, the subject, the tenant id; empty for retention), ``erases`` says which, and
+    ``counts`` has ``sessions``, ``entries`` and ``workspace_entries`` (placeholders written on
+    workspaces that held funnel copies)."""
 
     id: str
+    kind: Literal["flush", "erasure"] = "flush"
+    erases: ErasureKind | None = None
     session_id: str
     state: JobState
     force: bool

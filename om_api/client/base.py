@@ -122,6 +122,8 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
     get_session = Endpoint(calls.get_session)
     list_sessions = Endpoint(calls.list_sessions)
     entries = Endpoint(calls.entries)
+    erase_session = Endpoint(calls.erase_session)
+    erase_subject = Endpoint(calls.erase_subject)
     # Flush and jobs ------------------------------------------------------------------------
     flush = Endpoint(calls.flush)
     job = Endpoint(calls.job)

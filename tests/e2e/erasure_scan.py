@@ -1,0 +1,66 @@
+"""Where erased text could hide, searched byte for byte: every file of a data folder, every row
+of every table (as text), every Redis key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+from sqlalchemy import inspect, text
+
+from om_workers.store.engine import create_store_engine
+
+
+def files_holding(root: Path, needle: str) -> list[str]:
+    """Files under ``root`` whose bytes contain ``needle`` (UTF-8), as paths relative to it."""
+    wanted = needle.encode()
+    return sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_file() and wanted in path.read_bytes()
+    )
+
+
+def tables_holding(database_url: str, needle: str) -> list[str]:
+    """Tables of the database with a row whose text form contains ``needle``."""
+    engine = create_store_engine(database_url)
+    found = []
+    try:
+        with engine.connect() as connection:
+            for table in inspect(connection).get_table_names():
+                if connection.dialect.name == "postgresql":
+                    query = text(f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE :pattern')
+                    hits = connection.execute(query, {"pattern": f"%{needle}%"}).scalar()
+                else:
+                    rows = connection.execute(text(f'SELECT * FROM "{table}"')).all()
+                    hits = sum(needle in repr(tuple(row)) for row in rows)
+                if hits:
+                    found.append(table)
+    finally:
+        engine.dispose()
+    return found
+
+
+def redis_holding(client: redis.Redis, needle: str) -> list[str]:
+    """Keys whose name, serialized value (``DUMP``) or readable value holds ``needle``."""
+    wanted = needle.encode()
+    found = []
+    for key in client.scan_iter(count=500):
+        name = key if isinstance(key, bytes) else str(key).encode()
+        dumped = client.dump(key) or b""
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        readable: bytes = b""
+        if kind == "string":
+            readable = client.get(key) or b""
+        elif kind == "hash":
+            readable = b" ".join(k + b" " + v for k, v in client.hgetall(key).items())
+        elif kind == "list":
+            readable = b" ".join(client.lrange(key, 0, -1))
+        elif kind == "set":
+            readable = b" ".join(client.smembers(key))
+        elif kind == "zset":
+            readable = b" ".join(client.zrange(key, 0, -1))
+        if any(wanted in part for part in (name, dumped, readable)):
+            found.append(name.decode(errors="replace"))
+    return found
