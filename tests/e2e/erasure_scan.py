@@ -45,22 +45,33 @@ def redis_holding(client: redis.Redis, needle: str) -> list[str]:
     """Keys whose name, serialized value (``DUMP``) or readable value holds ``needle``."""
     wanted = needle.encode()
     found = []
-    for key in client.scan_iter(count=500):
-        name = key if isinstance(key, bytes) else str(key).encode()
-        dumped = client.dump(key) or b""
-        kind = client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        readable: bytes = b""
-        if kind == "string":
-            readable = client.get(key) or b""
-        elif kind == "hash":
-            readable = b" ".join(k + b" " + v for k, v in client.hgetall(key).items())
-        elif kind == "list":
-            readable = b" ".join(client.lrange(key, 0, -1))
-        elif kind == "set":
-            readable = b" ".join(client.smembers(key))
-        elif kind == "zset":
-            readable = b" ".join(client.zrange(key, 0, -1))
-        if any(wanted in part for part in (name, dumped, readable)):
-            found.append(name.decode(errors="replace"))
+    where = client.connection_pool.connection_kwargs
+    raw = redis.Redis(host=where["host"], port=where["port"], db=where.get("db", 0))
+    try:
+        for key in raw.scan_iter(count=500):
+            if _holds(raw, key, wanted):
+                found.append(key.decode(errors="replace"))
+    finally:
+        raw.close()
     return found
+
+
+def _readable(client: redis.Redis, key: bytes) -> bytes:
+    """The key's value as its type reads it (DUMP alone may hold it compressed)."""
+    kind = client.type(key)
+    if kind == b"string":
+        return client.get(key) or b""
+    if kind == b"hash":
+        return b" ".join(k + b" " + v for k, v in client.hgetall(key).items())
+    if kind == b"list":
+        return b" ".join(client.lrange(key, 0, -1))
+    if kind == b"set":
+        return b" ".join(client.smembers(key))
+    if kind == b"zset":
+        return b" ".join(client.zrange(key, 0, -1))
+    return b""
+
+
+def _holds(client: redis.Redis, key: bytes, wanted: bytes) -> bool:
+    dumped = client.dump(key) or b""
+    return any(wanted in part for part in (key, dumped, _readable(client, key)))
