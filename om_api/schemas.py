@@ -792,3 +792,50 @@ class ApiKeysOut(WireModel):
     """``GET /v1/admin/tenants/{id}/keys``: the tenant's keys, oldest first, revoked ones too."""
 
     keys: list[ApiKeyOut]
+
+
+# Erasure, retention and the audit trail (admin) --------------------------------------------
+
+MAX_RETENTION_DAYS = 36_500
+"""The longest retention period an admin may set (days; a hundred years)."""
+MAX_AUDIT_EVENTS = 1000
+"""Largest ``limit`` of ``GET /v1/admin/audit``."""
+MAX_RETENTION_LISTING = 1000
+"""Largest ``limit`` of a retention dry run."""
+
+
+class RetentionRequest(RequestModel):
+    """``PUT /v1/admin/tenants/{id}/retention``: erase the tenant's sessions once they have
+    been idle (no write) for ``days`` days; ``null`` keeps everything (the default)."""
+
+    days: int | None = Field(ge=1, le=MAX_RETENTION_DAYS)
+
+
+class RetentionOut(WireModel):
+    """A tenant's retention period and the dry run: the sessions a retention pass would erase
+    now (idle since before ``cutoff``), longest idle first, at most the asked ``limit``."""
+
+    tenant_id: str
+    retention_days: int | None
+    cutoff: datetime | None
+    would_erase: list[str]
+
+
+class AuditEventOut(WireModel):
+    """One audit record: who (``key_id``; null for an admin or the retention pass), what
+    (``action``: erase, retention, export, import ...), which session, subject or tenant
+    (``target``), when, and the ``outcome`` (accepted, succeeded, failed ...). Never content."""
+
+    tenant_id: str
+    key_id: str | None
+    action: str
+    target: str
+    outcome: str
+    job_id: str | None
+    created_at: datetime
+
+
+class AuditOut(WireModel):
+    """The newest audit events, newest first."""
+
+    events: list[AuditEventOut]

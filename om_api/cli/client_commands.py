@@ -18,6 +18,7 @@ from om_api.cli.common import ApiKey, ApiUrl, JsonOutput, SessionArg, api_client
 
 
 def sessions(
+    ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", help="Sessions per page (1-100).")] = 20,
     cursor: Annotated[
         str | None,
@@ -35,7 +36,10 @@ def sessions(
     api_url: ApiUrl = None,
     key: ApiKey = None,
 ) -> None:
-    """List the sessions of the key's tenant, newest first, one page at a time."""
+    """List the sessions of the key's tenant, newest first, one page at a time (om sessions
+    erase SESSION: erase one)."""
+    if ctx.invoked_subcommand is not None:
+        return
     with api_client(api_url, key) as client:
         page = client.list_sessions(limit=limit, cursor=cursor, updated_since=updated_since)
     show(page, as_json, render.show_sessions)

@@ -29,7 +29,16 @@ from om_api.server.logging import (
     configure_logging,
 )
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollector
-from om_api.server.routes import admin, erasure, jobs, memory, ops, scopes, sessions
+from om_api.server.routes import (
+    admin,
+    admin_erasure,
+    erasure,
+    jobs,
+    memory,
+    ops,
+    scopes,
+    sessions,
+)
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.fairness import FairQueue
@@ -268,6 +277,7 @@ def create_app(
         scopes.router,
         ops.router,
         admin.router,
+        admin_erasure.router,
     ):
         app.include_router(router)
     app.add_middleware(

@@ -31,12 +31,16 @@ from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.jobs.erase import run_erasure_job
 from om_workers.jobs.flush import FlushOutcome, run_flush_job
 from om_workers.jobs.reconcile import PublishErasure, reconcile_once
+from om_workers.jobs.retention import run_retention_pass
 from om_workers.logs import log_context
+from om_workers.store import AccountStore
+from om_workers.store.unit_of_work import utc_now
 
 log = logging.getLogger(__name__)
 
 FLUSH_TASK: Final = "om.flush"
 ERASE_TASK: Final = "om.erase"
+RETENTION_TASK: Final = "om.retention"
 RECONCILE_TASK: Final = "om.reconcile"
 RETRY_COUNTDOWN_S: Final = 5.0
 """Wait before retrying a flush whose Redis or database was unreachable; far below any
@@ -86,7 +90,12 @@ def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
         return reconcile_task(deps(), erase_publisher(app))
 
     app.task(name=FLUSH_TASK, bind=True)(flush)
+
+    def retention() -> dict[str, str]:
+        return retention_task(deps(), erase_publisher(app))
+
     app.task(name=ERASE_TASK)(erase)
+    app.task(name=RETENTION_TASK)(retention)
     app.task(name=RECONCILE_TASK)(reconcile)
 
 
@@ -198,6 +207,14 @@ def erase_task(deps: FlushDeps, job_id: str) -> str:
     return f"{run.outcome}: {counts}" if counts else run.outcome
 
 
+def retention_task(deps: FlushDeps, publish_erasure: PublishErasure) -> dict[str, str]:
+    """``om.retention``: one retention pass (:func:`om_workers.jobs.retention.run_retention_pass`);
+    tenant id -> the erasure job opened for it, for Flower."""
+    accounts = AccountStore(deps.store.engine)
+    batch = get_settings().erasure.retention_batch
+    return run_retention_pass(deps.store, accounts, publish_erasure, now=utc_now(), batch=batch)
+
+
 def reconcile_task(
     deps: FlushDeps, publish_erasure: PublishErasure | None = None
 ) -> dict[str, list[str]]:
@@ -227,6 +244,7 @@ __all__ = [
     "ERASE_TASK",
     "FLUSH_TASK",
     "RECONCILE_TASK",
+    "RETENTION_TASK",
     "erase_publisher",
     "erase_task",
     "fair_publisher",
@@ -234,4 +252,5 @@ __all__ = [
     "publisher",
     "reconcile_task",
     "register",
+    "retention_task",
 ]
