@@ -172,10 +172,10 @@ class ErasureService(Service):
         for workspace_pk, copy_ids in copies.items():
             with self._units.write() as uow:
                 stored = uow.erased_rows.entries_from_first(workspace_pk, copy_ids)
-                by_id = {entry.id: entry for entry, _ in stored}
-                blank = entries_to_blank([entry for entry, _ in stored], copy_ids)
-                for entry_id in blank:
-                    uow.erased_rows.blank(workspace_pk, erased_placeholder(by_id[entry_id]))
+                by_id = {entry.id: entry for entry in stored}
+                blank = entries_to_blank(stored, copy_ids)
+                placeholders = [erased_placeholder(by_id[entry_id]) for entry_id in blank]
+                uow.erased_rows.blank(workspace_pk, placeholders)
                 uow.erased_rows.rebuild_memory(workspace_pk, now=uow.now())
                 uow.erased_rows.forget_tombstones(target.tenant_id, copy_ids)
                 uow.commit()

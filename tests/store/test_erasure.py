@@ -168,3 +168,16 @@ def test_entry_ids_of_an_erased_session_can_be_used_again(
     # Hidden but not yet deleted: its ids are still taken.
     with pytest.raises(EntryConflictError):
         store.append_entries(tenant, "child", message("o1", "child", "other words"))
+
+
+def test_a_child_with_more_copies_than_one_statement_binds_is_erased(
+    store: SqlStore, tenant: str
+) -> None:
+    store.create_session(tenant, WS)
+    store.create_session(tenant, "busy", workspace=WS)
+    batch = [message(f"b{i}", "busy", f"{CANARY} {i}") for i in range(1200)]
+    store.append_entries(tenant, "busy", batch)
+    assert store.get_session(tenant, WS).entry_count == 1200
+    _erase(store, tenant, "busy")
+    assert CANARY not in _all_rows_text(store)
+    assert store.get_session(tenant, WS).unobserved_tokens == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, select, update
 
@@ -28,6 +27,8 @@ from om_workers.store.schema import (
     tombstones,
 )
 
+# Bound parameters per IN list or executemany batch: far below SQLite's and PostgreSQL's limits.
+_IN_CHUNK = 500
 _ORIGIN_SESSION = entries.c.payload[("data", ORIGIN_KEY, "sessionId")].as_string()
 _COPIES_OF = (
     select(entries.c.session_pk, entries.c.id)
@@ -42,7 +43,7 @@ _SEQS_OF = select(func.min(entries.c.seq)).where(
     entries.c.session_pk == bindparam("session"), entries.c.id.in_(bindparam("ids", expanding=True))
 )
 _FROM_SEQ = (
-    select(entries.c.id, entries.c.payload)
+    select(entries.c.payload)
     .where(entries.c.session_pk == bindparam("session"), entries.c.seq >= bindparam("from_seq"))
     .order_by(entries.c.seq)
 )
@@ -89,22 +90,30 @@ class ErasedRowsRepository:
             found[int(row.session_pk)].append(row.id)
         return dict(found)
 
-    def entries_from_first(
-        self, session_pk: int, entry_ids: list[str]
-    ) -> list[tuple[SessionEntry, Any]]:
+    def entries_from_first(self, session_pk: int, entry_ids: list[str]) -> list[SessionEntry]:
         """The session's entries from the first of ``entry_ids`` on, in seq order (empty when
         none of them is stored)."""
-        params: dict[str, Any] = {"session": session_pk, "ids": entry_ids}
-        first = self._connection.execute(_SEQS_OF, params).scalar()
-        if first is None:
+        firsts = [
+            self._connection.execute(
+                _SEQS_OF, {"session": session_pk, "ids": entry_ids[start : start + _IN_CHUNK]}
+            ).scalar()
+            for start in range(0, len(entry_ids), _IN_CHUNK)
+        ]
+        found = [int(seq) for seq in firsts if seq is not None]
+        if not found:
             return []
+        first = min(found)
         rows = self._connection.execute(_FROM_SEQ, {"session": session_pk, "from_seq": first})
-        return [(SessionEntry.model_validate(row.payload), row.id) for row in rows]
+        return [SessionEntry.model_validate(row.payload) for row in rows]
 
-    def blank(self, session_pk: int, placeholder: SessionEntry) -> None:
-        """Replace a stored entry by its placeholder (same id, no content, not observable)."""
-        params = {"session": session_pk, "entry": placeholder.id, "new_payload": wire(placeholder)}
-        self._connection.execute(_BLANK, params)
+    def blank(self, session_pk: int, placeholders: list[SessionEntry]) -> None:
+        """Replace stored entries by their placeholders (same ids, no content, not
+        observable), one statement per ``_IN_CHUNK`` of them."""
+        rows = [
+            {"session": session_pk, "entry": p.id, "new_payload": wire(p)} for p in placeholders
+        ]
+        for start in range(0, len(rows), _IN_CHUNK):
+            self._connection.execute(_BLANK, rows[start : start + _IN_CHUNK])
 
     def rebuild_memory(self, session_pk: int, *, now: datetime) -> None:
         """Drop the session's stored snapshot and items and fold them again from its branch's
@@ -118,8 +127,8 @@ class ErasedRowsRepository:
 
     def forget_tombstones(self, tenant_id: str, entry_ids: list[str]) -> None:
         """Delete the tenant's tombstones of these entry ids, whatever their scope."""
-        for start in range(0, len(entry_ids), 500):
-            params = {"tenant": tenant_id, "ids": entry_ids[start : start + 500]}
+        for start in range(0, len(entry_ids), _IN_CHUNK):
+            params = {"tenant": tenant_id, "ids": entry_ids[start : start + _IN_CHUNK]}
             self._connection.execute(_DELETE_TOMBSTONED, params)
 
     def delete_entries_chunk(self, session_pk: int, chunk: int) -> int:
