@@ -4,6 +4,12 @@ answers the same job, and the job (run here in process) reads like a flush job."
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from om_api.client import AsyncOMClient, OMClient
+from om_api.client.core import InvalidRequest, NotFound
 from om_workers.jobs.erase import run_erasure_job
 from tests.api.server import LiveApi
 
@@ -77,3 +83,25 @@ def test_erasing_a_subject_takes_every_session_naming_it(backend_api: LiveApi) -
     bad = a.post("/v1/sessions", json={"metadata": {"subject": ["not", "a", "string"]}})
     assert bad.status_code == 422 and "subject" in bad.text
     assert a.delete("/v1/subjects/with%20space").status_code == 422
+
+
+def test_both_clients_erase_and_refuse_a_bad_subject_before_sending(api: LiveApi) -> None:
+    _, a = api.tenant()
+    key = str(a.headers["authorization"]).removeprefix("Bearer ")
+    with OMClient(api.url, key) as om:
+        om.create_session("sync-one", metadata={"subject": "carol"})
+        ticket = om.erase_session("sync-one")
+        assert om.job(ticket.job_id).erases == "session"
+        with pytest.raises(InvalidRequest, match="subject"):
+            om.erase_subject("has space")
+
+    async def run() -> None:
+        async with AsyncOMClient(api.url, key) as aom:
+            await aom.create_session("async-one", metadata={"subject": "dave"})
+            by_subject = await aom.erase_subject("dave")
+            job = await aom.job(by_subject.job_id)
+            assert (job.kind, job.erases, job.session_id) == ("erasure", "subject", "dave")
+            with pytest.raises(NotFound):
+                await aom.get_session("async-one")
+
+    asyncio.run(run())
