@@ -178,6 +178,13 @@ class ErasureSettings(BaseModel):
         description="Entries an erasure deletes per transaction; smaller chunks give other "
         "writers the database back sooner, larger ones erase a long session faster.",
     )
+    pause_s: float = setting(
+        "OM_ERASE_PAUSE_S",
+        0.0,
+        ge=0,
+        description="Seconds an erasure waits between two chunks, leaving the database to "
+        "other tenants meanwhile; 0: no pause (erasures finish soonest).",
+    )
     retry_after_s: float = setting(
         "OM_ERASE_RETRY_AFTER_S",
         120.0,

@@ -195,12 +195,14 @@ def _redelivered_into_a_held_lock(
 def erase_task(deps: FlushDeps, job_id: str) -> str:
     """``om.erase``: run one erasure job (:func:`om_workers.jobs.erase.run_erasure_job`) with
     this process's store and Redis; its outcome and counts, for Flower (ids and numbers only)."""
+    erasure = get_settings().erasure
     with log_context(job_id=job_id):
         run = run_erasure_job(
             deps.store,
             deps.redis,
             job_id,
-            chunk=get_settings().erasure.chunk_entries,
+            chunk=erasure.chunk_entries,
+            pause_s=erasure.pause_s,
             secrets=deps.secrets,
         )
     counts = ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))

@@ -52,10 +52,12 @@ def run_erasure_job(
     job_id: str,
     *,
     chunk: int,
+    pause_s: float = 0.0,
     secrets: tuple[str, ...] = (),
 ) -> ErasureRun:
     """Run the erasure job ``job_id`` to its end (see the module docstring); ``chunk``: entries
-    deleted per transaction. Never raises for the job's own failures: they are its outcome."""
+    deleted per transaction, ``pause_s``: seconds between two chunks. Never raises for the
+    job's own failures: they are its outcome."""
     try:
         started = store.erasure.start_job(job_id)
     except UnavailableError:
@@ -67,7 +69,7 @@ def run_erasure_job(
     try:
         for target in targets:
             forget_session(client, target.tenant_id, target.session_id)
-            counts.update(store.erasure.erase_target(target, chunk=chunk))
+            counts.update(store.erasure.erase_target(target, chunk=chunk, pause_s=pause_s))
             store.erasure.set_counts(job_id, counts)
         checkpointed = _checkpoint(store)
     except UnavailableError:

@@ -23,8 +23,9 @@ job finishes what a killed worker left. Job rows and audit rows hold ids only, n
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from om_core.ledger.erasure import entries_to_blank, erased_placeholder
@@ -145,13 +146,22 @@ class ErasureService(Service):
             return job, targets
 
     def erase_target(
-        self, target: ErasureTarget, *, chunk: int = DEFAULT_ERASE_CHUNK
+        self,
+        target: ErasureTarget,
+        *,
+        chunk: int = DEFAULT_ERASE_CHUNK,
+        pause_s: float = 0.0,
+        pause: Callable[[float], None] = time.sleep,
     ) -> dict[str, int]:
-        """Delete one hidden session for good (steps 1-3 of the module docstring); counts of
-        what went: ``entries``, ``workspace_entries`` (placeholders written), ``sessions``."""
+        """Delete one hidden session for good (steps 1-3 of the module docstring), waiting
+        ``pause_s`` seconds between two chunks (the database is other tenants' meanwhile);
+        counts of what went: ``entries``, ``workspace_entries`` (placeholders written),
+        ``sessions``."""
         blanked = self._blank_copies(target)
         entries = 0
         while True:
+            if entries and pause_s > 0:
+                pause(pause_s)
             with self._units.write() as uow:
                 gone = uow.erased_rows.delete_entries_chunk(target.session_pk, chunk)
                 uow.erasure.touch(target.job_id, now=uow.now())

@@ -181,3 +181,15 @@ def test_a_child_with_more_copies_than_one_statement_binds_is_erased(
     _erase(store, tenant, "busy")
     assert CANARY not in _all_rows_text(store)
     assert store.get_session(tenant, WS).unobserved_tokens == 0
+
+
+def test_the_job_pauses_between_chunks_when_asked(store: SqlStore, tenant: str) -> None:
+    store.create_session(tenant, "long")
+    store.append_entries(tenant, "long", [message(f"l{i}", "long", "x") for i in range(10)])
+    job = store.erasure.erase_session(tenant, "long", None)
+    started = store.erasure.start_job(job.id)
+    assert started is not None
+    pauses: list[float] = []
+    counts = store.erasure.erase_target(started[1][0], chunk=4, pause_s=0.25, pause=pauses.append)
+    assert counts["entries"] == 10
+    assert pauses == [0.25, 0.25, 0.25]  # between the four chunks (the last finds none)
