@@ -11,7 +11,8 @@ audit trail. A tenant's erasure also revokes its keys.
 1. every funnel copy of the session's messages on a workspace, and every memory record or
    compaction of that workspace from the first copy on, becomes an erased placeholder
    (:mod:`om_core.ledger.erasure`); the workspace's snapshot and memory items are folded again
-   from what is left, so the next flush re-observes what lost its memory; one transaction
+   from what is left, so the next flush re-observes what lost its memory; its epoch is raised,
+   so a flush that read the copies before cannot write what it made of them; one transaction
    per workspace;
 2. the session's entries, a chunk a transaction (``chunk`` entries);
 3. its memory items, snapshot, flush jobs, tombstones, its row and its target row: one
@@ -181,6 +182,9 @@ class ErasureService(Service):
         blanked = 0
         for workspace_pk, copy_ids in copies.items():
             with self._units.write() as uow:
+                # Fences out a flush of the workspace that read the copies before this: its
+                # records could quote them, and it may no longer write them.
+                uow.sessions.raise_epoch_of(workspace_pk, now=uow.now())
                 stored = uow.erased_rows.entries_from_first(workspace_pk, copy_ids)
                 by_id = {entry.id: entry for entry in stored}
                 blank = entries_to_blank(stored, copy_ids)

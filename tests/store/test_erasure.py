@@ -18,6 +18,7 @@ from om_workers.errors import (
     ErasureJobNotFoundError,
     FlushJobNotFoundError,
     SessionNotFoundError,
+    StaleEpochError,
 )
 from om_workers.store import SqlStore
 from om_workers.store.schema import metadata
@@ -193,3 +194,14 @@ def test_the_job_pauses_between_chunks_when_asked(store: SqlStore, tenant: str) 
     counts = store.erasure.erase_target(started[1][0], chunk=4, pause_s=0.25, pause=pauses.append)
     assert counts["entries"] == 10
     assert pauses == [0.25, 0.25, 0.25]  # between the four chunks (the last finds none)
+
+
+def test_a_workspace_flush_that_read_the_copies_cannot_write_after_the_erasure(
+    store: SqlStore, tenant: str, funnelled: None
+) -> None:
+    epoch = store.raise_epoch(tenant, WS)  # a flush of the workspace starts, reads the copies
+    _erase(store, tenant, "child")
+    late, _ = observations("w-late", ["w1"], "w1", WS)
+    with pytest.raises(StaleEpochError):
+        store.append_memory(tenant, WS, late, epoch)
+    assert CANARY not in _all_rows_text(store)
