@@ -15,8 +15,8 @@ audit trail. A tenant's erasure also revokes its keys.
    so a flush that read the copies before cannot write what it made of them; one transaction
    per workspace;
 2. the session's entries, a chunk a transaction (``chunk`` entries);
-3. its memory items, snapshot, flush jobs, tombstones, its row and its target row: one
-   transaction.
+3. its memory items, snapshot, flush jobs, its row and its target row: one transaction (its
+   tombstones went with the hiding, so a new session of the same id keeps its own).
 
 Every step is idempotent (a step done finds nothing to do again), so a retried or reconciled
 job finishes what a killed worker left. Job rows and audit rows hold ids only, never content.
@@ -171,7 +171,7 @@ class ErasureService(Service):
             if not gone:
                 break
         with self._units.write() as uow:
-            uow.erased_rows.delete_session(target.tenant_id, target.session_pk, target.session_id)
+            uow.erased_rows.delete_session(target.session_pk)
             uow.erasure.drop_target(target)
             uow.commit()
         return {"sessions": 1, "entries": entries, "workspace_entries": blanked}

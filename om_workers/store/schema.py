@@ -256,6 +256,8 @@ erasure_targets = Table(
     Column("session_pk", SurrogateKey, primary_key=True),
     Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
     Column("session_id", String(ID_LENGTH), nullable=False),
+    # "Is this id still being erased?" when a session of that id is created.
+    Index("ix_erasure_targets_tenant_id_session_id", "tenant_id", "session_id"),
 )
 
 # Who did what to which data, and how it ended; never content. Not owned by the tenant row:

@@ -17,10 +17,11 @@ from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntr
 from om_workers.errors import (
     ErasureJobNotFoundError,
     FlushJobNotFoundError,
+    SessionExistsError,
     SessionNotFoundError,
     StaleEpochError,
 )
-from om_workers.store import SqlStore
+from om_workers.store import SqlStore, tombstone_scope
 from om_workers.store.schema import metadata
 
 CANARY = "canary-7f3a91-zebra-quartz"
@@ -205,3 +206,20 @@ def test_a_workspace_flush_that_read_the_copies_cannot_write_after_the_erasure(
     with pytest.raises(StaleEpochError):
         store.append_memory(tenant, WS, late, epoch)
     assert CANARY not in _all_rows_text(store)
+
+
+def test_an_erased_id_is_taken_until_its_job_has_deleted_it(
+    store: SqlStore, tenant: str, funnelled: None
+) -> None:
+    scope = tombstone_scope("other")
+    store.add_tombstones(tenant, scope, ["o1"])
+    job = store.erasure.erase_session(tenant, "other", None)
+    assert store.list_tombstones(tenant, scope) == ()  # revocations go with the hiding
+    with pytest.raises(SessionExistsError, match="being erased"):
+        store.create_session(tenant, "other")
+    started = store.erasure.start_job(job.id)
+    assert started is not None
+    store.erasure.erase_target(started[1][0])
+    store.create_session(tenant, "other")
+    store.append_entries(tenant, "other", message("o1", "other", "a new life"))
+    assert [e.id for e in store.read_branch(tenant, "other")] == ["o1"]

@@ -17,7 +17,6 @@ from om_core.ledger.append_plan import wire
 from om_core.ledger.funnel import COPY_ID_PREFIX, ORIGIN_KEY
 from om_core.ledger.models import SessionEntry
 from om_workers.store.memory_state import refresh_memory_state
-from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.schema import (
     entries,
     flush_jobs,
@@ -66,9 +65,6 @@ _DELETE_ITEMS = delete(memory_items).where(memory_items.c.session_pk == bindpara
 _DELETE_SNAPSHOT = delete(snapshots).where(snapshots.c.session_pk == bindparam("session"))
 _DELETE_JOBS = delete(flush_jobs).where(flush_jobs.c.session_pk == bindparam("session"))
 _DELETE_SESSION = delete(sessions).where(sessions.c.pk == bindparam("session"))
-_DELETE_SCOPE = delete(tombstones).where(
-    tombstones.c.tenant_id == bindparam("tenant"), tombstones.c.scope == bindparam("in_scope")
-)
 _DELETE_TOMBSTONED = delete(tombstones).where(
     tombstones.c.tenant_id == bindparam("tenant"),
     tombstones.c.entry_id.in_(bindparam("ids", expanding=True)),
@@ -140,12 +136,9 @@ class ErasedRowsRepository:
         params = {"session": session_pk, "above": int(top) - chunk}
         return int(self._connection.execute(_DELETE_ABOVE, params).rowcount or 0)
 
-    def delete_session(self, tenant_id: str, session_pk: int, session_id: str) -> None:
+    def delete_session(self, session_pk: int) -> None:
         """Delete everything else of the session, and its row: memory items, snapshot, flush
-        jobs, its tombstone scope."""
+        jobs (its tombstones went when it was hidden)."""
         params = {"session": session_pk}
-        for statement in (_DELETE_ITEMS, _DELETE_SNAPSHOT, _DELETE_JOBS):
+        for statement in (_DELETE_ITEMS, _DELETE_SNAPSHOT, _DELETE_JOBS, _DELETE_SESSION):
             self._connection.execute(statement, params)
-        scope = {"tenant": tenant_id, "in_scope": tombstone_scope(session_id)}
-        self._connection.execute(_DELETE_SCOPE, scope)
-        self._connection.execute(_DELETE_SESSION, params)

@@ -4,8 +4,8 @@ Hiding is what makes an erasure immediate: the session row is renamed to a name 
 take (:func:`hidden_name`: ids in paths never hold ``/``), so every lookup by ``(tenant, id)``
 misses it at once, whatever the route; ``erased_at`` keeps it out of listings and the
 reconciler's scans; its queued or running flush jobs are finished ``skipped``; sessions that
-used it as their workspace are unlinked. The rows themselves are deleted later, by a worker
-(:mod:`om_workers.store.erasure`).
+used it as their workspace are unlinked; its tombstones (revocations) are deleted. The rows
+themselves are deleted later, by a worker (:mod:`om_workers.store.erasure`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select,
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
 from om_workers.store.records import FINAL_JOB_STATES, JobState, as_utc, as_utc_or_none
+from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.schema import (
     api_keys,
     erasure_jobs,
@@ -27,6 +28,7 @@ from om_workers.store.schema import (
     flush_jobs,
     sessions,
     tenants,
+    tombstones,
 )
 
 ErasureKind = Literal["session", "subject", "tenant", "retention"]
@@ -171,6 +173,19 @@ _REVOKE_KEYS = (
     .values(revoked_at=bindparam("now"))
 )
 _DELETE_TENANT = delete(tenants).where(tenants.c.id == bindparam("tenant"))
+# The session's revocations go with it, now: its id is free from this commit on, and a new
+# session of that id must not lose (or inherit) the scope later.
+_DROP_SCOPE = delete(tombstones).where(
+    tombstones.c.tenant_id == bindparam("tenant"), tombstones.c.scope == bindparam("in_scope")
+)
+_PENDING = (
+    select(erasure_targets.c.job_id)
+    .where(
+        erasure_targets.c.tenant_id == bindparam("tenant"),
+        erasure_targets.c.session_id == bindparam("session_id"),
+    )
+    .limit(1)
+)
 _INSERT_TARGET = insert(erasure_targets)
 _TARGETS = (
     select(erasure_targets)
@@ -285,6 +300,8 @@ class ErasureRepository:
         connection.execute(_HIDE, params)
         connection.execute(_UNLINK_CHILDREN, {"tenant": tenant_id, "workspace": session_id})
         connection.execute(_CANCEL_FLUSHES, {"session": session_pk, "now": now})
+        scope = {"tenant": tenant_id, "in_scope": tombstone_scope(session_id)}
+        connection.execute(_DROP_SCOPE, scope)
 
     def start(self, job_id: str, *, now: datetime) -> ErasureJob | None:
         """Mark an unfinished job running (attempts count up); ``None`` when it is unknown or
@@ -332,6 +349,11 @@ class ErasureRepository:
             ErasureTarget(row.job_id, int(row.session_pk), row.tenant_id, row.session_id)
             for row in rows
         ]
+
+    def is_pending(self, tenant_id: str, session_id: str) -> bool:
+        """Whether a hidden session of this id still waits for its rows to be deleted."""
+        params = {"tenant": tenant_id, "session_id": session_id}
+        return self._connection.execute(_PENDING, params).first() is not None
 
     def drop_target(self, target: ErasureTarget) -> None:
         """Forget a target whose rows are all deleted."""

@@ -59,6 +59,11 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
     )
+    op.create_index(
+        "ix_erasure_targets_tenant_id_session_id",
+        "erasure_targets",
+        ["tenant_id", "session_id"],
+    )
     op.create_table(
         "audit_events",
         sa.Column("pk", KEY, autoincrement=True, nullable=False),
