@@ -38,6 +38,7 @@ from pydantic import (
     Tag,
     ValidationError,
     computed_field,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -350,12 +351,38 @@ class ImportOut(WireModel):
 # Sessions ----------------------------------------------------------------------------------
 
 
+SUBJECT_KEY: Final = "subject"
+"""The session metadata key naming the end user a session is about: ``DELETE
+/v1/subjects/{subject}`` erases every session of the tenant whose ``metadata.subject`` is it."""
+SUBJECT_PATTERN: Final = r"^(?:[^/\s.][^/\s]{0,255}|\.[^/\s.][^/\s]{0,254}|\.\.[^/\s]{1,254})$"
+"""A subject: 1-256 characters, no ``/`` and no whitespace (it travels in a URL path), never
+``.`` or ``..`` (clients resolve those away). ``user@example.com`` and ``u_42`` both fit."""
+_SUBJECT_RE: Final = re.compile(SUBJECT_PATTERN)
+
+
 class CreateSessionRequest(RequestModel):
     """``POST /v1/sessions``: ``id`` defaults to a random hex id; ``workspace`` links the new
-    session to a workspace session at once (see :class:`LinkRequest`)."""
+    session to a workspace session at once (see :class:`LinkRequest`); ``metadata`` is the
+    tenant's own, except ``metadata.subject`` (:data:`SUBJECT_KEY`), which names the end
+    user the session is about, for erasure by subject, and must then fit
+    :data:`SUBJECT_PATTERN`."""
 
     id: PathId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _subject_fits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        subject = value.get(SUBJECT_KEY)
+        if subject is not None and not (
+            isinstance(subject, str) and _SUBJECT_RE.fullmatch(subject)
+        ):
+            raise ValueError(
+                "metadata.subject must be a string of 1-256 characters without '/' or "
+                "whitespace (it names the end user for DELETE /v1/subjects/{subject})"
+            )
+        return value
+
     workspace: PathId | None = Field(
         default=None,
         description="Copy every observable message appended to this session onto this "
@@ -418,6 +445,14 @@ class FlushRequest(RequestModel):
     full_reflection_rebuild: bool = False
 
 
+class ErasureTicket(WireModel):
+    """The answer to an erasure request (202): the erasure job ``job_id`` exists and what it
+    erases is already gone to the tenant (404 on every route); read the job at
+    ``GET /v1/jobs/{job_id}`` until it has ``succeeded``, when nothing of it is stored."""
+
+    job_id: str
+
+
 class FlushTicket(WireModel):
     """The answer to a flush request (202): the job row of ``job_id`` exists. ``coalesced``: a
     job already pending for the session will serve this request too (nothing new was
@@ -427,10 +462,19 @@ class FlushTicket(WireModel):
     coalesced: bool
 
 
+ErasureKind = Literal["session", "subject", "tenant", "retention"]
+
+
 class JobOut(WireModel):
-    """A flush job. ``error`` (failed or skipped jobs) is redacted of every known secret."""
+    """A flush job, or an erasure job (``kind``). ``error`` (failed or skipped jobs) is
+    redacted of every known secret. For an erasure job ``session_id`` is what it erases (the
+    session id, the subject, the tenant id; empty for retention), ``erases`` says which, and
+    ``counts`` has ``sessions``, ``entries`` and ``workspace_entries`` (placeholders written on
+    workspaces that held funnel copies)."""
 
     id: str
+    kind: Literal["flush", "erasure"] = "flush"
+    erases: ErasureKind | None = None
     session_id: str
     state: JobState
     force: bool
@@ -764,3 +808,50 @@ class ApiKeysOut(WireModel):
     """``GET /v1/admin/tenants/{id}/keys``: the tenant's keys, oldest first, revoked ones too."""
 
     keys: list[ApiKeyOut]
+
+
+# Erasure, retention and the audit trail (admin) --------------------------------------------
+
+MAX_RETENTION_DAYS = 36_500
+"""The longest retention period an admin may set (days; a hundred years)."""
+MAX_AUDIT_EVENTS = 1000
+"""Largest ``limit`` of ``GET /v1/admin/audit``."""
+MAX_RETENTION_LISTING = 1000
+"""Largest ``limit`` of a retention dry run."""
+
+
+class RetentionRequest(RequestModel):
+    """``PUT /v1/admin/tenants/{id}/retention``: erase the tenant's sessions once they have
+    been idle (no write) for ``days`` days; ``null`` keeps everything (the default)."""
+
+    days: int | None = Field(ge=1, le=MAX_RETENTION_DAYS)
+
+
+class RetentionOut(WireModel):
+    """A tenant's retention period and the dry run: the sessions a retention pass would erase
+    now (idle since before ``cutoff``), longest idle first, at most the asked ``limit``."""
+
+    tenant_id: str
+    retention_days: int | None
+    cutoff: datetime | None
+    would_erase: list[str]
+
+
+class AuditEventOut(WireModel):
+    """One audit record: who (``key_id``; null for an admin or the retention pass), what
+    (``action``: erase, retention, export, import ...), which session, subject or tenant
+    (``target``), when, and the ``outcome`` (accepted, succeeded, failed ...). Never content."""
+
+    tenant_id: str
+    key_id: str | None
+    action: str
+    target: str
+    outcome: str
+    job_id: str | None
+    created_at: datetime
+
+
+class AuditOut(WireModel):
+    """The newest audit events, newest first."""
+
+    events: list[AuditEventOut]

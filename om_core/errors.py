@@ -29,7 +29,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     ├── NotFoundError (LookupError)       no such thing (or another tenant's): check the id
     │   ├── UnknownScopeError
     │   ├── TenantNotFoundError [w], SessionNotFoundError [w], EntryNotFoundError [w],
-    │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w]
+    │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w], ErasureJobNotFoundError [w]
     │   └── NotFound [c]
     ├── ConflictError                     clashes with the stored state: read it again, decide
     │   ├── WrongSessionError

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, ValidationError
 
 from om_core.errors import ImportLineError
+from om_core.ledger.erasure import ERASED_TYPE
 from om_core.ledger.models import (
     FOLDED,
     OBSERVATIONS_DROPPED,
@@ -105,7 +106,17 @@ _RECORD_MODELS: dict[str, type[Frozen]] = {
     LINK: LinkRecord,
     END: ExportEnd,
 }
+
+
+class ErasedPlaceholder(Frozen):
+    """An entry whose content was erased (a workspace's copy of an erased child, or memory
+    written after it): only its type is left."""
+
+    type: Literal["om.erased"] = ERASED_TYPE
+
+
 _MEMORY_RECORDS: dict[str, type[Frozen]] = {
+    ERASED_TYPE: ErasedPlaceholder,
     OBSERVATIONS_RECORDED: ObservationsRecorded,
     REFLECTIONS_RECORDED: ReflectionsRecorded,
     OBSERVATIONS_DROPPED: ObservationsDropped,

@@ -165,6 +165,49 @@ class LockSettings(BaseModel):
     )
 
 
+class ErasureSettings(BaseModel):
+    """Erasure jobs (DELETE of a session, a subject or a tenant, and retention) and the
+    retention pass."""
+
+    model_config = _group("Erasure and retention")
+
+    chunk_entries: int = setting(
+        "OM_ERASE_CHUNK_ENTRIES",
+        2000,
+        ge=1,
+        description="Entries an erasure deletes per transaction; smaller chunks give other "
+        "writers the database back sooner, larger ones erase a long session faster.",
+    )
+    pause_s: float = setting(
+        "OM_ERASE_PAUSE_S",
+        0.0,
+        ge=0,
+        description="Seconds an erasure waits between two chunks, leaving the database to "
+        "other tenants meanwhile; 0: no pause (erasures finish soonest).",
+    )
+    retry_after_s: float = setting(
+        "OM_ERASE_RETRY_AFTER_S",
+        120.0,
+        gt=0,
+        description="An erasure job that made no progress for this long (its worker died) is "
+        "published again by the reconciler, which finishes it.",
+    )
+    retention_interval_s: float = setting(
+        "OM_RETENTION_INTERVAL_S",
+        3600.0,
+        gt=0,
+        description="Seconds between two retention passes (Celery beat), each erasing the "
+        "sessions idle longer than their tenant's retention_days.",
+    )
+    retention_batch: int = setting(
+        "OM_RETENTION_BATCH",
+        500,
+        ge=1,
+        description="Sessions one retention pass erases per tenant at most; the rest wait for "
+        "the next pass.",
+    )
+
+
 class DeliverySettings(BaseModel):
     """How long a flush job may run and when its message is given back. The time limits are
     derived from the provider settings unless set; set the soft and hard limits together. The
@@ -403,6 +446,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = Field(default_factory=RedisSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     locks: LockSettings = Field(default_factory=LockSettings)
+    erasure: ErasureSettings = Field(default_factory=ErasureSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     worker: WorkerProcessSettings = Field(default_factory=WorkerProcessSettings)
     fair_queue: FairQueueSettings = Field(default_factory=FairQueueSettings)

@@ -74,6 +74,10 @@ class FlushJobNotFoundError(StoreError, NotFoundError):
     """No flush job with this id for this tenant."""
 
 
+class ErasureJobNotFoundError(StoreError, NotFoundError):
+    """No erasure job with this id for this tenant (or it belongs to another tenant)."""
+
+
 class AlreadyExistsError(StoreError, ConflictError):
     """A create call for an id that is already taken."""
 

@@ -37,7 +37,7 @@ def sessions(
     key: ApiKey = None,
 ) -> None:
     """List the sessions of the key's tenant, newest first, one page at a time (without a
-    command), or export or import one (om sessions export, om sessions import)."""
+    command), or erase, export or import one (om sessions erase, export, import)."""
     if ctx.invoked_subcommand is not None:
         return
     with api_client(api_url, key) as client:

@@ -28,6 +28,7 @@ import typer
 from om_api.cli import (
     admin_commands,
     client_commands,
+    erasure_commands,
     mcp_command,
     portability_commands,
     settings_command,
@@ -63,13 +64,18 @@ keys_app = typer.Typer(
 tenants_app = typer.Typer(
     help="Tenant settings (in the database: --database-url).", no_args_is_help=True
 )
+sessions_app = typer.Typer(
+    help="List the key's tenant's sessions (no command), or erase, export or import one.",
+    invoke_without_command=True,
+)
+subjects_app = typer.Typer(
+    help="End users named by sessions' metadata.subject (through the API).", no_args_is_help=True
+)
 app.add_typer(db_app, name="db")
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(subjects_app, name="subjects")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
-sessions_app = typer.Typer(
-    help="List the key's tenant's sessions (no command), or export and import one."
-)
-app.add_typer(sessions_app, name="sessions")
 app.add_typer(eval_app, name="eval")
 
 
@@ -395,11 +401,16 @@ keys_app.command("create")(admin_commands.keys_create)
 keys_app.command("list")(admin_commands.keys_list)
 keys_app.command("revoke")(admin_commands.keys_revoke)
 tenants_app.command("limits")(admin_commands.tenants_limits)
+tenants_app.command("erase")(erasure_commands.tenants_erase)
+tenants_app.command("retention")(erasure_commands.tenants_retention)
 app.command(name="queue")(admin_commands.queue)
 sessions_app.callback(invoke_without_command=True)(client_commands.sessions)
 sessions_app.command("export")(portability_commands.sessions_export)
 sessions_app.command("import")(portability_commands.sessions_import)
 tenants_app.command("export")(portability_commands.tenants_export)
+app.command(name="audit")(erasure_commands.audit)
+sessions_app.command("erase")(erasure_commands.sessions_erase)
+subjects_app.command("erase")(erasure_commands.subjects_erase)
 for _command in (
     client_commands.link,
     client_commands.unlink,

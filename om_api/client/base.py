@@ -132,6 +132,8 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
     list_sessions = Endpoint(calls.list_sessions)
     entries = Endpoint(calls.entries)
     import_session = Endpoint(calls.import_session)
+    erase_session = Endpoint(calls.erase_session)
+    erase_subject = Endpoint(calls.erase_subject)
     # Flush and jobs ------------------------------------------------------------------------
     flush = Endpoint(calls.flush)
     job = Endpoint(calls.job)

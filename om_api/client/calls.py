@@ -34,6 +34,7 @@ from om_api.schemas import (
     CreateTenantRequest,
     EntriesPage,
     EntryOut,
+    ErasureTicket,
     FlushRequest,
     FlushTicket,
     HealthOut,
@@ -167,8 +168,25 @@ def flush(
     return Call("POST", f"{_session(session_id)}/flush", FlushTicket, json=body.model_dump())
 
 
+def erase_session(session_id: str) -> Call[ErasureTicket]:
+    """Erase a session: at once it is gone to the tenant (:class:`NotFound` on every call),
+    and a worker deletes it and its traces (funnel copies on workspaces, and the memory those
+    derived); the answer names the erasure job (:meth:`wait_for_job`). Asking again answers
+    the same job. :class:`NotFound` for a session the tenant never had."""
+    # A repeated erasure answers the same job: safe to retry.
+    return Call("DELETE", _session(session_id), ErasureTicket)
+
+
+def erase_subject(subject: str) -> Call[ErasureTicket]:
+    """Erase every session whose ``metadata["subject"]`` is ``subject`` (one end user's
+    data), as one erasure job."""
+    path = f"/v1/subjects/{_q(checks.subject('subject', subject))}"
+    # Hiding what is already hidden changes nothing; a retry opens a job with nothing to do.
+    return Call("DELETE", path, ErasureTicket)
+
+
 def job(job_id: str) -> Call[JobOut]:
-    """A flush job's state, timings, counts and redacted error. :class:`NotFound`."""
+    """A flush or erasure job's state, timings, counts and redacted error. :class:`NotFound`."""
     return Call("GET", f"/v1/jobs/{_q(checks.path_id('job_id', job_id))}", JobOut)
 
 

@@ -18,13 +18,14 @@ from typing import Any, Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from om_api.client.core import from_validation, refused
-from om_api.schemas import ENTRY_ID_PATTERN, MEMORY_ID_PATTERN, PATH_ID_PATTERN
+from om_api.schemas import ENTRY_ID_PATTERN, MEMORY_ID_PATTERN, PATH_ID_PATTERN, SUBJECT_PATTERN
 
 M = TypeVar("M", bound=BaseModel)
 
 _PATH_ID: Final = re.compile(PATH_ID_PATTERN)
 _ENTRY_ID: Final = re.compile(ENTRY_ID_PATTERN)
 _MEMORY_ID: Final = re.compile(MEMORY_ID_PATTERN)
+_SUBJECT: Final = re.compile(SUBJECT_PATTERN)
 _SHOWN_CHARS: Final = 60
 """A refused value is quoted up to this many characters (it may be a whole document)."""
 
@@ -56,6 +57,11 @@ def path_id(field: str, value: object) -> str:
     return _matching(
         field, value, _PATH_ID, "an id (1-128 of A-Z a-z 0-9 . _ : -, not '.' or '..')"
     )
+
+
+def subject(field: str, value: object) -> str:
+    """A subject (the end user named by sessions' ``metadata.subject``)."""
+    return _matching(field, value, _SUBJECT, "a subject (1-256 characters, no '/' or whitespace)")
 
 
 def entry_id(field: str, value: object) -> str:

@@ -29,12 +29,23 @@ from om_api.server.logging import (
     configure_logging,
 )
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollector
-from om_api.server.routes import admin, jobs, memory, ops, portability, scopes, sessions
+from om_api.server.routes import (
+    admin,
+    admin_erasure,
+    erasure,
+    jobs,
+    memory,
+    ops,
+    portability,
+    scopes,
+    sessions,
+)
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.fairness import FairQueue
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.jobs.deps import PublishJob
+from om_workers.jobs.reconcile import PublishErasure
 from om_workers.logs import CONTEXT_FIELDS, log_context
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
@@ -191,6 +202,13 @@ def _default_publish_factory() -> PublishJob:
     return publisher(get_app())
 
 
+def _default_erase_publisher() -> PublishErasure:
+    from om_workers.celery.app import get_app
+    from om_workers.celery.tasks import erase_publisher
+
+    return erase_publisher(get_app())
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -198,12 +216,14 @@ def create_app(
     store: SqlStore | None = None,
     redis: redis.Redis | None = None,
     publish: PublishJob | None = None,
+    publish_erasure: PublishErasure | None = None,
 ) -> FastAPI:
     """The API app on ``services``, else on :func:`~om_workers.services.build_services` of
     ``settings`` (default: the ``OM_*`` environment) with ``store``/``redis`` replacing the
     store on ``OM_DATABASE_URL`` (already migrated) and the client on ``OM_REDIS_URL``.
     ``publish`` defaults to the Celery app's publisher behind the fair queue (built on the
-    first flush; :meth:`~om_workers.services.Services.publisher`).
+    first flush; :meth:`~om_workers.services.Services.publisher`); ``publish_erasure`` to
+    the Celery app's ``om.erase`` publisher.
 
     Raises :class:`~om_workers.errors.ConfigError` when no Redis client is given and
     ``OM_REDIS_URL`` is unset (the embedded stack, ``om up``, starts a private Redis and passes
@@ -234,6 +254,9 @@ def create_app(
         metrics=metrics,
         registry=registry,
         publish_factory=publish_factory,
+        erase_publish_factory=(
+            (lambda: publish_erasure) if publish_erasure is not None else _default_erase_publisher
+        ),
         limits=ApiRateLimits(resolved, services.accounts, RateLimiter(services.redis), metrics),
     )
     configure_logging(registry, resolved.log_level)
@@ -249,12 +272,14 @@ def create_app(
     install_error_handlers(app)
     for router in (
         sessions.router,
+        erasure.router,
         jobs.router,
         memory.router,
         scopes.router,
         portability.router,
         ops.router,
         admin.router,
+        admin_erasure.router,
     ):
         app.include_router(router)
     app.add_middleware(

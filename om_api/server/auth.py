@@ -52,12 +52,20 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
     # value is never echoed anywhere, so it needs no redaction.
     state.registry.add(token)
+    request.state.om_key_id = key_id
     bind_log_context(tenant_id=tenant_id)
     # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
     # key never reaches here, so guessing keys cannot fill Redis with buckets.
     template = str(getattr(request.scope.get("route"), "path", request.url.path))
     state.limits.check(tenant_id, key_id, request_class(request.method, template))
     return tenant_id
+
+
+def request_key_id(request: Request) -> str | None:
+    """The id (never the secret) of the API key that authenticated this request, for the audit
+    trail; ``None`` before :func:`require_tenant` ran."""
+    key_id = getattr(request.state, "om_key_id", None)
+    return key_id if isinstance(key_id, str) else None
 
 
 def require_admin(state: State, credentials: Credentials) -> None:

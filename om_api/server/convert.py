@@ -23,7 +23,7 @@ from om_core.policy.fairness import TenantLoad, busiest_first
 from om_core.policy.redaction import normalize_secrets, redact_value
 from om_core.read.context import Context
 from om_core.read.recall import redact_entry
-from om_workers.store import FlushJob, SessionInfo
+from om_workers.store import ErasureJob, FlushJob, SessionInfo
 
 
 def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
@@ -102,6 +102,31 @@ def job_out(job: FlushJob, error: str | None) -> JobOut:
         error=error,
         reason=job.reason,
         prompt_version=job.prompt_version,
+    )
+
+
+def erasure_job_out(job: ErasureJob, error: str | None) -> JobOut:
+    """The wire form of an erasure job (``kind="erasure"``); ``error`` already redacted."""
+    duration = (
+        (job.finished_at - job.started_at).total_seconds()
+        if job.finished_at is not None and job.started_at is not None
+        else None
+    )
+    return JobOut(
+        id=job.id,
+        kind="erasure",
+        erases=job.kind,
+        session_id=job.target,
+        state=job.state,
+        force=False,
+        full_reflection_rebuild=False,
+        attempts=job.attempts,
+        queued_at=job.queued_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        duration_s=duration,
+        counts=dict(job.counts),
+        error=error,
     )
 
 

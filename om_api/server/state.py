@@ -7,6 +7,7 @@ store, Redis, the settings and the memory settings are the process's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,11 @@ from om_core.settings import ObservationalMemorySettings
 from om_workers.config import Settings
 from om_workers.errors import RedisUnavailableError
 from om_workers.jobs.deps import PublishJob
+from om_workers.jobs.reconcile import PublishErasure
 from om_workers.services import Services
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,7 +40,9 @@ class ApiState:
     registry: SecretRegistry
     publish_factory: Callable[[], PublishJob]
     limits: ApiRateLimits
+    erase_publish_factory: Callable[[], PublishErasure] | None = None
     _publish: PublishJob | None = None
+    _publish_erasure: PublishErasure | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -87,6 +93,22 @@ class ApiState:
                 raise RedisUnavailableError(f"could not publish om.flush: {exc}") from exc
 
         return guarded
+
+    def publish_erasure(self, job_id: str) -> bool:
+        """Send ``om.erase`` for the job; False (logged) when the broker refused: the job row
+        is durable, and the reconciler publishes it again (``OM_ERASE_RETRY_AFTER_S``)."""
+        try:
+            with self._lock:
+                if self._publish_erasure is None:
+                    if self.erase_publish_factory is None:
+                        return False
+                    self._publish_erasure = self.erase_publish_factory()
+                publish = self._publish_erasure
+            publish(job_id)
+        except Exception:
+            log.warning("could not publish om.erase for %s; the reconciler will", job_id)
+            return False
+        return True
 
     def invalidated_ids(self, tenant_id: str, session_id: str) -> frozenset[str]:
         """Entry ids revoked in this session (its tombstone scope)."""

@@ -18,7 +18,7 @@ import redis
 from om_workers.celery import startup
 from om_workers.celery.config import create_celery_app
 from om_workers.celery.limits import broker_of, broker_url, time_limits
-from om_workers.celery.tasks import RECONCILE_TASK, publisher, register
+from om_workers.celery.tasks import RECONCILE_TASK, RETENTION_TASK, publisher, register
 from om_workers.config import get_settings
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
@@ -30,7 +30,8 @@ from om_workers.store import SqlStore
 
 @lru_cache(maxsize=1)
 def get_app() -> Any:
-    """The process's Celery app with ``om.flush``, ``om.reconcile`` and the beat schedule.
+    """The process's Celery app with ``om.flush``, ``om.erase``, ``om.reconcile``,
+    ``om.retention`` and the beat schedule.
 
     The broker is ``OM_BROKER_URL`` when set, else ``OM_REDIS_URL`` (see
     :mod:`om_workers.celery.config` for what each gets). Raises :class:`ConfigError` when
@@ -54,7 +55,14 @@ def get_app() -> Any:
             unacked_restore_interval=max(1.0, min(10.0, limits.visibility_timeout_s / 4)),
         )
     app.conf.beat_schedule = {
-        RECONCILE_TASK: {"task": RECONCILE_TASK, "schedule": settings.delivery.reconcile_interval_s}
+        RECONCILE_TASK: {
+            "task": RECONCILE_TASK,
+            "schedule": settings.delivery.reconcile_interval_s,
+        },
+        RETENTION_TASK: {
+            "task": RETENTION_TASK,
+            "schedule": settings.erasure.retention_interval_s,
+        },
     }
     register(app, worker_deps)
     startup.connect(worker_deps)

@@ -1,4 +1,4 @@
-"""The Celery tasks ``om.flush`` and ``om.reconcile``: adapters of the job bodies in
+"""The Celery tasks ``om.flush``, ``om.erase`` and ``om.reconcile``: adapters of the job bodies in
 :mod:`om_workers.jobs`, and what to do with a message whose job could not run.
 
 Each task takes the process's :class:`~om_workers.jobs.deps.FlushDeps` from the factory it was
@@ -28,13 +28,19 @@ from om_workers.coordination import keys, liveness
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.jobs.deps import FlushDeps, PublishJob
+from om_workers.jobs.erase import run_erasure_job
 from om_workers.jobs.flush import FlushOutcome, run_flush_job
-from om_workers.jobs.reconcile import reconcile_once
+from om_workers.jobs.reconcile import PublishErasure, reconcile_once
+from om_workers.jobs.retention import run_retention_pass
 from om_workers.logs import log_context
+from om_workers.store import AccountStore
+from om_workers.store.unit_of_work import utc_now
 
 log = logging.getLogger(__name__)
 
 FLUSH_TASK: Final = "om.flush"
+ERASE_TASK: Final = "om.erase"
+RETENTION_TASK: Final = "om.retention"
 RECONCILE_TASK: Final = "om.reconcile"
 RETRY_COUNTDOWN_S: Final = 5.0
 """Wait before retrying a flush whose Redis or database was unreachable; far below any
@@ -53,6 +59,16 @@ def publisher(app: Any) -> PublishJob:
     return publish
 
 
+def erase_publisher(app: Any) -> PublishErasure:
+    """Sends ``om.erase`` for an erasure job id through ``app`` (straight to the broker: an
+    erasure is rare and must not wait behind a tenant's flush backlog)."""
+
+    def publish(job_id: str) -> None:
+        app.send_task(ERASE_TASK, args=[job_id], queue=QUEUE)
+
+    return publish
+
+
 def fair_publisher(deps: FlushDeps) -> FairPublisher | None:
     """The process's fair-queue publisher, ``None`` when fair queueing is off."""
     return deps.publish if isinstance(deps.publish, FairPublisher) else None
@@ -67,10 +83,19 @@ def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
     def flush(self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False) -> str:
         return flush_task(self, deps(), tenant_id, session_id, job_id, force)
 
+    def erase(job_id: str) -> str:
+        return erase_task(deps(), job_id)
+
     def reconcile() -> dict[str, list[str]]:
-        return reconcile_task(deps())
+        return reconcile_task(deps(), erase_publisher(app))
 
     app.task(name=FLUSH_TASK, bind=True)(flush)
+
+    def retention() -> dict[str, str]:
+        return retention_task(deps(), erase_publisher(app))
+
+    app.task(name=ERASE_TASK)(erase)
+    app.task(name=RETENTION_TASK)(retention)
     app.task(name=RECONCILE_TASK)(reconcile)
 
 
@@ -167,7 +192,34 @@ def _redelivered_into_a_held_lock(
     return min(ceiling, max(1, math.ceil(wait_ms / 1000)))
 
 
-def reconcile_task(deps: FlushDeps) -> dict[str, list[str]]:
+def erase_task(deps: FlushDeps, job_id: str) -> str:
+    """``om.erase``: run one erasure job (:func:`om_workers.jobs.erase.run_erasure_job`) with
+    this process's store and Redis; its outcome and counts, for Flower (ids and numbers only)."""
+    erasure = get_settings().erasure
+    with log_context(job_id=job_id):
+        run = run_erasure_job(
+            deps.store,
+            deps.redis,
+            job_id,
+            chunk=erasure.chunk_entries,
+            pause_s=erasure.pause_s,
+            secrets=deps.secrets,
+        )
+    counts = ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))
+    return f"{run.outcome}: {counts}" if counts else run.outcome
+
+
+def retention_task(deps: FlushDeps, publish_erasure: PublishErasure) -> dict[str, str]:
+    """``om.retention``: one retention pass (:func:`om_workers.jobs.retention.run_retention_pass`);
+    tenant id -> the erasure job opened for it, for Flower."""
+    accounts = AccountStore(deps.store.engine)
+    batch = get_settings().erasure.retention_batch
+    return run_retention_pass(deps.store, accounts, publish_erasure, now=utc_now(), batch=batch)
+
+
+def reconcile_task(
+    deps: FlushDeps, publish_erasure: PublishErasure | None = None
+) -> dict[str, list[str]]:
     """``om.reconcile``: one :func:`~om_workers.jobs.reconcile.reconcile_once` pass with this
     process's settings; what it republished, failed and requested, for Flower."""
     settings = get_settings()
@@ -179,8 +231,11 @@ def reconcile_task(deps: FlushDeps) -> dict[str, list[str]]:
         stuck_job_s=stuck_job_age_s(settings),
         lost_after_s=liveness.ttl_s(settings.locks.ttl_s),
         unobserved_threshold=unobserved_threshold(settings),
+        publish_erasure=publish_erasure,
+        erase_retry_after_s=settings.erasure.retry_after_s,
     )
     return {
+        "erasures": list(report.erasures),
         "republished": list(report.republished),
         "failed_jobs": list(report.failed_jobs),
         "requested": list(report.requested),
@@ -188,11 +243,16 @@ def reconcile_task(deps: FlushDeps) -> dict[str, list[str]]:
 
 
 __all__ = [
+    "ERASE_TASK",
     "FLUSH_TASK",
     "RECONCILE_TASK",
+    "RETENTION_TASK",
+    "erase_publisher",
+    "erase_task",
     "fair_publisher",
     "flush_task",
     "publisher",
     "reconcile_task",
     "register",
+    "retention_task",
 ]

@@ -84,6 +84,16 @@ def lock_key(tenant_id: str, session_id: str) -> str:
     return f"{PREFIX}lock:{_part(tenant_id)}:{_part(session_id)}"
 
 
+def session_keys(tenant_id: str, session_id: str) -> tuple[str, ...]:
+    """Every key that belongs to one session alone (its ``pending`` marker and its lock):
+    what erasing the session deletes. The fair queue's entries name a session's flush jobs by
+    id only and drain as their messages run (an erased session's jobs end ``skipped``).
+
+    Raises ``ValueError`` for an empty id.
+    """
+    return (pending_key(tenant_id, session_id), lock_key(tenant_id, session_id))
+
+
 WORKER_PREFIX: Final = f"{PREFIX}worker:"
 """Prefix of the liveness keys; the lock script builds the holder's key from it."""
 

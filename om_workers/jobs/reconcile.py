@@ -23,12 +23,16 @@ held by jobs whose message was lost), then heals, in order:
    every pass. This is what recovers a Redis restart (the embedded Redis keeps nothing on disk, so
    every marker and queued message is gone) and a request that never reached Redis at all.
 
+5. erasure jobs that made no progress for ``erase_retry_after_s`` (their worker died, or their
+   message was lost): ``om.erase`` is published again, and the job finishes what is left.
+
 Every re-request goes through :func:`om_workers.jobs.requests.request_flush`, so it coalesces with
 whatever is already pending, and a duplicate publish is skipped by the job row's state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -54,6 +58,8 @@ from om_workers.store import (
 from om_workers.store.unit_of_work import utc_now
 
 LOST_JOB_ERROR = "worker lost: its session lock expired or its holder died; swept by the reconciler"
+PublishErasure = Callable[[str], None]
+"""Publishes ``om.erase`` for an erasure job id."""
 DEFAULT_SCAN_LIMIT = 500
 """Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
 never floods the queue after an outage."""
@@ -67,13 +73,14 @@ class ReconcileReport:
     a swept one, published again; ``failed_jobs``: job ids swept as
     failed; ``requested``: job ids of new jobs published for swept or backlogged sessions
     (coalesced requests add none); ``backed_off``: backlogged session ids left for a later
-    pass because their jobs keep failing.
+    pass because their jobs keep failing; ``erasures``: erasure job ids published again.
     """
 
     republished: tuple[str, ...]
     failed_jobs: tuple[str, ...]
     requested: tuple[str, ...] = ()
     backed_off: tuple[str, ...] = ()
+    erasures: tuple[str, ...] = ()
 
 
 def reconcile_once(
@@ -88,6 +95,8 @@ def reconcile_once(
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     failure_backoff_base_s: float = timing.FAILURE_BACKOFF_POLICY.base_s,
     failure_backoff_cap_s: float = timing.FAILURE_BACKOFF_POLICY.cap_s,
+    publish_erasure: PublishErasure | None = None,
+    erase_retry_after_s: float = 120.0,
 ) -> ReconcileReport:
     """Run the four healing steps of the module docstring once.
 
@@ -101,7 +110,9 @@ def reconcile_once(
     ``unobserved_threshold``: tokens (``observation.messageTokens``) from which a session with
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
-    failures (seconds). Also sets the pending-flush gauges from its scan.
+    failures (seconds); ``publish_erasure``: sends ``om.erase`` again for erasure jobs without
+    progress for ``erase_retry_after_s`` seconds (``None`` skips step 5). Also sets the
+    pending-flush gauges from its scan.
 
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
@@ -136,7 +147,15 @@ def reconcile_once(
                 backed_off.append(ref.session_id)
             elif job := _request(store, client, publish, ref):
                 requested.append(job)
-    return ReconcileReport(tuple(republished), failed, tuple(requested), tuple(backed_off))
+    erasures: tuple[str, ...] = ()
+    if publish_erasure is not None:
+        stalled_before = utc_now() - timedelta(seconds=erase_retry_after_s)
+        erasures = store.erasure.unfinished_jobs(stalled_before, scan_limit)
+        for job_id in erasures:
+            publish_erasure(job_id)
+    return ReconcileReport(
+        tuple(republished), failed, tuple(requested), tuple(backed_off), erasures
+    )
 
 
 def _fail_lost(
@@ -222,4 +241,4 @@ def _request_after_sweep(
     return ""
 
 
-__all__ = ["DEFAULT_SCAN_LIMIT", "ReconcileReport", "reconcile_once"]
+__all__ = ["DEFAULT_SCAN_LIMIT", "PublishErasure", "ReconcileReport", "reconcile_once"]

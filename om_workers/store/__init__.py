@@ -9,6 +9,7 @@ to the entry callbacks in-process helpers take).
 """
 
 from om_workers.store.accounts import AccountStore
+from om_workers.store.audit import AuditEvent
 from om_workers.store.engine import create_store_engine, normalize_database_url
 from om_workers.store.listing import MAX_SESSIONS_LIMIT
 from om_workers.store.memory_unit_of_work import SqlMemoryUnitOfWork
@@ -42,6 +43,7 @@ from om_workers.store.records import (
     Tenant,
 )
 from om_workers.store.repositories import tombstone_scope
+from om_workers.store.repositories.erasure import ErasureJob, ErasureKind, ErasureTarget
 from om_workers.store.store import MAX_PAGE_LIMIT, SqlStore
 from om_workers.store.unit_of_work import SqlReadUnitOfWork, SqlUnitOfWork
 
@@ -51,8 +53,12 @@ __all__ = [
     "AccountStore",
     "ApiKeyInfo",
     "AppendResult",
+    "AuditEvent",
     "ContextState",
     "CreatedApiKey",
+    "ErasureJob",
+    "ErasureKind",
+    "ErasureTarget",
     "FailureStreak",
     "FlushJob",
     "JobRef",

@@ -1,4 +1,5 @@
-"""Account administration: tenants, API keys and rate-limit overrides.
+"""Account administration: tenants, API keys, rate-limit overrides, retention and the audit
+trail.
 
 :class:`AccountStore` works on the same engine as the session store but is no part of a
 session's transaction: each method is its own short transaction (foreign errors translated at
@@ -20,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
 
+from om_core.errors import InvalidInputError
 from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass
 from om_workers.errors import (
     ApiKeyNotFoundError,
@@ -27,6 +29,7 @@ from om_workers.errors import (
     TenantExistsError,
     TenantNotFoundError,
 )
+from om_workers.store.audit import MAX_AUDIT_PAGE, AuditEvent, audit_page, insert_audit
 from om_workers.store.engine import create_store_engine, read_transaction, write_transaction
 from om_workers.store.records import ApiKeyInfo, CreatedApiKey, Tenant, as_utc, as_utc_or_none
 from om_workers.store.schema import api_keys, tenants
@@ -74,6 +77,16 @@ _TENANT = select(tenants.c.id, tenants.c.name, tenants.c.created_at).where(
     tenants.c.id == bindparam("tenant_id")
 )
 _INSERT_TENANT = insert(tenants)
+_RETENTION = select(tenants.c.retention_days).where(tenants.c.id == bindparam("tenant_id"))
+_SET_RETENTION = (
+    update(tenants)
+    .where(tenants.c.id == bindparam("tenant_id"))
+    .values(retention_days=bindparam("days"))
+)
+_RETAINING = select(tenants.c.id, tenants.c.retention_days).where(
+    tenants.c.retention_days.is_not(None)
+)
+MAX_RETENTION_DAYS = 36_500
 _INSERT_KEY = insert(api_keys)
 _RESOLVE = select(api_keys.c.tenant_id, api_keys.c.id).where(
     api_keys.c.key_hash == bindparam("key_hash"), api_keys.c.revoked_at.is_(None)
@@ -268,3 +281,72 @@ class AccountStore:
         if row is None:
             raise ApiKeyNotFoundError(f"no API key {key_id!r}")
         return _key_info(row)
+
+    # Retention and the audit trail ----------------------------------------------------------
+
+    def get_retention_days(self, tenant_id: str) -> int | None:
+        """Days a session of the tenant may stay idle before the retention pass erases it;
+        ``None``: kept for ever. Raises :class:`TenantNotFoundError`."""
+        with self._read() as connection:
+            row = connection.execute(_RETENTION, {"tenant_id": tenant_id}).first()
+        if row is None:
+            raise TenantNotFoundError(f"no tenant {tenant_id!r}")
+        return None if row.retention_days is None else int(row.retention_days)
+
+    def set_retention_days(self, tenant_id: str, days: int | None) -> None:
+        """Set (``None``: clear) the tenant's ``retention_days``. Raises
+        :class:`TenantNotFoundError`, :class:`~om_core.errors.InvalidInputError` for days
+        outside ``1..MAX_RETENTION_DAYS``."""
+        if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+            raise InvalidInputError(f"retention days must be 1..{MAX_RETENTION_DAYS}, got {days}")
+        with self._write() as connection:
+            _require_tenant(connection, tenant_id)
+            connection.execute(_SET_RETENTION, {"tenant_id": tenant_id, "days": days})
+
+    def retention_policies(self) -> dict[str, int]:
+        """Every tenant with a retention period: tenant id -> days."""
+        with self._read() as connection:
+            return {row.id: int(row.retention_days) for row in connection.execute(_RETAINING)}
+
+    def record_audit(
+        self,
+        tenant_id: str,
+        key_id: str | None,
+        action: str,
+        target: str,
+        outcome: str,
+        *,
+        job_id: str | None = None,
+    ) -> None:
+        """Append one event to the audit trail, in its own transaction (see
+        :mod:`om_workers.store.audit`: ``action`` is an open set, ``erase``, ``export``,
+        ``import`` and ``retention`` among it; ``target`` the session id, subject or tenant;
+        ``outcome`` e.g. ``accepted``, ``succeeded``, ``failed``, ``refused``). Never pass
+        content. Raises :class:`~om_core.errors.InvalidInputError` for an empty or over-long
+        action, target or outcome."""
+        for name, value, limit in (
+            ("action", action, 32),
+            ("target", target, 256),
+            ("outcome", outcome, 32),
+        ):
+            if not value or len(value) > limit:
+                raise InvalidInputError(f"audit {name} must be 1..{limit} characters")
+        with self._write() as connection:
+            insert_audit(
+                connection,
+                tenant_id,
+                key_id,
+                action,
+                target,
+                outcome,
+                job_id=job_id,
+                now=self._clock(),
+            )
+
+    def audit_events(self, tenant_id: str | None = None, limit: int = 100) -> list[AuditEvent]:
+        """The newest ``limit`` (1..``MAX_AUDIT_PAGE``) audit events, of one tenant or of all.
+        Raises :class:`~om_core.errors.InvalidInputError` for a limit out of range."""
+        if not 1 <= limit <= MAX_AUDIT_PAGE:
+            raise InvalidInputError(f"limit must be 1..{MAX_AUDIT_PAGE}, got {limit}")
+        with self._read() as connection:
+            return audit_page(connection, tenant_id, limit)

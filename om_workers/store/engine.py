@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -126,6 +127,10 @@ def _configure_sqlite(engine: Engine) -> None:
             cursor.execute("PRAGMA foreign_keys=ON")
             # Durable at every checkpoint, and much faster than FULL in WAL mode.
             cursor.execute("PRAGMA synchronous=NORMAL")
+            # Deleted and overwritten content is zeroed in the file, not left in free pages:
+            # erased text must not survive in the database's bytes (erasure.py checkpoints the
+            # WAL after each erasure so the old page images leave it too).
+            cursor.execute("PRAGMA secure_delete=ON")
         finally:
             cursor.close()
 
@@ -167,3 +172,35 @@ def read_transaction(engine: Engine) -> Iterator[Connection]:
     waits for the writers' queue (WAL readers go on while one writes)."""
     with engine.connect() as connection, connection.begin():
         yield connection
+
+
+CHECKPOINT_ATTEMPTS = 20
+CHECKPOINT_PAUSE_S = 0.05
+
+
+def checkpoint_wal(engine: Engine) -> bool:
+    """On SQLite, copy the write-ahead log into the database and truncate it to zero bytes
+    (``PRAGMA wal_checkpoint(TRUNCATE)``), so page images it held (erased text among them) are
+    in no file any more. A reader in the middle of a transaction blocks it: tried up to
+    ``CHECKPOINT_ATTEMPTS`` times, ``CHECKPOINT_PAUSE_S`` apart. True when it completed; on
+    PostgreSQL (nothing to do) always True. Raises SQLAlchemy's errors (callers translate).
+    """
+    writers = _WRITE_LOCKS.get(engine)
+    if writers is None:
+        return True
+    for attempt in range(CHECKPOINT_ATTEMPTS):
+        # Outside any transaction (a checkpoint cannot run inside one), at the head of the
+        # writers' queue so this process's own writers do not race it.
+        with writers.held():
+            raw = engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                cursor.close()
+            finally:
+                raw.close()
+        if busy is not None and int(busy[0]) == 0:
+            return True
+        if attempt + 1 < CHECKPOINT_ATTEMPTS:
+            time.sleep(CHECKPOINT_PAUSE_S)
+    return False

@@ -66,7 +66,9 @@ def listing_query(
 ) -> Select[Any]:
     """The statement of one page: the tenant's sessions strictly after position ``after``
     (``(created_at, id)``) in newest-first order, at most ``limit``."""
-    query = select(sessions).where(sessions.c.tenant_id == tenant_id)
+    query = select(sessions).where(
+        sessions.c.tenant_id == tenant_id, sessions.c.erased_at.is_(None)
+    )
     if after is not None:
         created_at, session_id = after
         # A row comparison, so both backends serve it as one range of the index.

@@ -93,6 +93,9 @@ tenants = Table(
     # Per-class rate-limit overrides set by an admin ({"appends": {"rate_per_s": .., "burst":
     # ..}, ...}); NULL or an absent class: the OM_RATE_* defaults.
     Column("rate_limits", Json, nullable=True),
+    # Sessions idle (no append) longer than this many days are erased by the retention pass;
+    # NULL: kept for ever (the default).
+    Column("retention_days", Integer, nullable=True),
 )
 
 api_keys = Table(
@@ -122,6 +125,9 @@ sessions = Table(
     # The funnel's link (om_workers/store/funnel.py): the id of a session of the same tenant
     # that receives a copy of every observable message appended here; NULL when unlinked.
     Column("workspace_id", String(ID_LENGTH), nullable=True),
+    # Set when the session was erased (om_workers/store/erasure.py): from then on its row
+    # carries a name no API id can take, so no route finds it, until a worker deletes it.
+    Column("erased_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("tenant_id", "id", name="uq_sessions_tenant_id_id"),
     # Listing a tenant's sessions newest first (om_workers/store/listing.py).
     Index("ix_sessions_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
@@ -207,4 +213,67 @@ tombstones = Table(
     Column("entry_id", String(ID_LENGTH), primary_key=True),
     Column("corrected", Boolean, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# Erasure jobs are not owned by the tenant row (no foreign key): erasing a whole tenant deletes
+# that row, and the job that did it must still be readable by the admin who asked.
+erasure_jobs = Table(
+    "erasure_jobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
+    # session | subject | tenant | retention
+    Column("kind", String(16), nullable=False),
+    # The session id, the subject, or the tenant id the job erases ("" for retention).
+    Column("target", String(ID_LENGTH), nullable=False),
+    Column("key_id", String(32), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("queued_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    # Last progress of the worker running it; the reconciler publishes a job again once this
+    # (or queued_at, before any) is older than OM_ERASE_RETRY_AFTER_S.
+    Column("touched_at", DateTime(timezone=True), nullable=True),
+    Column("counts", Json, nullable=False),
+    Column("error", Text, nullable=True),
+    Index("ix_erasure_jobs_tenant_id_kind_target", "tenant_id", "kind", "target"),
+    Index("ix_erasure_jobs_state_queued_at", "state", "queued_at"),
+)
+
+# The sessions an erasure job still has to delete physically: one row per session, written in
+# the transaction that hid the session, deleted in the one that removes its last row. The
+# session's own id is kept here (its row was renamed) to find its Redis keys and funnel copies.
+erasure_targets = Table(
+    "erasure_targets",
+    metadata,
+    Column(
+        "job_id",
+        String(64),
+        ForeignKey("erasure_jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("session_pk", SurrogateKey, primary_key=True),
+    Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
+    Column("session_id", String(ID_LENGTH), nullable=False),
+    # "Is this id still being erased?" when a session of that id is created.
+    Index("ix_erasure_targets_tenant_id_session_id", "tenant_id", "session_id"),
+)
+
+# Who did what to which data, and how it ended; never content. Not owned by the tenant row:
+# the record of a tenant's erasure outlives the tenant.
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("pk", SurrogateKey, primary_key=True, autoincrement=True),
+    Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
+    # The API key that asked; NULL for an admin (OM_ADMIN_TOKEN) or the retention pass.
+    Column("key_id", String(32), nullable=True),
+    # erase | export | import | retention (an open set: see om_workers/store/audit.py)
+    Column("action", String(32), nullable=False),
+    Column("target", String(ID_LENGTH), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("job_id", String(64), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_audit_events_tenant_id_created_at", "tenant_id", "created_at"),
 )

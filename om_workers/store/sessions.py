@@ -41,6 +41,13 @@ class SessionService(Service):
                 uow.sessions.require_tenant(tenant_id)
                 if uow.sessions.exists(tenant_id, new_id):
                     raise SessionExistsError(f"session {new_id!r} already exists")
+                if uow.erasure.is_pending(tenant_id, new_id):
+                    # Its erasure would take the new session's funnel copies and Redis keys
+                    # for the old one's.
+                    raise SessionExistsError(
+                        f"session {new_id!r} is being erased; create it again once its "
+                        "erasure job has succeeded"
+                    )
                 if workspace is not None:
                     check_link(uow, tenant_id, new_id, workspace)
                 uow.sessions.insert(

@@ -20,6 +20,7 @@ from om_core.ledger.models import SessionEntry
 from om_core.portability import EntryCheck
 from om_workers.config import Settings, get_settings
 from om_workers.store.engine import create_store_engine
+from om_workers.store.erasure import ErasureService
 from om_workers.store.jobs import JobService
 from om_workers.store.portability import EXPORT_PAGE, ExportItem, PortabilityService
 from om_workers.store.records import (
@@ -65,6 +66,7 @@ class SqlStore:
         self._reads = SessionReads(units)
         self._jobs = JobService(units)
         self._portability = PortabilityService(units)
+        self._erasure = ErasureService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -75,6 +77,12 @@ class SqlStore:
     def from_settings(cls, settings: Settings | None = None) -> SqlStore:
         """A store on ``OM_DATABASE_URL`` (or the given settings' ``database_url``)."""
         return cls.from_url((settings or get_settings()).store.url)
+
+    @property
+    def erasure(self) -> ErasureService:
+        """Erasure: hiding sessions at once, deleting them for good, the audit trail
+        (:mod:`om_workers.store.erasure`)."""
+        return self._erasure
 
     @property
     def engine(self) -> Engine:

@@ -2,7 +2,8 @@
 
 ``with uow:`` opens the transaction; inside it ``uow.sessions``, ``uow.entries``,
 ``uow.memory`` (snapshot, items, the flush's view, the context state), ``uow.jobs``,
-``uow.tombstones`` and ``uow.links`` (the funnel) run their statements on its connection;
+``uow.tombstones``, ``uow.links`` (the funnel), ``uow.erasure`` and ``uow.erased_rows``
+(erasure) run their statements on its connection;
 ``uow.commit()`` ends it. Leaving the block without a commit rolls the transaction back, so an
 operation that raises part-way writes nothing. :class:`SqlReadUnitOfWork` is the form for
 reads: it cannot commit, and on SQLite it never waits for the writers' queue (WAL readers go on
@@ -37,6 +38,8 @@ from om_workers.errors import StoreError, StoreUnavailableError
 from om_workers.store.engine import writer_connection
 from om_workers.store.repositories import (
     EntryRepository,
+    ErasedRowsRepository,
+    ErasureRepository,
     JobRepository,
     LinkRepository,
     MemoryRepository,
@@ -98,6 +101,8 @@ class SqlReadUnitOfWork:
     jobs: JobRepository
     tombstones: TombstoneRepository
     links: LinkRepository
+    erasure: ErasureRepository
+    erased_rows: ErasedRowsRepository
 
     def __init__(
         self,
@@ -133,6 +138,8 @@ class SqlReadUnitOfWork:
         self.jobs = JobRepository(connection)
         self.tombstones = TombstoneRepository(connection)
         self.links = LinkRepository(connection)
+        self.erasure = ErasureRepository(connection)
+        self.erased_rows = ErasedRowsRepository(connection)
         return self
 
     def __exit__(

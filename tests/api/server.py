@@ -24,9 +24,11 @@ START_TIMEOUT_S = 10.0
 
 @dataclass
 class Published:
-    """A recording ``publish``: every (tenant, session, job) the API asked to send."""
+    """A recording ``publish``: every (tenant, session, job) the API asked to send, and every
+    erasure job id it asked ``om.erase`` for."""
 
     calls: list[tuple[str, str, str]] = field(default_factory=list)
+    erasures: list[str] = field(default_factory=list)
 
     def __call__(self, tenant_id: str, session_id: str, job_id: str) -> None:
         self.calls.append((tenant_id, session_id, job_id))
@@ -85,7 +87,13 @@ def serve(
     """Run the app under uvicorn in a thread until the block ends; ``publish`` replaces the
     recording publisher (``published`` then stays empty); ``routers`` are mounted too (test
     routes that reach the real store in ways no public route does)."""
-    app = create_app(settings, store=store, redis=client, publish=publish or published)
+    app = create_app(
+        settings,
+        store=store,
+        redis=client,
+        publish=publish or published,
+        publish_erasure=published.erasures.append,
+    )
     for router in routers:
         app.include_router(router)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")

@@ -31,6 +31,7 @@ REFUSED_SCOPE_IDS = [".", "..", "a/b", "a..b", "...", ""]
 
 SESSION_ROUTES = {
     ("GET", "/v1/sessions/{session_id}"),
+    ("DELETE", "/v1/sessions/{session_id}"),
     ("PUT", "/v1/sessions/{session_id}/link"),
     ("DELETE", "/v1/sessions/{session_id}/link"),
     ("POST", "/v1/sessions/{session_id}/entries"),
@@ -131,6 +132,10 @@ def test_every_accepted_session_id_works_in_every_route(backend_api: LiveApi) ->
             assert om.get_session(sid).id == sid
             assert om.recall(sid, OBS_ID).found
             assert om.status(sid).recorded_observations == 2
+    # Erasure last: every id is erased, and is gone at once.
+    for sid in EDGE_IDS:
+        _ok(client.delete(f"/v1/sessions/{sid}"), 202)
+        assert client.get(f"/v1/sessions/{sid}").status_code == 404
 
 
 def test_ids_a_url_would_rewrite_are_refused_at_creation(backend_api: LiveApi) -> None:

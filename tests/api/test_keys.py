@@ -23,6 +23,7 @@ PATH_VALUES = {
     "scope_id": "task",
     "memory_id": "0123456789ab",
     "job_id": "j",
+    "subject": "someone",
 }
 
 
@@ -73,7 +74,8 @@ def test_keys_are_listed_by_id_and_prefix_never_the_key(backend_api: LiveApi) ->
         assert made["key"] not in listed.text and hash_api_key(made["key"]) not in listed.text
         assert admin.get("/v1/admin/tenants/nobody/keys").status_code == 404
         assert admin.post("/v1/admin/keys/0000000000000000/revoke").status_code == 404
-        assert admin.get("/v1/admin/tenants/./keys").status_code in (404, 422)
+        # Clients resolve the dot away: /v1/admin/tenants/keys names no route GET answers.
+        assert admin.get("/v1/admin/tenants/./keys").status_code in (404, 405, 422)
     with httpx.Client(base_url=backend_api.url, headers=_bearer(made["key"])) as tenant:
         # A tenant key is not the admin token.
         assert tenant.get(f"/v1/admin/tenants/{tenant_id}/keys").status_code == 401

@@ -239,3 +239,27 @@ def test_an_export_redacts_known_secrets(api: LiveApi) -> None:
     content = a.get("/v1/sessions/leak/export").content
     assert ADMIN_TOKEN.encode() not in content
     assert b"the admin token is" in content
+
+
+def test_exports_and_imports_are_in_the_audit_trail_without_content(api: LiveApi) -> None:
+    source, a = api.tenant()
+    target, b = api.tenant()
+    seeded_session(a, "audited", "u")
+    content = a.get("/v1/sessions/audited/export").content
+    assert import_(b, "audited", content).status_code == 201
+    assert import_(b, "broken", b"not json\n").status_code == 422
+    with api.admin() as admin:
+        assert admin.get(f"/v1/admin/tenants/{source}/export").status_code == 200
+        exported = admin.get("/v1/admin/audit", params={"tenant": source}).json()["events"]
+        imported = admin.get("/v1/admin/audit", params={"tenant": target}).json()["events"]
+    assert [(e["action"], e["target"], e["outcome"]) for e in exported] == [
+        ("export", source, "accepted"),
+        ("export", "audited", "accepted"),
+    ]
+    assert exported[0]["key_id"] is None and exported[1]["key_id"] is not None
+    assert [(e["action"], e["target"], e["outcome"]) for e in imported] == [
+        ("import", "broken", "refused"),
+        ("import", "audited", "succeeded"),
+    ]
+    assert all(e["key_id"] for e in imported)
+    assert b"not json" not in json.dumps(imported).encode()

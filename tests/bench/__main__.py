@@ -12,6 +12,7 @@ import time
 from . import (
     bench_coalesce,
     bench_context,
+    bench_erase,
     bench_fairness,
     bench_fidelity,
     bench_fold,
@@ -31,6 +32,7 @@ BENCHMARKS = [
     bench_locomo,
     bench_history,
     bench_fairness,
+    bench_erase,
     bench_portability,
 ]
 

@@ -1,4 +1,4 @@
-"""11. Export and import: a 100,000-entry session against a 1,000-entry one, on SQLite.
+"""12. Export and import: a 100,000-entry session against a 1,000-entry one, on SQLite.
 
 Each session is a consolidated history (chat messages with the observation, reflection and
 drop records a service that kept up would have written). Export: the store's paged export
@@ -82,7 +82,7 @@ def _measure(
 
 
 def run() -> Section:
-    section = Section("11. Export and import (SQLite store, 100,000 against 1,000 entries)")
+    section = Section("12. Export and import (SQLite store, 100,000 against 1,000 entries)")
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         url = f"sqlite:///{root / 'om.db'}"

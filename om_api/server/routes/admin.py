@@ -118,6 +118,7 @@ def export_tenant(state: State, _: Admin, tenant_id: TenantPath) -> Response:
     another (each from its ``om.export.header`` to its ``om.export.end`` line), streamed; each
     session imports with ``POST /v1/sessions/{id}/import``. 404 for an unknown tenant."""
     state.accounts.get_tenant(tenant_id)
+    state.accounts.record_audit(tenant_id, None, "export", tenant_id, "accepted")
     return StreamingResponse(
         tenant_export_lines(state.store, tenant_id, state.secrets), media_type=NDJSON
     )

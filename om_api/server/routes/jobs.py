@@ -14,11 +14,11 @@ from fastapi.responses import JSONResponse
 
 from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut
 from om_api.server.auth import TenantId
-from om_api.server.convert import job_out
+from om_api.server.convert import erasure_job_out, job_out
 from om_api.server.logging import bind_log_context, redact_text
 from om_api.server.routes import JobPath, SessionPath, error_answers
 from om_api.server.state import State
-from om_workers.errors import CoordinationError
+from om_workers.errors import CoordinationError, FlushJobNotFoundError
 from om_workers.jobs.requests import request_flush
 
 router = APIRouter(prefix="/v1", tags=["flush"])
@@ -70,8 +70,13 @@ def flush(
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
 def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
-    """A flush job's state (queued, running, succeeded, failed, skipped), timings, counts and
-    redacted error. 404 for an unknown job or another tenant's."""
-    job = state.store.get_job(tenant_id, job_id)
+    """A flush or erasure job's state (queued, running, succeeded, failed, skipped), timings,
+    counts and redacted error. 404 for an unknown job or another tenant's."""
+    try:
+        job = state.store.get_job(tenant_id, job_id)
+    except FlushJobNotFoundError:
+        erasure = state.store.erasure.get_job(tenant_id, job_id)
+        error = redact_text(erasure.error, state.secrets) if erasure.error is not None else None
+        return erasure_job_out(erasure, error)
     error = redact_text(job.error, state.secrets) if job.error is not None else None
     return job_out(job, error)

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import ImportOut
-from om_api.server.auth import TenantId
+from om_api.server.auth import TenantId, request_key_id
 from om_api.server.convert import session_out
 from om_api.server.portability import (
     NDJSON,
@@ -23,6 +23,7 @@ from om_api.server.portability import (
 )
 from om_api.server.routes import SessionPath, error_answers
 from om_api.server.state import State
+from om_core.errors import ObservationalMemoryError
 
 router = APIRouter(prefix="/v1", tags=["portability"])
 
@@ -42,7 +43,9 @@ _IMPORT_BODY = {
     response_class=StreamingResponse,
     responses={**_EXPORT_ANSWER, **error_answers(401, 404)},
 )
-def export_session(state: State, tenant_id: TenantId, session_id: SessionPath) -> Response:
+def export_session(
+    request: Request, state: State, tenant_id: TenantId, session_id: SessionPath
+) -> Response:
     """The session as JSON lines (``application/x-ndjson``), streamed: a header, the current
     branch's entries root to leaf in the ledger's wire format, the service's records
     (tombstones, memory items, link), an end line with the counts. Secrets are redacted as in
@@ -50,6 +53,9 @@ def export_session(state: State, tenant_id: TenantId, session_id: SessionPath) -
     lines = export_lines(state.store.export_session(tenant_id, session_id), state.secrets)
     # The header is read now, so a missing session is a 404 rather than a broken stream.
     first = next(lines)
+    state.accounts.record_audit(
+        tenant_id, request_key_id(request), "export", session_id, "accepted"
+    )
     return StreamingResponse(itertools.chain([first], lines), media_type=NDJSON)
 
 
@@ -75,17 +81,23 @@ async def import_session(
     in neither the file nor the session, what an append refuses; 409 when another session of
     this tenant holds one of the ids; 413 over ``OM_MAX_BODY_BYTES``. Nothing is stored then.
     """
-    body = await spool_body(request.stream())
+    key_id = request_key_id(request)
     try:
-        result = await run_in_threadpool(
-            state.store.import_session,
-            tenant_id,
-            session_id,
-            numbered_lines(body),
-            check_entry=check_entry,
-        )
-    finally:
-        body.close()
+        body = await spool_body(request.stream())
+        try:
+            result = await run_in_threadpool(
+                state.store.import_session,
+                tenant_id,
+                session_id,
+                numbered_lines(body),
+                check_entry=check_entry,
+            )
+        finally:
+            body.close()
+    except ObservationalMemoryError:
+        state.accounts.record_audit(tenant_id, key_id, "import", session_id, "refused")
+        raise
+    state.accounts.record_audit(tenant_id, key_id, "import", session_id, "succeeded")
     if not result.created:
         response.status_code = 200
     return ImportOut(

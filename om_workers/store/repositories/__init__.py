@@ -5,6 +5,8 @@ does.
 """
 
 from om_workers.store.repositories.entries import EntryRepository
+from om_workers.store.repositories.erased_rows import ErasedRowsRepository
+from om_workers.store.repositories.erasure import ErasureRepository
 from om_workers.store.repositories.jobs import JobRepository
 from om_workers.store.repositories.links import LinkRepository
 from om_workers.store.repositories.memory import MemoryRepository
@@ -13,6 +15,8 @@ from om_workers.store.repositories.tombstones import TombstoneRepository, tombst
 
 __all__ = [
     "EntryRepository",
+    "ErasedRowsRepository",
+    "ErasureRepository",
     "JobRepository",
     "LinkRepository",
     "LockedSession",

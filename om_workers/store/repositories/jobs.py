@@ -42,7 +42,8 @@ _SESSION_ID = (
     .scalar_subquery()
     .label("session_id")
 )
-_GET = _JOB.where(*_THIS_JOB)
+# A job of an erased (hidden) session is as gone as the session.
+_GET = _JOB.where(*_THIS_JOB, sessions.c.erased_at.is_(None))
 _GET_PG = _GET.with_for_update(of=flush_jobs)
 _INSERT = insert(flush_jobs)
 _START = (

@@ -82,7 +82,7 @@ _MOVE_LEAF_ADDING = _move_leaf(
 _FORK = _move_leaf(bindparam("new_tokens"))
 _OVER_UNOBSERVED = (
     select(sessions.c.tenant_id, sessions.c.id, sessions.c.unobserved_tokens)
-    .where(sessions.c.unobserved_tokens >= bindparam("threshold"))
+    .where(sessions.c.unobserved_tokens >= bindparam("threshold"), sessions.c.erased_at.is_(None))
     .order_by(sessions.c.unobserved_tokens.desc(), sessions.c.pk)
     .limit(bindparam("limit"))
 )
