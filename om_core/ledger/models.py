@@ -211,7 +211,7 @@ class FoldedMemory(Frozen):
 class CompactionEntry(Frozen):
     """``data`` of a compaction entry written by the observational-memory strategy."""
 
-    through_entry_id: str | None
+    through_entry_id: str | None = None
     keep_entry_ids: tuple[str, ...]
     strategy: str = "observational-memory"
     trigger: str = "manual"

@@ -52,6 +52,8 @@ SESSION_ROUTES = {
     ("POST", "/v1/sessions/{session_id}/scopes/{scope_id}/revoke"),
     ("POST", "/v1/sessions/{session_id}/scopes/{scope_id}/close"),
     ("POST", "/v1/sessions/{session_id}/revocations"),
+    ("GET", "/v1/sessions/{session_id}/export"),
+    ("POST", "/v1/sessions/{session_id}/import"),
 }
 
 
@@ -80,6 +82,11 @@ def exercise_session(client: httpx.Client, sid: str) -> None:
     exercise_scope(client, sid, "plan")
     _ok(client.post(f"{base}/revocations", json={"entry_ids": [f"{prefix}3"]}))
     _ok(client.post(f"{base}/compact"), 201)
+    exported = _ok(client.get(f"{base}/export")).content
+    ndjson = {"Content-Type": "application/x-ndjson"}
+    # Into the session it came from: a repeat, so nothing is stored twice.
+    imported = _ok(client.post(f"{base}/import", content=exported, headers=ndjson)).json()
+    assert imported["imported"] == 0 and imported["session"]["id"] == sid
 
 
 def exercise_links(client: httpx.Client, sids: list[str]) -> None:
