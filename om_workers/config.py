@@ -53,6 +53,14 @@ class StoreSettings(BaseModel):
         description="SQLAlchemy URL of the store: a SQLite file, or "
         "postgresql://user:password@host:5432/db in production (driven by psycopg 3).",
     )
+    pool_size: int = setting(
+        "OM_DATABASE_POOL_SIZE",
+        20,
+        ge=1,
+        le=1000,
+        description="Database connections a process keeps open (and as many more while "
+        "busier, closed after use); an API process serves up to 40 requests at once.",
+    )
 
 
 class RedisSettings(BaseModel):
@@ -326,6 +334,15 @@ class ApiSettings(BaseModel):
         ge=1024,
         description="Largest request body the API reads, bytes (8 MiB); a larger one is "
         "answered 413.",
+    )
+    key_cache_s: float = setting(
+        "OM_API_KEY_CACHE_S",
+        1.0,
+        ge=0,
+        le=60,
+        description="How long an API process trusts an API key it resolved, seconds: a key "
+        "revoked elsewhere is refused within this time (at once by the process that revoked "
+        "it); 0: every request reads the key from the database.",
     )
     context_max_tokens: int = setting(
         "OM_CONTEXT_MAX_TOKENS",

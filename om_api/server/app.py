@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
 from om_api.server.errors import install_error_handlers
+from om_api.server.key_cache import KeyCache
 from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import (
     REQUEST_ID_HEADER,
@@ -235,6 +236,7 @@ def create_app(
         registry=registry,
         publish_factory=publish_factory,
         limits=ApiRateLimits(resolved, services.accounts, RateLimiter(services.redis), metrics),
+        keys=KeyCache(services.accounts, resolved.api.key_cache_s),
     )
     configure_logging(registry, resolved.log_level)
     app = _Api(

@@ -15,6 +15,7 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
+from om_api.server.key_cache import KeyCache
 from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import SecretRegistry
 from om_api.server.metrics import ApiMetrics
@@ -36,6 +37,7 @@ class ApiState:
     registry: SecretRegistry
     publish_factory: Callable[[], PublishJob]
     limits: ApiRateLimits
+    keys: KeyCache
     _publish: PublishJob | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

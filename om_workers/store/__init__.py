@@ -31,6 +31,7 @@ from om_workers.store.reconcile_queries import (
 from om_workers.store.records import (
     ApiKeyInfo,
     AppendResult,
+    ContextParts,
     ContextState,
     CreatedApiKey,
     FlushJob,
@@ -51,6 +52,7 @@ __all__ = [
     "AccountStore",
     "ApiKeyInfo",
     "AppendResult",
+    "ContextParts",
     "ContextState",
     "CreatedApiKey",
     "FailureStreak",

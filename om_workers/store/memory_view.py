@@ -17,7 +17,7 @@ from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
-from om_workers.store.branch import branch_segments, read_branch_payloads, to_entries
+from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
@@ -86,15 +86,21 @@ def read_memory_view(
 
 
 def read_context_state(
-    connection: Connection, session_pk: int, leaf_id: str | None, cache: SnapshotCache
+    connection: Connection,
+    session_pk: int,
+    leaf_id: str | None,
+    cache: SnapshotCache,
+    segments: list[Segment] | None = None,
 ) -> ContextState:
-    """The branch ending at ``leaf_id``: its whole ledger and scope map from the stored
-    snapshot (parsed through ``cache``) plus the entries after it.
+    """The branch ending at ``leaf_id`` (whose ``segments`` the caller may have read already):
+    its whole ledger and scope map from the stored snapshot (parsed through ``cache``) plus
+    the entries after it.
 
     ``result.ledger`` equals the fold of the whole branch, without reading the branch before
     the snapshot.
     """
-    segments = branch_segments(connection, session_pk, leaf_id)
+    if segments is None:
+        segments = branch_segments(connection, session_pk, leaf_id)
     stored = read_snapshot(connection, session_pk)
     snapshot = valid_snapshot(stored, segments)
     if snapshot is None and stored is not None:

@@ -190,7 +190,7 @@ class SnapshotCache:
     still what the rows hold. Thread-safe; ``size`` sessions.
     """
 
-    def __init__(self, size: int = 128) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self._items: OrderedDict[int, tuple[tuple[str, int, datetime], ObservationalMemoryLedger]]
         self._items = OrderedDict()
         self._size = size

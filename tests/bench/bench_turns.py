@@ -79,6 +79,16 @@ class Config:
     bare: dict[int, Load] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Stack:
+    """A running service under load: its URL, an API key, the sessions, the API's pid."""
+
+    url: str
+    key: str
+    sessions: list[str]
+    api_pid: int
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -144,9 +154,8 @@ def bare_server(tmp: Path, processes: int) -> Iterator[str]:
 
 
 @contextmanager
-def om_stack(tmp: Path, database_url: str, processes: int) -> Iterator[tuple[str, str, list[str]]]:
-    """A private Redis, the migrated store with 200 sessions, one worker and ``om api``:
-    ``(api url, API key, session ids)``."""
+def om_stack(tmp: Path, database_url: str, processes: int, **env_extra: str) -> Iterator[Stack]:
+    """A private Redis, the migrated store with 200 sessions, one worker and ``om api``."""
     upgrade(database_url)
     store = SqlStore.from_url(database_url)
     accounts = AccountStore(store.engine)
@@ -165,6 +174,7 @@ def om_stack(tmp: Path, database_url: str, processes: int) -> Iterator[tuple[str
             OM_RATE_LIMITS_ENABLED="false",
             OM_WORKER_CONCURRENCY="8",
         )
+        env.update(env_extra)
         worker = Worker(f"turns{run}", env, tmp / f"worker-{run}.log")
         stack.callback(worker.stop)
         port = free_port()
@@ -178,7 +188,7 @@ def om_stack(tmp: Path, database_url: str, processes: int) -> Iterator[tuple[str
         url = f"http://127.0.0.1:{port}"
         api.wait_ready(f"{url}/readyz")
         worker.wait_ready()
-        yield url, key, sessions
+        yield Stack(url, key, sessions, api.process.pid)
 
 
 def turn_body(agent: int, turn: int) -> dict[str, object]:
@@ -308,11 +318,11 @@ def measure(
 ) -> None:
     with (
         bare_server(tmp, config.processes) as bare_url,
-        om_stack(tmp, database_url, config.processes) as (url, key, sessions),
+        om_stack(tmp, database_url, config.processes) as stack,
     ):
         for agents in levels:
-            om = asyncio.run(drive(url, key, sessions, agents, seconds))
-            bare = asyncio.run(drive(bare_url, key, sessions, agents, seconds))
+            om = asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, seconds))
+            bare = asyncio.run(drive(bare_url, stack.key, stack.sessions, agents, seconds))
             config.om[agents], config.bare[agents] = om, bare
             print(
                 f"  {config.backend}, {config.processes} process(es), {agents} agents: om "
