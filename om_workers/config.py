@@ -284,22 +284,22 @@ class RateLimitSettings(BaseModel):
         "OM_RATE_LIMITS_ENABLED", True, description="Enforce the per-key rate limits."
     )
     appends_per_s: float = setting(
-        "OM_RATE_APPENDS_PER_S", 20.0, gt=0, le=1e6, description="Appends per second per key."
+        "OM_RATE_APPENDS_PER_S", 150.0, gt=0, le=1e6, description="Appends per second per key."
     )
     appends_burst: int = setting(
-        "OM_RATE_APPENDS_BURST", 40, ge=1, description="Appends an idle key may send at once."
+        "OM_RATE_APPENDS_BURST", 300, ge=1, description="Appends an idle key may send at once."
     )
     flushes_per_s: float = setting(
-        "OM_RATE_FLUSHES_PER_S", 5.0, gt=0, le=1e6, description="Flush requests per second."
+        "OM_RATE_FLUSHES_PER_S", 150.0, gt=0, le=1e6, description="Flush requests per second."
     )
     flushes_burst: int = setting(
-        "OM_RATE_FLUSHES_BURST", 20, ge=1, description="Flush requests an idle key sends at once."
+        "OM_RATE_FLUSHES_BURST", 300, ge=1, description="Flush requests an idle key sends at once."
     )
     reads_per_s: float = setting(
-        "OM_RATE_READS_PER_S", 50.0, gt=0, le=1e6, description="Reads per second per key."
+        "OM_RATE_READS_PER_S", 150.0, gt=0, le=1e6, description="Reads per second per key."
     )
     reads_burst: int = setting(
-        "OM_RATE_READS_BURST", 100, ge=1, description="Reads an idle key may send at once."
+        "OM_RATE_READS_BURST", 300, ge=1, description="Reads an idle key may send at once."
     )
     cache_s: float = setting(
         "OM_RATE_LIMIT_CACHE_S",
@@ -321,6 +321,14 @@ class ApiSettings(BaseModel):
         ge=0,
         le=65535,
         description="Port of om api and om up (0: any free port).",
+    )
+    workers: int = setting(
+        "OM_API_WORKERS",
+        1,
+        ge=1,
+        le=64,
+        description="Processes om api serves its port from (om api --workers); more than one "
+        "when the API is busier than one core.",
     )
     admin_token: str | None = setting(
         "OM_ADMIN_TOKEN",

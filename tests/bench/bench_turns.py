@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from om_workers.config import Settings
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.e2e.workers import Worker
@@ -43,7 +44,7 @@ from .common import Section, percentile
 
 ROOT = Path(__file__).resolve().parents[2]
 LEVELS = (1, 8, 64, 256)
-PROCESSES = (1,)
+PROCESSES = (1, 2)
 SESSIONS = 200
 LEVEL_S = 12.0
 QUICK_LEVEL_S = 3.0
@@ -313,6 +314,52 @@ async def drive(url: str, key: str, sessions: Sequence[str], agents: int, second
     return load
 
 
+async def runaway(url: str, key: str, session: str, loops: int, seconds: float) -> Load:
+    """A runaway client: ``loops`` connections reading one session's context back to back
+    (honouring ``Retry-After``); ``turns`` counts the reads served."""
+    load = Load(loops)
+    address = httpx.URL(url)
+    host, port = str(address.host), int(address.port or 80)
+    started = time.perf_counter()
+    end = started + seconds
+
+    async def loop() -> None:
+        connection = Connection(host, port, key)
+        try:
+            while time.perf_counter() < end:
+                await _call(connection, "GET", f"/v1/sessions/{session}/context", load)
+                load.turns += 1
+        finally:
+            await connection.close()
+
+    await asyncio.gather(*(loop() for _ in range(loops)))
+    load.seconds = time.perf_counter() - started
+    return load
+
+
+@dataclass
+class LimitCheck:
+    """The default rate limits under the agents' load and under a runaway loop."""
+
+    agents: Load
+    runaway: Load
+
+
+def measure_limits(tmp: Path, seconds: float, processes: int = 2) -> LimitCheck:
+    """64 agents on one key, then a runaway loop on it, with the default limits on."""
+    url = f"sqlite:///{tmp / 'limits.db'}"
+    with om_stack(tmp, url, processes, OM_RATE_LIMITS_ENABLED="true") as stack:
+        agents = asyncio.run(drive(stack.url, stack.key, stack.sessions, 64, seconds))
+        loop = asyncio.run(runaway(stack.url, stack.key, stack.sessions[0], 64, seconds))
+    print(
+        f"  default limits, {processes} API processes: 64 agents {agents.turns_per_s:,.1f} "
+        f"turns/s, {agents.limited} 429s; runaway loop {loop.turns_per_s:,.1f} reads/s "
+        f"served, {loop.limited} 429s",
+        flush=True,
+    )
+    return LimitCheck(agents, loop)
+
+
 def measure(
     config: Config, database_url: str, tmp: Path, levels: Sequence[int], seconds: float
 ) -> None:
@@ -358,10 +405,12 @@ def measure_all(
 
 def run() -> Section:
     configs = measure_all(("sqlite", "postgresql"), PROCESSES, LEVELS, LEVEL_S)
-    return report(configs, LEVEL_S)
+    with tempfile.TemporaryDirectory() as folder:
+        limits = measure_limits(Path(folder), LEVEL_S)
+    return report(configs, LEVEL_S, limits)
 
 
-def report(configs: Sequence[Config], seconds: float) -> Section:
+def report(configs: Sequence[Config], seconds: float, limits: LimitCheck | None = None) -> Section:
     section = Section("11. Agent turns under load (context + append + flush per turn)")
     for config in configs:
         plural = "es" if config.processes > 1 else ""
@@ -392,6 +441,22 @@ def report(configs: Sequence[Config], seconds: float) -> Section:
                     two.om[agents].turns_per_s, "turns/s",
                     "turns/s with 1 API process", one.om[agents].turns_per_s,
                 )  # fmt: skip
+    if limits is not None:
+        reads = Settings().rate_limits
+        section.add(
+            "default limits: 64 agents' turns/s on one key", limits.agents.turns_per_s,
+            "turns/s", "reads limit of one key", reads.reads_per_s,
+        )  # fmt: skip
+        section.add(
+            "default limits: runaway loop's reads/s served on one key",
+            limits.runaway.turns_per_s, "reads/s", "reads limit of one key", reads.reads_per_s,
+        )  # fmt: skip
+        section.notes.append(
+            f"Default rate limits (SQLite, 2 API processes, one key, {seconds:g} s each): the "
+            f"64 agents met {limits.agents.limited} 429s; a runaway loop (64 connections "
+            f"reading one session's context back to back, honouring Retry-After) met "
+            f"{limits.runaway.limited}."
+        )
     section.notes.append(
         f"Each level runs {seconds:g} s: every agent loops GET context, POST 4 messages (user, "
         "assistant tool call, a 1 KB tool output, answer), POST flush on one of "
@@ -411,10 +476,15 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="*", default=list(LEVELS))
     parser.add_argument("--backends", nargs="*", default=["sqlite", "postgresql"])
     parser.add_argument("--processes", type=int, nargs="*", default=list(PROCESSES))
+    parser.add_argument("--limits", action="store_true", help="also check the default limits")
     args = parser.parse_args()
     seconds = QUICK_LEVEL_S if args.quick else LEVEL_S
     configs = measure_all(args.backends, args.processes, args.levels, seconds)
-    section = report(configs, seconds)
+    limits = None
+    if args.limits:
+        with tempfile.TemporaryDirectory() as folder:
+            limits = measure_limits(Path(folder), seconds)
+    section = report(configs, seconds, limits)
     print(section.markdown())
     return 0
 
