@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from sqlalchemy import create_engine
 
 from om_workers.config import Settings
 from om_workers.coordination.embedded import EmbeddedRedis
@@ -138,7 +139,8 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def bare_server(tmp: Path, processes: int) -> Iterator[str]:
+def bare_server(tmp: Path, processes: int) -> Iterator[tuple[str, int]]:
+    """The bare app under uvicorn: ``(url, pid)``."""
     port = free_port()
     args = [
         sys.executable, "-m", "uvicorn", "--factory", "tests.bench.bare_api:create_app",
@@ -149,7 +151,7 @@ def bare_server(tmp: Path, processes: int) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         server.wait_ready(f"{url}/openapi.json")
-        yield url
+        yield url, server.process.pid
     finally:
         server.stop()
 
@@ -360,14 +362,28 @@ def measure_limits(tmp: Path, seconds: float, processes: int = 2) -> LimitCheck:
     return LimitCheck(agents, loop)
 
 
+def analyze(database_url: str) -> None:
+    """On PostgreSQL, refresh the planner's statistics as autovacuum would (it is off on the
+    machine this was written on, and the branch query's plan depends on them)."""
+    if not database_url.startswith("postgresql"):
+        return
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ANALYZE")
+    finally:
+        engine.dispose()
+
+
 def measure(
     config: Config, database_url: str, tmp: Path, levels: Sequence[int], seconds: float
 ) -> None:
     with (
-        bare_server(tmp, config.processes) as bare_url,
+        bare_server(tmp, config.processes) as (bare_url, _),
         om_stack(tmp, database_url, config.processes) as stack,
     ):
         for agents in levels:
+            analyze(database_url)
             om = asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, seconds))
             bare = asyncio.run(drive(bare_url, stack.key, stack.sessions, agents, seconds))
             config.om[agents], config.bare[agents] = om, bare

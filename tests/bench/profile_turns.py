@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from .bench_history import postgres_url
-from .bench_turns import drive, om_stack
+from .bench_turns import bare_server, drive, om_stack
 
 PARTS: dict[str, tuple[str, ...]] = {
     "GET context (route)": ("context (om_api/server/routes/memory.py",),
@@ -35,8 +36,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "tombstones read": ("invalidated_ids (",),
     "session lookup": ("get_session (",),
     "SQL execute (all)": ("_execute_context (",),
-    "new DB connections": ("_connect (", "connect (sqlalchemy"),
-    "SQLite writers' lock": ("_write_lock", "writers.py"),
+    "new DB connections": ("__connect (sqlalchemy", "_create_connection ("),
+    "SQLite writers' queue (waiting for it)": ("_SqliteWriters.held (",),
     "Redis round trips (all)": ("read_response (redis",),
     "pydantic validation/serialisation": ("validate_python", "serialize_response", "model_dump"),
     "middleware (request, metrics, log)": ("__call__ (om_api/server/app.py",),
@@ -67,11 +68,32 @@ def profile(
                     kwargs={"capture_output": True, "check": True},
                 )  # fmt: skip
                 recorder.start()
-                asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, seconds + 2))
+                cpu_before = _cpu_s(stack.api_pid)
+                load = asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, seconds))
+                cpu_ms = (_cpu_s(stack.api_pid) - cpu_before) * 1000
+                print(
+                    f"API process: {cpu_ms / max(1, load.turns):.1f} ms CPU a turn "
+                    f"({load.turns_per_s:.1f} turns/s, {cpu_ms / 1000 / load.seconds:.2f} cores)"
+                )
                 recorder.join()
+                with bare_server(tmp, 1) as (bare_url, bare_pid):
+                    cpu_before = _cpu_s(bare_pid)
+                    bare = asyncio.run(drive(bare_url, stack.key, stack.sessions, agents, seconds))
+                    cpu_ms = (_cpu_s(bare_pid) - cpu_before) * 1000
+                    print(
+                        f"bare app: {cpu_ms / max(1, bare.turns):.1f} ms CPU a turn "
+                        f"({bare.turns_per_s:.1f} turns/s, {cpu_ms / 1000 / bare.seconds:.2f} "
+                        "cores)"
+                    )
                 if keep:
                     shutil.copy(raw, keep)
                 return _parts(raw.read_text().splitlines())
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _sqlite:
@@ -106,8 +128,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--raw", help="also keep py-spy's raw stacks in this file")
+    parser.add_argument("--from-raw", help="summarise this raw file instead of measuring")
     args = parser.parse_args()
-    parts, busy = profile(args.backend, args.seconds, args.agents, args.raw)
+    if args.from_raw:
+        with open(args.from_raw, encoding="utf-8") as raw:
+            parts, busy = _parts(raw.read().splitlines())
+    else:
+        parts, busy = profile(args.backend, args.seconds, args.agents, args.raw)
     print(f"| part ({args.backend}, {args.agents} agents) | share of busy samples |")
     print("| --- | ---: |")
     for name, count in parts.most_common():
