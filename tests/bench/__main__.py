@@ -17,6 +17,7 @@ from . import (
     bench_fold,
     bench_history,
     bench_locomo,
+    bench_scopes,
     bench_turns,
     bench_workers,
 )
@@ -32,6 +33,7 @@ BENCHMARKS = [
     bench_history,
     bench_fairness,
     bench_turns,
+    bench_scopes,
 ]
 
 
