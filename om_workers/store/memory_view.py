@@ -22,6 +22,7 @@ from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
+    LedgerBase,
     SnapshotCache,
     joined_snapshot,
     read_snapshot,
@@ -116,12 +117,19 @@ def read_context_state(
             leaf_id=leaf_id,
             scope_map=fold_work_scope_map(memory),
         )
-    initial = cache.ledger(connection, session_pk, snapshot) if snapshot is not None else None
-    after = to_entries(
-        read_branch_payloads(
-            connection, session_pk, segments, after_seq=snapshot.seq if snapshot else 0
-        )
-    )
+    initial: ObservationalMemoryLedger | None = None
+    start = 0
+    if snapshot is not None:
+        base = cache.base(connection, session_pk, snapshot, segments)
+        initial, start = base.ledger, base.seq
+    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
+    after = to_entries(rows)
+    if snapshot is not None and start < snapshot.seq:
+        # A cached ledger of an earlier entry: fold up to the snapshot's entry, keep that.
+        upto = [e for r, e in zip(rows, after, strict=True) if int(r.seq) <= snapshot.seq]
+        initial = fold_ledger(upto, initial=initial)
+        cache.keep(session_pk, snapshot, LedgerBase(snapshot.seq, initial))
+        after = after[len(upto) :]
     ledger = fold_ledger(after, initial=initial) if after else initial
     return ContextState(
         ledger=ledger if ledger is not None else ObservationalMemoryLedger(),
