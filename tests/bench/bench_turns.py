@@ -481,7 +481,8 @@ def report(configs: Sequence[Config], seconds: float, limits: LimitCheck | None 
         "one `celery worker` (threads, 8 slots), private Redis, extractive provider, rate "
         "limits off, default memory settings. Baseline: `tests/bench/bare_api.py` under "
         "uvicorn with the same process count, same load, same run. The load generator (httpx, "
-        "asyncio, one process) shares the machine's cores with the API, the worker and Redis."
+        "asyncio, one process) shares the machine's cores with the API, the worker and Redis. "
+        "PostgreSQL is ANALYZEd before each level, as autovacuum would."
     )
     return section
 
