@@ -53,6 +53,14 @@ class StoreSettings(BaseModel):
         description="SQLAlchemy URL of the store: a SQLite file, or "
         "postgresql://user:password@host:5432/db in production (driven by psycopg 3).",
     )
+    pool_size: int = setting(
+        "OM_DATABASE_POOL_SIZE",
+        20,
+        ge=1,
+        le=1000,
+        description="Database connections a process keeps open (and as many more while "
+        "busier, closed after use); an API process serves up to 40 requests at once.",
+    )
 
 
 class RedisSettings(BaseModel):
@@ -319,22 +327,22 @@ class RateLimitSettings(BaseModel):
         "OM_RATE_LIMITS_ENABLED", True, description="Enforce the per-key rate limits."
     )
     appends_per_s: float = setting(
-        "OM_RATE_APPENDS_PER_S", 20.0, gt=0, le=1e6, description="Appends per second per key."
+        "OM_RATE_APPENDS_PER_S", 150.0, gt=0, le=1e6, description="Appends per second per key."
     )
     appends_burst: int = setting(
-        "OM_RATE_APPENDS_BURST", 40, ge=1, description="Appends an idle key may send at once."
+        "OM_RATE_APPENDS_BURST", 300, ge=1, description="Appends an idle key may send at once."
     )
     flushes_per_s: float = setting(
-        "OM_RATE_FLUSHES_PER_S", 5.0, gt=0, le=1e6, description="Flush requests per second."
+        "OM_RATE_FLUSHES_PER_S", 150.0, gt=0, le=1e6, description="Flush requests per second."
     )
     flushes_burst: int = setting(
-        "OM_RATE_FLUSHES_BURST", 20, ge=1, description="Flush requests an idle key sends at once."
+        "OM_RATE_FLUSHES_BURST", 300, ge=1, description="Flush requests an idle key sends at once."
     )
     reads_per_s: float = setting(
-        "OM_RATE_READS_PER_S", 50.0, gt=0, le=1e6, description="Reads per second per key."
+        "OM_RATE_READS_PER_S", 150.0, gt=0, le=1e6, description="Reads per second per key."
     )
     reads_burst: int = setting(
-        "OM_RATE_READS_BURST", 100, ge=1, description="Reads an idle key may send at once."
+        "OM_RATE_READS_BURST", 300, ge=1, description="Reads an idle key may send at once."
     )
     cache_s: float = setting(
         "OM_RATE_LIMIT_CACHE_S",
@@ -357,6 +365,14 @@ class ApiSettings(BaseModel):
         le=65535,
         description="Port of om api and om up (0: any free port).",
     )
+    workers: int = setting(
+        "OM_API_WORKERS",
+        1,
+        ge=1,
+        le=64,
+        description="Processes om api serves its port from (om api --workers); more than one "
+        "when the API is busier than one core.",
+    )
     admin_token: str | None = setting(
         "OM_ADMIN_TOKEN",
         secret=True,
@@ -369,6 +385,15 @@ class ApiSettings(BaseModel):
         ge=1024,
         description="Largest request body the API reads, bytes (8 MiB); a larger one is "
         "answered 413.",
+    )
+    key_cache_s: float = setting(
+        "OM_API_KEY_CACHE_S",
+        1.0,
+        ge=0,
+        le=60,
+        description="How long an API process trusts an API key it resolved, seconds: a key "
+        "revoked elsewhere is refused within this time (at once by the process that revoked "
+        "it); 0: every request reads the key from the database.",
     )
     context_max_tokens: int = setting(
         "OM_CONTEXT_MAX_TOKENS",

@@ -20,7 +20,7 @@ from om_core.read.paging import BranchPage, Detail, Direction, check_page_limit,
 from om_core.read.recall import RecallResult, recall_memory
 from om_core.scopes.work_memory import Include
 from om_core.settings import ObservationalMemorySettings
-from om_workers.store import SqlStore
+from om_workers.store import ContextState, SqlStore, tombstone_scope
 
 TAIL_FIRST_READ = 64
 
@@ -88,28 +88,36 @@ def session_context(
 ) -> Context:
     """The context of a stored session (see :func:`om_core.read.context.build_context`): memory,
     every message memory does not cover yet and the last ``context.recentMessages``, within
-    ``max_tokens`` (estimated tokens; ``None``: no budget).
+    ``max_tokens`` (estimated tokens; ``None``: no budget). ``invalidated_ids`` are withheld
+    besides those of the session's own tombstone scope, which are read with the rest.
 
     Reads the stored ledger and the branch tail back to the observation cursor, never the
-    whole history; unobserved messages older than a budget can show are counted with one
-    index range query. Raises the store's :class:`~om_workers.errors.SessionNotFoundError`
-    (also for another tenant's session), the core's scope errors for an unknown ``scope``
-    or ``include``, and ``ValueError`` for a budget below the core's minimum.
+    whole history, in one read transaction; unobserved messages older than a budget can show
+    are counted with one index range query. Raises the store's
+    :class:`~om_workers.errors.SessionNotFoundError` (also for another tenant's session), the
+    core's scope errors for an unknown ``scope`` or ``include``, and ``ValueError`` for a
+    budget below the core's minimum.
     """
-    state = store.read_context_state(tenant_id, session_id)
-    cursor = state.ledger.observation_covers_up_to_id
     keep = settings.context.recent_messages
-    tail = recent_tail(
-        store, tenant_id, session_id, keep, unobserved=True, cursor=cursor, max_tokens=max_tokens
+
+    def enough(state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
+        cursor = state.ledger.observation_covers_up_to_id
+        return _covers_window(tail, keep) and _reaches(tail, cursor, max_tokens)
+
+    parts = store.read_context_parts(
+        tenant_id,
+        session_id,
+        invalidation_scope=tombstone_scope(session_id),
+        first_tail=max(TAIL_FIRST_READ, 4 * keep),
+        tail_enough=enough,
     )
-    older: Unobserved | None = None
-    if tail and cursor not in {e.id for e in tail}:
-        count, tokens, first = store.unobserved_before(tenant_id, session_id, tail[0].id)
-        older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
+    state, tail = parts.state, parts.tail
+    count, tokens, first = parts.older
+    older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
     return build_context(
         tail,
         settings,
-        invalidated_ids,
+        parts.withheld.union(invalidated_ids),
         secrets,
         ledger=state.ledger,
         scope_map=state.scope_map,

@@ -106,12 +106,23 @@ def api(
         int | None, typer.Option(help="TCP port (default: OM_API_PORT, else 8000).")
     ] = None,
     log_level: LogLevel = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="API processes on the one port (default: OM_API_WORKERS, else 1); about one "
+            "per core the API may use.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (uvicorn, om_api.server.app:create_app). Needs OM_REDIS_URL.
 
     The app is built before the server starts, so a setting it cannot use (OM_REDIS_URL
     unset, an unusable URL, invalid OM_SETTINGS_JSON ...) is one line and exit code 2, as for
-    om worker, instead of uvicorn's traceback.
+    om worker, instead of uvicorn's traceback. With --workers N, N processes serve the port
+    (uvicorn's supervisor restarts one that dies); rate limits, coalescing and the fair queue
+    live in Redis, so they hold across them as across replicas.
     """
     import pydantic
     import uvicorn
@@ -119,10 +130,14 @@ def api(
     try:
         level = _log_level(log_level).lower()
         port = port if port is not None else get_settings().api.port
+        workers = workers if workers is not None else get_settings().api.workers
     except pydantic.ValidationError as exc:
         fail(f"invalid OM_* settings: {_first_error(exc)}", 2)
     except ValueError as exc:  # pydantic-settings' SettingsError: OM_SETTINGS_JSON is not JSON
         fail(f"invalid OM_* settings: {exc}", 2)
+    if workers > 1:
+        _serve_processes(host, port, level, workers)
+        return
     config = uvicorn.Config(
         _api_factory, factory=True, host=host, port=port, log_level=level, access_log=False
     )
@@ -137,6 +152,27 @@ def api(
         server.run()
     if not server.started:
         raise typer.Exit(3)  # uvicorn logged why (the port is taken ...); its startup-failure code
+
+
+def _serve_processes(host: str, port: int, level: str, workers: int) -> None:
+    """Serve the API from ``workers`` uvicorn processes (each builds its own app through the
+    factory, by import path), after building one here so that bad settings fail as one line."""
+    import uvicorn
+
+    try:
+        _api_factory()
+    except _ApiStartupError as exc:
+        fail(str(exc), 2)
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.run(
+            f"{__name__}:_api_factory",
+            factory=True,
+            host=host,
+            port=port,
+            log_level=level,
+            access_log=False,
+            workers=workers,
+        )
 
 
 class _ApiStartupError(ConfigError):

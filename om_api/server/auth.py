@@ -5,9 +5,10 @@ or an unknown/revoked key is a 401 with ``WWW-Authenticate: Bearer``. A presente
 to the redaction registry before it is looked up, so it cannot reach a log line even when the
 lookup fails.
 
-Keys are looked up in the store on every request (one indexed exact-match read) and never
-cached, so a revocation (``POST /v1/admin/keys/{id}/revoke``, ``om keys revoke``) refuses the
-key's next request on every API replica, with no invalidation to propagate.
+A key that resolved is trusted for ``OM_API_KEY_CACHE_S`` (1 s) before it is read again
+(:mod:`om_api.server.key_cache`): a revocation through ``POST /v1/admin/keys/{id}/revoke``
+refuses the key's next request on the replica that served it, and on every other replica (and
+after ``om keys revoke``) within that time. Unknown and revoked keys are read every time.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
     :class:`~om_api.server.limits.RateLimitedError` over the limit."""
     token = _token(credentials)
     try:
-        tenant_id, key_id = state.accounts.resolve_api_key_id(token)
+        tenant_id, key_id = state.keys.resolve(token)
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected

@@ -16,6 +16,7 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
+from om_api.server.key_cache import KeyCache
 from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import SecretRegistry
 from om_api.server.metrics import ApiMetrics
@@ -40,6 +41,7 @@ class ApiState:
     registry: SecretRegistry
     publish_factory: Callable[[], PublishJob]
     limits: ApiRateLimits
+    keys: KeyCache
     erase_publish_factory: Callable[[], PublishErasure] | None = None
     _publish: PublishJob | None = None
     _publish_erasure: PublishErasure | None = None

@@ -7,12 +7,13 @@
 - :mod:`~om_core.scopes.shared`: memory other sessions bound to a shared scope, under grants.
 """
 
-from om_core.scopes.controller import WorkScopeController, with_work_scope
+from om_core.scopes.controller import ScopeView, WorkScopeController, with_work_scope
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_core.scopes.shared import SharedScopeConfig, resolve_shared_scopes
 from om_core.scopes.work_memory import project_work_memory
 
 __all__ = [
+    "ScopeView",
     "SharedScopeConfig",
     "WorkScopeController",
     "WorkScopeMap",

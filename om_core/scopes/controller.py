@@ -3,15 +3,19 @@
 The controller keeps no state of its own. Every operation reads the current branch through the
 host's ``get_entries`` callable, folds it, checks the request against the same rule set the fold
 applies (:class:`om_core.scopes.ScopeFold`), and only then appends one ``custom`` entry through
-``append_entry``. Reading afresh each time costs one O(n) fold per operation, but it means two
-controllers (or a controller and a worker) on one branch can never act on a stale view, and a
-rejected request appends nothing.
+``append_entry``. Reading afresh each time means two controllers (or a controller and a worker)
+on one branch can never act on a stale view, and a rejected request appends nothing.
+
+Folding the branch costs O(n) per operation. A host that keeps the branch's folded state (a
+store with a snapshot) passes ``get_view`` instead: the scope map and ledger of the current
+branch, read afresh for each operation at the cost of the entries since the snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +29,7 @@ from om_core.errors import (
 from om_core.ledger.appending import append_checked, check_own_entries, record_entry
 from om_core.ledger.fold import fold_ledger
 from om_core.ledger.ids import OBSERVATION_REF_PREFIX, REFLECTION_REF_PREFIX, create_memory_id
-from om_core.ledger.models import SessionEntry
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_core.policy.redaction import normalize_secrets, redact
 from om_core.scopes.index import ScopeFold, WorkScopeMap, fold_work_scope_map
 from om_core.scopes.records import (
@@ -51,6 +55,18 @@ AppendEntry = Callable[[SessionEntry], object]
 GetEntries = Callable[[], Sequence[SessionEntry]]
 
 
+@dataclass(frozen=True)
+class ScopeView:
+    """The folded state of a session's current branch that scope operations check against:
+    ``scope_map == fold_work_scope_map(branch)`` and ``ledger == fold_ledger(branch)``."""
+
+    scope_map: WorkScopeMap
+    ledger: ObservationalMemoryLedger
+
+
+GetView = Callable[[], ScopeView]
+
+
 class WorkScopeController:
     """Open, close, enter, leave, bind, unbind, grant and revoke work scopes on one branch.
 
@@ -67,6 +83,12 @@ class WorkScopeController:
 
     Methods return the appended entry, or ``None`` when the request changes nothing (binding
     refs already bound, granting principals already granted, leaving with nothing entered).
+
+    With ``get_view`` the controller reads the branch's folded state from the host instead of
+    folding ``get_entries`` (which it then never calls: it may be ``None``), and does not read
+    the branch again after an append: ``append_entry`` must itself raise
+    :class:`~om_core.errors.AppendNotVisibleError` when the entry did not land on the branch (a
+    store confirms that in the append's own transaction), and the host's entries are its own.
     """
 
     def __init__(
@@ -74,16 +96,20 @@ class WorkScopeController:
         *,
         session_id: str,
         append_entry: AppendEntry,
-        get_entries: GetEntries,
+        get_entries: GetEntries | None = None,
+        get_view: GetView | None = None,
         secrets: Iterable[str] = (),
         new_entry_id: Callable[[], str] = create_memory_id,
         now: Callable[[], str] | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidScopeInputError("session_id must be a non-empty string")
+        if (get_entries is None) == (get_view is None):
+            raise InvalidScopeInputError("pass exactly one of get_entries and get_view")
         self.session_id = session_id
         self._append = append_entry
         self._get_entries = get_entries
+        self._get_view = get_view
         self._secrets = normalize_secrets(secrets)
         self._new_entry_id = new_entry_id
         self._now = now
@@ -91,14 +117,27 @@ class WorkScopeController:
     # -- reads ------------------------------------------------------------------------------
 
     def entries(self) -> Sequence[SessionEntry]:
-        """The current branch; raises :class:`ScopeOwnershipError` for a foreign entry."""
+        """The current branch; raises :class:`ScopeOwnershipError` for a foreign entry, and
+        :class:`InvalidScopeInputError` for a controller made with ``get_view`` alone."""
+        if self._get_entries is None:
+            raise InvalidScopeInputError("this controller reads a view, not the branch")
         entries = self._get_entries()
         check_own_entries(entries, self.session_id, ScopeOwnershipError)
         return entries
 
     def scope_map(self) -> WorkScopeMap:
         """The folded work-scope map of the current branch."""
-        return fold_work_scope_map(self.entries())
+        return self._read()[0]
+
+    def _read(
+        self, *, ledger: bool = False
+    ) -> tuple[WorkScopeMap, ObservationalMemoryLedger | None]:
+        """The branch's scope map and (with ``ledger``, or from a view) its ledger."""
+        if self._get_view is not None:
+            view = self._get_view()
+            return view.scope_map, view.ledger
+        entries = self.entries()
+        return fold_work_scope_map(entries), fold_ledger(entries) if ledger else None
 
     def has(self, scope_id: str) -> bool:
         """True when the branch has opened ``scope_id`` (open or closed)."""
@@ -145,10 +184,10 @@ class WorkScopeController:
 
     def leave(self) -> SessionEntry | None:
         """Pop the enter stack; ``None`` (nothing appended) when nothing is entered."""
-        entries = self.entries()
-        if not fold_work_scope_map(entries).stack:
+        scope_map, _ = self._read()
+        if not scope_map.stack:
             return None
-        return self._commit(ScopeLeft(), entries)
+        return self._commit(ScopeLeft(), ScopeFold.start(scope_map))
 
     def bind(self, scope_id: str, refs: Iterable[str]) -> SessionEntry | None:
         """Bind ``om:<id>`` / ``reflection:<id>`` refs the branch recorded to a scope.
@@ -192,11 +231,11 @@ class WorkScopeController:
     def _refs(self, scope_id: str, refs: Iterable[str], *, bind: bool) -> SessionEntry | None:
         sid = check_scope_id(scope_id)
         wanted = _unique(refs, is_memory_ref, "memory ref (om:<id> or reflection:<id>)")
-        entries = self.entries()
-        state = ScopeFold.start(fold_work_scope_map(entries))
+        scope_map, ledger = self._read(ledger=True)
+        assert ledger is not None
+        state = ScopeFold.start(scope_map)
         # State first, so an unknown scope is reported as such before any ref lookup.
         state.check(ScopeUnbound(scope_id=sid, refs=(wanted[0],)))
-        ledger = fold_ledger(entries)
         known = {f"{OBSERVATION_REF_PREFIX}{o.id}" for o in ledger.observations}
         known.update(f"{REFLECTION_REF_PREFIX}{r.id}" for r in ledger.reflections)
         unknown = [ref for ref in wanted if ref not in known]
@@ -213,15 +252,14 @@ class WorkScopeController:
             record = ScopeBound(scope_id=sid, refs=tuple(changed))
         else:
             record = ScopeUnbound(scope_id=sid, refs=tuple(changed))
-        return self._commit(record, entries, state)
+        return self._commit(record, state)
 
     def _principals(
         self, scope_id: str, principal_ids: Iterable[str], *, grant: bool
     ) -> SessionEntry | None:
         sid = check_scope_id(scope_id)
         wanted = _unique(principal_ids, is_principal_id, "principal id")
-        entries = self.entries()
-        state = ScopeFold.start(fold_work_scope_map(entries))
+        state = ScopeFold.start(self._read()[0])
         target: type[ScopeGranted] | type[ScopeRevoked] = ScopeGranted if grant else ScopeRevoked
         # Target checks first, so a reserved, unknown or closed scope fails even as a no-op.
         state.check(target(scope_id=sid, principal_ids=(wanted[0],)))
@@ -231,22 +269,18 @@ class WorkScopeController:
             raise ScopeCapError(f"at most {MAX_WORK_SCOPE_PRINCIPALS} principals per work scope")
         if not changed:
             return None
-        return self._commit(target(scope_id=sid, principal_ids=tuple(changed)), entries, state)
+        return self._commit(target(scope_id=sid, principal_ids=tuple(changed)), state)
 
-    def _commit(
-        self,
-        record: ScopeRecord,
-        entries: Sequence[SessionEntry] | None = None,
-        state: ScopeFold | None = None,
-    ) -> SessionEntry | None:
-        if entries is None:
-            entries = self.entries()
+    def _commit(self, record: ScopeRecord, state: ScopeFold | None = None) -> SessionEntry | None:
         if state is None:
-            state = ScopeFold.start(fold_work_scope_map(entries))
+            state = ScopeFold.start(self._read()[0])
         state.check(record)
         now = self._now() if self._now is not None else None
         entry = record_entry(record, self.session_id, self._new_entry_id(), now)
-        append_checked(self._append, self._get_entries, entry, "scope entry")
+        if self._get_entries is None:
+            self._append(entry)  # the host confirms the entry landed (see the class docstring)
+        else:
+            append_checked(self._append, self._get_entries, entry, "scope entry")
         return entry
 
 

@@ -100,8 +100,12 @@ def _widen(
 
     A job that already started has claimed its marker, so a request only coalesces into one
     that is still queued; should it have started in between, it read the session after this
-    request was made, and the options miss one flush at most.
+    request was made, and the options miss one flush at most. A request without options has
+    nothing to add (options only ever widen), so it writes nothing: the commonest request of
+    all, an agent asking after every turn, stays a read.
     """
+    if not force and not full_reflection_rebuild:
+        return
     if not store.widen_job_options(
         tenant_id, job_id, force=force, full_reflection_rebuild=full_reflection_rebuild
     ):

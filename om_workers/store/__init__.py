@@ -32,6 +32,7 @@ from om_workers.store.reconcile_queries import (
 from om_workers.store.records import (
     ApiKeyInfo,
     AppendResult,
+    ContextParts,
     ContextState,
     CreatedApiKey,
     FlushJob,
@@ -54,6 +55,7 @@ __all__ = [
     "ApiKeyInfo",
     "AppendResult",
     "AuditEvent",
+    "ContextParts",
     "ContextState",
     "CreatedApiKey",
     "ErasureJob",

@@ -74,6 +74,12 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(normalized, pool_pre_ping=True, **kwargs)
 
 
+def in_memory_sqlite(url: str) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (served by one shared connection)."""
+    parsed = make_url(normalize_database_url(url))
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
 class _SqliteWriters:
     """The queue of one SQLite file's writers: a lock for the threads of this process, then
     an advisory lock on ``<file>-writers`` for the processes (none for an in-memory

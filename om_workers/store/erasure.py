@@ -185,6 +185,7 @@ class ErasureService(Service):
                 # Fences out a flush of the workspace that read the copies before this: its
                 # records could quote them, and it may no longer write them.
                 uow.sessions.raise_epoch_of(workspace_pk, now=uow.now())
+                uow.sessions.mark_rewritten(workspace_pk, now=uow.now())
                 stored = uow.erased_rows.entries_from_first(workspace_pk, copy_ids)
                 by_id = {entry.id: entry for entry in stored}
                 blank = entries_to_blank(stored, copy_ids)

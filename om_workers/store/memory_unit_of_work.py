@@ -16,6 +16,7 @@ from typing import TypeVar
 from om_core.errors import AppendNotVisibleError
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
+from om_core.scopes.controller import ScopeView
 from om_workers.errors import LockLostError, OMWorkersError, StaleEpochError
 from om_workers.store.records import AppendResult, ContextState, FlushJob, JobFinish
 from om_workers.store.repositories import tombstone_scope
@@ -158,6 +159,20 @@ class SqlMemoryUnitOfWork:
     def append_entry(self, entry: SessionEntry) -> SessionEntry:
         """Append one entry; returns it as stored (parent and ``created_at`` filled in)."""
         return self.append_entries((entry,)).entries[0]
+
+    def append_visible(self, entry: SessionEntry) -> SessionEntry:
+        """Append one entry and confirm, from the append's own transaction, that it became the
+        leaf (so it is on the current branch); raises
+        :class:`~om_core.errors.AppendNotVisibleError` otherwise. Returns it as stored."""
+        result = self.append_entries((entry,))
+        self._landed((entry,), result)
+        return result.entries[0]
+
+    def scope_view(self) -> ScopeView:
+        """The current branch's scope map and ledger, from the stored snapshot plus the entries
+        after it (what a scope operation checks against, without reading the whole branch)."""
+        state = self._store.read_context_state(self.tenant_id, self._session_id)
+        return ScopeView(scope_map=state.scope_map, ledger=state.ledger)
 
     def entries(self) -> list[SessionEntry]:
         """The current branch, root to leaf (for in-process helpers that fold it whole)."""

@@ -9,6 +9,8 @@ which then reads its row, raises the epoch and reads the session in one step.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import Connection, bindparam, select
 
 from om_core.flush.unit_of_work import MemoryView
@@ -17,11 +19,12 @@ from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
-from om_workers.store.branch import branch_segments, read_branch_payloads, to_entries
+from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
+    LedgerBase,
     SnapshotCache,
     joined_snapshot,
     read_snapshot,
@@ -86,15 +89,23 @@ def read_memory_view(
 
 
 def read_context_state(
-    connection: Connection, session_pk: int, leaf_id: str | None, cache: SnapshotCache
+    connection: Connection,
+    session_pk: int,
+    leaf_id: str | None,
+    cache: SnapshotCache,
+    segments: list[Segment] | None = None,
+    *,
+    rewritten_at: datetime | None = None,
 ) -> ContextState:
-    """The branch ending at ``leaf_id``: its whole ledger and scope map from the stored
-    snapshot (parsed through ``cache``) plus the entries after it.
+    """The branch ending at ``leaf_id`` (whose ``segments`` the caller may have read already):
+    its whole ledger and scope map from the stored snapshot (parsed through ``cache``, for the
+    session row's ``rewritten_at``) plus the entries after it.
 
     ``result.ledger`` equals the fold of the whole branch, without reading the branch before
     the snapshot.
     """
-    segments = branch_segments(connection, session_pk, leaf_id)
+    if segments is None:
+        segments = branch_segments(connection, session_pk, leaf_id)
     stored = read_snapshot(connection, session_pk)
     snapshot = valid_snapshot(stored, segments)
     if snapshot is None and stored is not None:
@@ -110,12 +121,19 @@ def read_context_state(
             leaf_id=leaf_id,
             scope_map=fold_work_scope_map(memory),
         )
-    initial = cache.ledger(connection, session_pk, snapshot) if snapshot is not None else None
-    after = to_entries(
-        read_branch_payloads(
-            connection, session_pk, segments, after_seq=snapshot.seq if snapshot else 0
-        )
-    )
+    initial: ObservationalMemoryLedger | None = None
+    start = 0
+    if snapshot is not None:
+        base = cache.base(connection, session_pk, snapshot, segments, rewritten_at)
+        initial, start = base.ledger, base.seq
+    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
+    after = to_entries(rows)
+    if snapshot is not None and start < snapshot.seq:
+        # A cached ledger of an earlier entry: fold up to the snapshot's entry, keep that.
+        upto = [e for r, e in zip(rows, after, strict=True) if int(r.seq) <= snapshot.seq]
+        initial = fold_ledger(upto, initial=initial)
+        cache.keep(session_pk, snapshot, LedgerBase(snapshot.seq, initial), rewritten_at)
+        after = after[len(upto) :]
     ledger = fold_ledger(after, initial=initial) if after else initial
     return ContextState(
         ledger=ledger if ledger is not None else ObservationalMemoryLedger(),

@@ -124,6 +124,20 @@ class StoredPage:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextParts:
+    """What one context read fetched in one transaction (see
+    :meth:`~om_workers.store.SqlStore.read_context_parts`): the ledger ``state``, the branch
+    ``tail``, the ids the session's tombstones ``withheld``, and ``older``: the count, tokens
+    and first id of unobserved messages before the tail (zeros when the tail reaches the
+    observation cursor)."""
+
+    state: ContextState
+    tail: tuple[SessionEntry, ...]
+    withheld: frozenset[str]
+    older: tuple[int, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class ContextState:
     """What building context needs, without re-folding the whole branch.
 

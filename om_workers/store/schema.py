@@ -128,6 +128,10 @@ sessions = Table(
     # Set when the session was erased (om_workers/store/erasure.py): from then on its row
     # carries a name no API id can take, so no route finds it, until a worker deletes it.
     Column("erased_at", DateTime(timezone=True), nullable=True),
+    # Set when stored entries of the session were rewritten in place (a workspace's copies of
+    # an erased child become placeholders): entries are otherwise immutable, and the API's
+    # caches of parsed entries and ledgers are keyed on this, so none outlives the rewrite.
+    Column("rewritten_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("tenant_id", "id", name="uq_sessions_tenant_id_id"),
     # Listing a tenant's sessions newest first (om_workers/store/listing.py).
     Index("ix_sessions_tenant_id_created_at_id", "tenant_id", "created_at", "id"),

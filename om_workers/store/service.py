@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from om_workers.errors import StoreError
 from om_workers.store.snapshot import SnapshotCache
+from om_workers.store.tail_cache import TailCache
 from om_workers.store.unit_of_work import SqlReadUnitOfWork, SqlUnitOfWork, WriteRace, utc_now
 
 _T = TypeVar("_T")
@@ -25,20 +26,26 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class UnitsOfWork:
-    """Makes the units of work of one store: its engine, its clock, and its cache of parsed
-    snapshot ledgers (shared by every read, so a parsed ledger outlives one transaction)."""
+    """Makes the units of work of one store: its engine, its clock, and its caches of parsed
+    snapshot ledgers and branch tails (shared by every read, so what was parsed outlives one
+    transaction)."""
 
     engine: Engine
     clock: Callable[[], datetime] = utc_now
     snapshots: SnapshotCache = field(default_factory=SnapshotCache)
+    tails: TailCache = field(default_factory=TailCache)
 
     def write(self) -> SqlUnitOfWork:
         """A unit of work that may write (see :class:`SqlUnitOfWork`)."""
-        return SqlUnitOfWork(self.engine, clock=self.clock, snapshots=self.snapshots)
+        return SqlUnitOfWork(
+            self.engine, clock=self.clock, snapshots=self.snapshots, tails=self.tails
+        )
 
     def read(self) -> SqlReadUnitOfWork:
         """A unit of work for reads (see :class:`SqlReadUnitOfWork`)."""
-        return SqlReadUnitOfWork(self.engine, clock=self.clock, snapshots=self.snapshots)
+        return SqlReadUnitOfWork(
+            self.engine, clock=self.clock, snapshots=self.snapshots, tails=self.tails
+        )
 
 
 class Service:

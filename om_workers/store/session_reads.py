@@ -8,7 +8,7 @@ docstrings state what each raises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from om_core.errors import InvalidEntryError
@@ -18,6 +18,7 @@ from om_workers.errors import EntryNotFoundError
 from om_workers.store.branch import seq_on_branch
 from om_workers.store.listing import MAX_SESSIONS_LIMIT, decode_cursor, encode_cursor
 from om_workers.store.records import (
+    ContextParts,
     ContextState,
     SessionInfo,
     SessionsListing,
@@ -72,7 +73,7 @@ class SessionReads(Service):
         with self._units.read() as uow:
             head = uow.sessions.head(tenant_id, session_id)
             segments = uow.entries.segments(head.pk, head.leaf_id)
-            return uow.entries.read(head.pk, segments, limit=limit, newest_first=True)
+            return uow.entries.tail(head.pk, segments, limit, head.rewritten_at)
 
     def unobserved_before(
         self, tenant_id: str, session_id: str, entry_id: str
@@ -112,6 +113,41 @@ class SessionReads(Service):
         """The branch's ledger from the stored snapshot plus the entries after it."""
         with self._units.read() as uow:
             return uow.memory.context_state(uow.sessions.head(tenant_id, session_id))
+
+    def read_context_parts(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        invalidation_scope: str,
+        first_tail: int,
+        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
+    ) -> ContextParts:
+        """Everything a context read needs, in one read transaction: the stored ledger, the
+        branch tail (``first_tail`` entries, doubled until ``tail_enough`` or the branch's
+        root), the ids ``invalidation_scope`` withholds, and the unobserved messages older
+        than the tail (only when the tail stops short of the observation cursor)."""
+        with self._units.read() as uow:
+            head = uow.sessions.head(tenant_id, session_id)
+            segments = uow.entries.segments(head.pk, head.leaf_id)
+            state = uow.memory.context_state(head, segments)
+            limit = first_tail
+            while True:
+                tail = uow.entries.tail(head.pk, segments, limit, head.rewritten_at)
+                if len(tail) < limit or tail_enough(state, tail):
+                    break
+                limit *= 2
+            withheld = uow.tombstones.withheld(tenant_id, invalidation_scope)
+            cursor = state.ledger.observation_covers_up_to_id
+            older: tuple[int, int, str | None] = (0, 0, None)
+            if tail and cursor not in {e.id for e in tail}:
+                position = uow.entries.position(head.pk, tail[0].id)
+                if position is not None:
+                    cursor_at = uow.memory.observation_cursor_seq(head.pk, segments)
+                    older = uow.entries.count_messages(
+                        head.pk, segments, after_seq=cursor_at, before_seq=position[0]
+                    )
+        return ContextParts(state=state, tail=tail, withheld=withheld, older=older)
 
     def read_memory_view(
         self, tenant_id: str, session_id: str, invalidation_scope: str | None

@@ -182,34 +182,99 @@ def read_working_ledger(
     )
 
 
+MAX_CARRY = 512
+"""Entries (by seq) a cached ledger may lie behind the snapshot and still be folded forward."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerBase:
+    """A branch's whole ledger as folded up to and including its entry numbered ``seq``."""
+
+    seq: int
+    ledger: ObservationalMemoryLedger
+
+
+_Version = tuple[str, int, datetime, datetime | None]
+
+
+def _version(snapshot: Snapshot, rewritten_at: datetime | None) -> _Version:
+    return (snapshot.entry_id, snapshot.seq, snapshot.updated_at, rewritten_at)
+
+
 class SnapshotCache:
-    """Whole ledgers of the sessions read last, reused while their snapshot row is unchanged.
+    """Whole ledgers of the sessions read last, reused while their snapshot row is unchanged,
+    and folded forward when the snapshot moved on along the same branch.
 
     Reading and parsing a long session's items (10,000 observations) costs more than the rest
     of a context read; the row's ``(entry_id, seq, updated_at)`` says whether the parsed copy is
-    still what the rows hold. Thread-safe; ``size`` sessions.
+    still what the rows hold. Every memory or scope record appended moves the row, though, so
+    :meth:`base` also offers a ledger of an *earlier* point of the current branch: the ledger up
+    to an entry is a function of that entry alone (its ancestry never changes), so when that
+    entry is on the branch (checked against the caller's segments) the caller folds only the
+    entries after it. Thread-safe; ``size`` sessions.
     """
 
-    def __init__(self, size: int = 128) -> None:
-        self._items: OrderedDict[int, tuple[tuple[str, int, datetime], ObservationalMemoryLedger]]
+    def __init__(self, size: int = 1024) -> None:
+        self._items: OrderedDict[int, tuple[_Version, LedgerBase]]
         self._items = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
     def ledger(
-        self, connection: Connection, session_pk: int, snapshot: Snapshot
+        self,
+        connection: Connection,
+        session_pk: int,
+        snapshot: Snapshot,
+        rewritten_at: datetime | None = None,
     ) -> ObservationalMemoryLedger:
-        """The snapshot's whole ledger, as :func:`read_ledger` returns it."""
-        version = (snapshot.entry_id, snapshot.seq, snapshot.updated_at)
+        """The snapshot's whole ledger, as :func:`read_ledger` returns it. ``rewritten_at``:
+        the session row's (a cached ledger from before a rewrite is never used)."""
+        version = _version(snapshot, rewritten_at)
         with self._lock:
             hit = self._items.get(session_pk)
             if hit is not None and hit[0] == version:
                 self._items.move_to_end(session_pk)
-                return hit[1]
+                return hit[1].ledger
         ledger = read_ledger(connection, session_pk, snapshot)
+        self.keep(session_pk, snapshot, LedgerBase(snapshot.seq, ledger), rewritten_at)
+        return ledger
+
+    def base(
+        self,
+        connection: Connection,
+        session_pk: int,
+        snapshot: Snapshot,
+        segments: list[Segment],
+        rewritten_at: datetime | None = None,
+    ) -> LedgerBase:
+        """Where to fold the branch ``segments`` describe from: the snapshot's own ledger, or
+        a cached ledger of an earlier entry on that branch at most :data:`MAX_CARRY` seqs
+        back (then fold the entries after ``result.seq``, and :meth:`keep` the ledger at the
+        snapshot's entry)."""
         with self._lock:
-            self._items[session_pk] = (version, ledger)
+            hit = self._items.get(session_pk)
+        version = _version(snapshot, rewritten_at)
+        # An earlier ledger is only as good as the entries it folded: after a rewrite in
+        # place (an erasure's placeholders) it may hold what the rewrite removed.
+        if hit is not None and hit[0] != version and hit[0][3] == rewritten_at:
+            earlier = hit[1]
+            if earlier.seq < snapshot.seq <= earlier.seq + MAX_CARRY and seq_on_branch(
+                earlier.seq, segments
+            ):
+                return earlier
+        return LedgerBase(snapshot.seq, self.ledger(connection, session_pk, snapshot, rewritten_at))
+
+    def keep(
+        self,
+        session_pk: int,
+        snapshot: Snapshot,
+        base: LedgerBase,
+        rewritten_at: datetime | None = None,
+    ) -> None:
+        """Remember ``base`` (folded up to the snapshot's entry) as the snapshot's ledger."""
+        version = _version(snapshot, rewritten_at)
+        with self._lock:
+            self._items[session_pk] = (version, base)
             self._items.move_to_end(session_pk)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
-        return ledger

@@ -19,12 +19,13 @@ from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
 from om_core.portability import EntryCheck
 from om_workers.config import Settings, get_settings
-from om_workers.store.engine import create_store_engine
+from om_workers.store.engine import create_store_engine, in_memory_sqlite
 from om_workers.store.erasure import ErasureService
 from om_workers.store.jobs import JobService
 from om_workers.store.portability import EXPORT_PAGE, ExportItem, PortabilityService
 from om_workers.store.records import (
     AppendResult,
+    ContextParts,
     ContextState,
     FlushJob,
     ImportResult,
@@ -76,7 +77,10 @@ class SqlStore:
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> SqlStore:
         """A store on ``OM_DATABASE_URL`` (or the given settings' ``database_url``)."""
-        return cls.from_url((settings or get_settings()).store.url)
+        store = (settings or get_settings()).store
+        if in_memory_sqlite(store.url):  # one shared connection: no pool to size
+            return cls.from_url(store.url)
+        return cls.from_url(store.url, pool_size=store.pool_size, max_overflow=store.pool_size)
 
     @property
     def erasure(self) -> ErasureService:
@@ -268,6 +272,30 @@ class SqlStore:
         empty. Raises :class:`~om_workers.errors.SessionNotFoundError`.
         """
         return self._reads.read_span(tenant_id, session_id, entry_ids, margin=margin)
+
+    def read_context_parts(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        invalidation_scope: str,
+        first_tail: int,
+        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
+    ) -> ContextParts:
+        """What a context read needs, in one read transaction (one consistent view): the
+        stored ledger, the branch tail (``first_tail`` entries, doubled until ``tail_enough``
+        says so or the branch is read whole), the ids ``invalidation_scope`` withholds and the
+        count of unobserved messages before the tail.
+
+        Raises :class:`~om_workers.errors.SessionNotFoundError`.
+        """
+        return self._reads.read_context_parts(
+            tenant_id,
+            session_id,
+            invalidation_scope=invalidation_scope,
+            first_tail=first_tail,
+            tail_enough=tail_enough,
+        )
 
     def read_context_state(self, tenant_id: str, session_id: str) -> ContextState:
         """The branch's ledger from the stored snapshot plus the entries after it.

@@ -47,6 +47,7 @@ from om_workers.store.repositories import (
     TombstoneRepository,
 )
 from om_workers.store.snapshot import SnapshotCache
+from om_workers.store.tail_cache import TailCache
 
 
 def utc_now() -> datetime:
@@ -110,10 +111,12 @@ class SqlReadUnitOfWork:
         *,
         clock: Callable[[], datetime] = utc_now,
         snapshots: SnapshotCache | None = None,
+        tails: TailCache | None = None,
     ) -> None:
         self._engine = engine
         self._clock = clock
         self._snapshots = snapshots if snapshots is not None else SnapshotCache()
+        self._tails = tails if tails is not None else TailCache()
         self._stack: ExitStack | None = None
         self._transaction: RootTransaction | None = None
 
@@ -133,7 +136,7 @@ class SqlReadUnitOfWork:
             raise
         self._stack = stack
         self.sessions = SessionRepository(connection)
-        self.entries = EntryRepository(connection)
+        self.entries = EntryRepository(connection, self._tails)
         self.memory = MemoryRepository(connection, self._snapshots)
         self.jobs = JobRepository(connection)
         self.tombstones = TombstoneRepository(connection)

@@ -1,6 +1,7 @@
 """API keys through the admin routes: listed without their secret, revoked by id, and a revoked
-key refused with a 401 at once on every tenant route, by every API replica (two apps on one
-database here), on every backend."""
+key refused with a 401 on every tenant route: at once by the replica that revoked it and by a
+replica that does not cache keys (two apps on one database here), on every backend; by a
+replica that caches keys, once its ``OM_API_KEY_CACHE_S`` has passed."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 import redis
 
 from om_api.client import NotFound, OMClient, Unauthorized
+from om_api.server.key_cache import KeyCache
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.errors import InvalidApiKeyError
 from om_workers.store import SqlStore
 from om_workers.store.accounts import hash_api_key
 from tests.api.conftest import make_settings
@@ -29,12 +32,14 @@ PATH_VALUES = {
 
 @pytest.fixture
 def replica(backend_api: LiveApi, api_redis_server: EmbeddedRedis) -> Iterator[LiveApi]:
-    """A second API process on the same database and Redis as ``backend_api``."""
+    """A second API process on the same database and Redis as ``backend_api``, reading keys
+    from the store on every request (``OM_API_KEY_CACHE_S=0``)."""
     url = backend_api.store.engine.url.render_as_string(hide_password=False)
     store = SqlStore.from_url(url)
     client: redis.Redis = connect(api_redis_server.url)
+    settings = make_settings(url, api_redis_server.url).model_copy(update={"api_key_cache_s": 0.0})
     try:
-        with serve(make_settings(url, api_redis_server.url), store, client, Published()) as live:
+        with serve(settings, store, client, Published()) as live:
             yield live
     finally:
         client.close()
@@ -82,7 +87,7 @@ def test_keys_are_listed_by_id_and_prefix_never_the_key(backend_api: LiveApi) ->
         assert tenant.post(f"/v1/admin/keys/{made['key_id']}/revoke").status_code == 401
 
 
-def test_a_revoked_key_is_refused_at_once_on_every_route_by_every_replica(
+def test_a_revoked_key_is_refused_at_once_on_every_route_by_the_revoking_and_uncached_replicas(
     backend_api: LiveApi, replica: LiveApi
 ) -> None:
     tenant_id, _ = backend_api.tenant()
@@ -132,3 +137,27 @@ def test_the_clients_admin_methods(backend_api: LiveApi) -> None:
             admin.list_keys("nobody")
     with OMClient(backend_api.url, "om_not_admin") as not_admin, pytest.raises(Unauthorized):
         not_admin.list_keys(tenant_id)
+
+
+def test_a_cached_key_is_trusted_for_its_ttl_then_read_again(backend_api: LiveApi) -> None:
+    """Another replica's cache (a clock stands in for time): a revoked key keeps working only
+    until its entry expires; unknown and revoked keys are never cached."""
+    tenant_id, _ = backend_api.tenant()
+    made = backend_api.accounts.create_api_key(tenant_id, label="cached")
+    now = [100.0]
+    cache = KeyCache(backend_api.accounts, 1.0, clock=lambda: now[0])
+    assert cache.resolve(made.plaintext) == (tenant_id, made.key_id)
+    backend_api.accounts.revoke_key(made.key_id)  # elsewhere: this cache is not told
+    assert cache.resolve(made.plaintext) == (tenant_id, made.key_id)
+    now[0] += 1.0
+    with pytest.raises(InvalidApiKeyError):
+        cache.resolve(made.plaintext)
+    with pytest.raises(InvalidApiKeyError):
+        cache.resolve("om_unknown_key")
+    # The replica that revokes a key forgets it at once.
+    other = backend_api.accounts.create_api_key(tenant_id, label="other")
+    assert cache.resolve(other.plaintext) == (tenant_id, other.key_id)
+    backend_api.accounts.revoke_key(other.key_id)
+    cache.forget_key(other.key_id)
+    with pytest.raises(InvalidApiKeyError):
+        cache.resolve(other.plaintext)

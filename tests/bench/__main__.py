@@ -19,6 +19,8 @@ from . import (
     bench_history,
     bench_locomo,
     bench_portability,
+    bench_scopes,
+    bench_turns,
     bench_workers,
 )
 from .common import Section, write_results
@@ -34,6 +36,8 @@ BENCHMARKS = [
     bench_fairness,
     bench_erase,
     bench_portability,
+    bench_turns,
+    bench_scopes,
 ]
 
 

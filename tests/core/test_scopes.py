@@ -19,9 +19,10 @@ from om_core.errors import (
     UnknownMemoryRefError,
     UnknownScopeError,
 )
+from om_core.ledger.fold import fold_ledger
 from om_core.ledger.models import SessionEntry
 from om_core.policy.redaction import REDACTED
-from om_core.scopes.controller import WorkScopeController, with_work_scope
+from om_core.scopes.controller import ScopeView, WorkScopeController, with_work_scope
 from om_core.scopes.index import fold_work_scope_map
 from om_core.scopes.records import (
     MAX_WORK_SCOPE_BINDS,
@@ -546,3 +547,40 @@ def test_with_work_scope_that_cannot_enter_leaves_nothing() -> None:
     with pytest.raises(ScopeStateError), with_work_scope(c, {"id": "done"}):
         pass  # pragma: no cover - never entered
     assert b.entries == before
+
+
+def test_a_controller_on_a_hosts_view_applies_the_same_rules_without_reading_the_branch() -> None:
+    """``get_view`` (a store's snapshot state): the same answers as folding the branch, and
+    the branch is never read (``get_entries`` is not even given)."""
+    b = Branch()
+    u = b.user("hi")
+    b.observe(obs(1, u.id))
+    views = 0
+
+    def view() -> ScopeView:
+        nonlocal views
+        views += 1
+        return ScopeView(scope_map=fold_work_scope_map(b.entries), ledger=fold_ledger(b.entries))
+
+    ids = count(1)
+    c = WorkScopeController(
+        session_id=b.session_id,
+        append_entry=b.entries.append,
+        get_view=view,
+        new_entry_id=lambda: f"scope-{next(ids)}",
+    )
+    c.open({"id": "a"})
+    assert c.enter("a") is not None and c.leaf() == "a"
+    unchanged(b, lambda: c.bind("a", [f"om:{mid(2)}"]), UnknownMemoryRefError)
+    assert c.bind("a", [f"om:{mid(1)}"]) is not None
+    assert c.bind("a", [f"om:{mid(1)}"]) is None  # bound already: nothing appended
+    assert c.leave() is not None and c.leave() is None
+    assert views >= 6
+    with pytest.raises(InvalidScopeInputError):
+        c.entries()
+    with pytest.raises(InvalidScopeInputError):
+        WorkScopeController(session_id="s", append_entry=b.entries.append)
+    with pytest.raises(InvalidScopeInputError):
+        WorkScopeController(
+            session_id="s", append_entry=b.entries.append, get_entries=list, get_view=view
+        )

@@ -240,3 +240,19 @@ def test_a_workspace_with_erased_placeholders_exports_and_imports_whole(
     result = store.import_session(other, WS, enumerate(lines, start=1))
     assert result.created and result.imported == store.get_session(tenant, WS).entry_count
     assert store.read_branch(other, WS) == store.read_branch(tenant, WS)
+
+
+def test_reads_cached_before_the_erasure_do_not_outlive_it(
+    store: SqlStore, tenant: str, funnelled: None
+) -> None:
+    # The API's reads keep parsed tails and ledgers between requests; the workspace's entries
+    # are rewritten in place by the erasure, so what was cached before must not answer after.
+    def seen() -> str:
+        tail = store.read_tail(tenant, WS, 50)
+        state = store.read_context_state(tenant, WS)
+        return json.dumps([e.to_json_dict() for e in tail]) + state.ledger.model_dump_json()
+
+    assert CANARY in seen() and CANARY in seen()  # the second read is answered from the caches
+    _erase(store, tenant, "child")
+    assert CANARY not in seen()
+    assert store.get_session(tenant, WS).entry_count == len(store.read_tail(tenant, WS, 50))

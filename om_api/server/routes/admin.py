@@ -69,9 +69,12 @@ def list_keys(state: State, _: Admin, tenant_id: TenantPath) -> ApiKeysOut:
 
 @router.post("/keys/{key_id}/revoke", response_model=ApiKeyOut, responses=ERRORS)
 def revoke_key(state: State, _: Admin, key_id: KeyPath) -> ApiKeyOut:
-    """Revoke an API key by its id (admin token): from now on every request with it is a 401,
-    on every API replica. Revoking a revoked key changes nothing. 404 for an unknown key id."""
-    return ApiKeyOut.model_validate(state.accounts.revoke_key(key_id), from_attributes=True)
+    """Revoke an API key by its id (admin token): from now on every request with it is a 401
+    on this API replica, and on every other one within ``OM_API_KEY_CACHE_S``. Revoking a
+    revoked key changes nothing. 404 for an unknown key id."""
+    revoked = state.accounts.revoke_key(key_id)
+    state.keys.forget_key(key_id)
+    return ApiKeyOut.model_validate(revoked, from_attributes=True)
 
 
 @router.get("/tenants/{tenant_id}/limits", response_model=RateLimitsOut, responses=ERRORS)

@@ -47,8 +47,6 @@ def flush(
     before Redis is touched), 503 + ``Retry-After`` when Redis is down.
     """
     request = body or FlushRequest()
-    # Existence first: another tenant's session is a 404 even while Redis is down.
-    state.store.get_session(tenant_id, session_id)
     try:
         serving = request_flush(
             state.store,
@@ -60,6 +58,10 @@ def flush(
             full_reflection_rebuild=request.full_reflection_rebuild,
         )
     except CoordinationError:
+        # Existence before availability: another tenant's session is a 404 even while Redis
+        # is down. Checked only here: on the way in, the job row (or the pending job, which
+        # is the tenant's own) already proves the session exists, without a read of its own.
+        state.store.get_session(tenant_id, session_id)
         state.metrics.observe_enqueue("unavailable")
         raise
     bind_log_context(job_id=serving.job_id)

@@ -58,7 +58,8 @@ def _context(
     include: IncludeMode,
     max_tokens: int | None = None,
 ) -> Context:
-    # The snapshot ledger plus the branch tail: a long session is never read whole.
+    # The snapshot ledger plus the branch tail (and the session's tombstones), in one read
+    # transaction: a long session is never read whole.
     return session_context(
         state.store,
         tenant_id,
@@ -67,7 +68,6 @@ def _context(
         scope=scope,
         include=include,
         secrets=state.secrets,
-        invalidated_ids=state.invalidated_ids(tenant_id, session_id),
         max_tokens=max_tokens,
     )
 

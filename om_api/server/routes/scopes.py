@@ -48,10 +48,12 @@ class SessionScopes:
         store = self.state.store
         store.get_session(self.tenant_id, self.session_id)
         handle = SqlMemoryUnitOfWork(store, self.tenant_id, self.session_id)
+        # The snapshot's scope map and ledger plus the entries after it: an operation costs
+        # what was appended since the last snapshot, never the session's history.
         return WorkScopeController(
             session_id=self.session_id,
-            append_entry=handle.append_entry,
-            get_entries=handle.entries,
+            append_entry=handle.append_visible,
+            get_view=handle.scope_view,
             secrets=self.state.secrets,
         )
 

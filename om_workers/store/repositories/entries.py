@@ -23,6 +23,7 @@ from om_workers.store.branch import (
 )
 from om_workers.store.repositories.sessions import LockedSession
 from om_workers.store.schema import entries
+from om_workers.store.tail_cache import TailCache
 
 # Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
 _IN_CHUNK = 500
@@ -49,8 +50,9 @@ _INSERT = insert(entries)
 class EntryRepository:
     """A tenant's entry rows, on one unit of work's connection."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, tails: TailCache | None = None) -> None:
         self._connection = connection
+        self._tails = tails if tails is not None else TailCache()
 
     def look_up(
         self, session: LockedSession, ids: Sequence[str], refs: Sequence[str]
@@ -138,6 +140,19 @@ class EntryRepository:
             self._connection, session_pk, segments, after_seq=after_seq, limit=limit
         )
         return (int(rows[-1].seq) if rows else after_seq), to_entries(rows)
+
+    def tail(
+        self,
+        session_pk: int,
+        segments: Sequence[Segment],
+        limit: int,
+        rewritten_at: datetime | None = None,
+    ) -> tuple[SessionEntry, ...]:
+        """The last ``limit`` entries of the branch, in branch order: :meth:`read` with
+        ``newest_first``, reading only what was appended since this process last read the
+        session's tail (:class:`~om_workers.store.tail_cache.TailCache`) unless the session
+        was rewritten since (``rewritten_at``, the session row's)."""
+        return self._tails.tail(self._connection, session_pk, segments, limit, rewritten_at)
 
     def count_messages(
         self, session_pk: int, segments: Sequence[Segment], *, after_seq: int, before_seq: int

@@ -59,10 +59,20 @@ class MemoryRepository:
         Raises :class:`~om_workers.errors.SessionNotFoundError`."""
         return read_memory_view(self._connection, tenant_id, session_id, invalidation_scope)
 
-    def context_state(self, head: SessionHead) -> ContextState:
+    def context_state(
+        self, head: SessionHead, segments: list[Segment] | None = None
+    ) -> ContextState:
         """The branch's whole ledger from the snapshot plus the entries after it (see
-        :func:`~om_workers.store.memory_view.read_context_state`)."""
-        return read_context_state(self._connection, head.pk, head.leaf_id, self._cache)
+        :func:`~om_workers.store.memory_view.read_context_state`); ``segments``: the
+        branch's, when the caller read them already."""
+        return read_context_state(
+            self._connection,
+            head.pk,
+            head.leaf_id,
+            self._cache,
+            segments,
+            rewritten_at=head.rewritten_at,
+        )
 
     def observation_cursor_seq(self, session_pk: int, segments: Sequence[Segment]) -> int:
         """Seq of the observation cursor on the branch the segments describe, as the snapshot

@@ -27,7 +27,7 @@ _THIS_SESSION = (
 _TENANT = select(tenants.c.id).where(tenants.c.id == bindparam("tenant_id"))
 _ROW = select(sessions).where(*_THIS_SESSION)
 _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
-_HEAD = select(sessions.c.pk, sessions.c.leaf_id).where(*_THIS_SESSION)
+_HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
 _LOCK = (
     select(
         sessions.c.pk,
@@ -56,6 +56,11 @@ _RAISE_EPOCH_BY_PK = (
     .where(sessions.c.pk == bindparam("session"))
     .values(epoch=sessions.c.epoch + 1, updated_at=bindparam("now"))
     .returning(sessions.c.epoch)
+)
+_MARK_REWRITTEN = (
+    update(sessions)
+    .where(sessions.c.pk == bindparam("session"))
+    .values(rewritten_at=bindparam("now"), updated_at=bindparam("now"))
 )
 
 
@@ -90,10 +95,13 @@ _OVER_UNOBSERVED = (
 
 @dataclass(frozen=True, slots=True)
 class SessionHead:
-    """What a read needs of the session row: its key and its leaf (``None`` while empty)."""
+    """What a read needs of the session row: its key, its leaf (``None`` while empty) and
+    when its stored entries were last rewritten in place (``None``: never; see
+    ``sessions.rewritten_at``), which versions every cache of its parsed entries."""
 
     pk: int
     leaf_id: str | None
+    rewritten_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +160,7 @@ class SessionRepository:
         row = self._connection.execute(_HEAD, params).first()
         if row is None:
             raise _missing(session_id)
-        return SessionHead(int(row.pk), row.leaf_id)
+        return SessionHead(int(row.pk), row.leaf_id, row.rewritten_at)
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
@@ -219,6 +227,11 @@ class SessionRepository:
         """Raise the fencing epoch of a session found in this unit of work; the new epoch."""
         params = {"session": session_pk, "now": now}
         return int(self._connection.execute(_RAISE_EPOCH_BY_PK, params).scalar_one())
+
+    def mark_rewritten(self, session_pk: int, *, now: datetime) -> None:
+        """Record that stored entries of the session changed in place (see
+        ``sessions.rewritten_at``): every cache of its parsed entries is void from now on."""
+        self._connection.execute(_MARK_REWRITTEN, {"session": session_pk, "now": now})
 
     def move_leaf(
         self,

@@ -18,11 +18,13 @@ revision: str = "0011"
 down_revision: str | None = "0010"
 
 _ERASED_AT = NullableColumn("sessions", "erased_at", TIMESTAMP)
+_REWRITTEN_AT = NullableColumn("sessions", "rewritten_at", TIMESTAMP)
 _RETENTION_DAYS = NullableColumn("tenants", "retention_days", sa.Integer())
 
 
 def upgrade() -> None:
     _ERASED_AT.add()
+    _REWRITTEN_AT.add()
     _RETENTION_DAYS.add()
     op.create_table(
         "erasure_jobs",
@@ -86,4 +88,5 @@ def downgrade() -> None:
     op.drop_table("erasure_targets")
     op.drop_table("erasure_jobs")
     _RETENTION_DAYS.drop()
+    _REWRITTEN_AT.drop()
     _ERASED_AT.drop()
