@@ -68,7 +68,13 @@ class KeyCache:
 
     def forget_key(self, key_id: str) -> None:
         """Drop the key ``key_id`` (this process revoked it): its next request reads the store."""
+        self._forget(lambda item: item[2] == key_id)
+
+    def forget_tenant(self, tenant_id: str) -> None:
+        """Drop every key of ``tenant_id`` (this process revoked them all, erasing the tenant)."""
+        self._forget(lambda item: item[1] == tenant_id)
+
+    def _forget(self, stale: Callable[[tuple[float, str, str]], bool]) -> None:
         with self._lock:
-            stale = [digest for digest, item in self._items.items() if item[2] == key_id]
-            for digest in stale:
+            for digest in [digest for digest, item in self._items.items() if stale(item)]:
                 del self._items[digest]

@@ -36,10 +36,12 @@ ERRORS = error_answers(401, 404, 422)
     "/tenants/{tenant_id}", status_code=202, response_model=ErasureTicket, responses=ERRORS
 )
 def erase_tenant(state: State, _: Admin, tenant_id: TenantPath) -> JSONResponse:
-    """Erase a whole tenant: at once its keys are revoked (401) and its sessions hidden; the
-    job then erases every session as ``DELETE /v1/sessions/{id}`` does and deletes the tenant.
-    Read the job at ``GET /v1/admin/jobs/{job_id}``. 404 for an unknown tenant."""
+    """Erase a whole tenant: at once its keys are revoked (401; on other API processes within
+    ``OM_API_KEY_CACHE_S``) and its sessions hidden; the job then erases every session as
+    ``DELETE /v1/sessions/{id}`` does and deletes the tenant. Read the job at
+    ``GET /v1/admin/jobs/{job_id}``. 404 for an unknown tenant."""
     job = state.store.erasure.erase_tenant(tenant_id)
+    state.keys.forget_tenant(tenant_id)
     state.publish_erasure(job.id)
     return JSONResponse(ErasureTicket(job_id=job.id).model_dump(mode="json"), status_code=202)
 
