@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
+from om_core.read.search import SearchPage
 from om_workers.config import Settings, get_settings
 from om_workers.store.engine import create_store_engine
 from om_workers.store.jobs import JobService
@@ -32,6 +33,7 @@ from om_workers.store.records import (
     StoredPage,
     StoredTombstone,
 )
+from om_workers.store.search import SearchService
 from om_workers.store.service import UnitsOfWork
 from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
 from om_workers.store.sessions import SessionService
@@ -61,6 +63,7 @@ class SqlStore:
         self._sessions = SessionService(units)
         self._reads = SessionReads(units)
         self._jobs = JobService(units)
+        self._search = SearchService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -300,6 +303,22 @@ class SqlStore:
     def invalidated_ids(self, tenant_id: str, scope: str) -> frozenset[str]:
         """Entry ids one exact scope withholds, ``corrected`` ones included."""
         return self._reads.invalidated_ids(tenant_id, scope)
+
+    def search(
+        self,
+        tenant_id: str,
+        q: str | None,
+        *,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        secrets: Iterable[str] = (),
+    ) -> SearchPage:
+        """Full-text search of the tenant's sessions, or of ``session_id`` alone (see
+        :meth:`~om_workers.store.search.SearchService.search` for the rules and errors)."""
+        return self._search.search(
+            tenant_id, q, session_id=session_id, limit=limit, cursor=cursor, secrets=secrets
+        )
 
     # Flush jobs -------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from om_workers.store.repositories import (
     JobRepository,
     LinkRepository,
     MemoryRepository,
+    SearchRepository,
     SessionRepository,
     TombstoneRepository,
 )
@@ -98,6 +99,7 @@ class SqlReadUnitOfWork:
     jobs: JobRepository
     tombstones: TombstoneRepository
     links: LinkRepository
+    search: SearchRepository
 
     def __init__(
         self,
@@ -133,6 +135,7 @@ class SqlReadUnitOfWork:
         self.jobs = JobRepository(connection)
         self.tombstones = TombstoneRepository(connection)
         self.links = LinkRepository(connection)
+        self.search = SearchRepository(connection)
         return self
 
     def __exit__(
