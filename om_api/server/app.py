@@ -29,7 +29,7 @@ from om_api.server.logging import (
     configure_logging,
 )
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollector
-from om_api.server.routes import admin, jobs, memory, ops, scopes, sessions
+from om_api.server.routes import admin, jobs, memory, ops, scopes, search, sessions
 from om_api.server.state import ApiState
 from om_workers.config import Settings, get_settings
 from om_workers.coordination.fairness import FairQueue
@@ -252,6 +252,7 @@ def create_app(
         jobs.router,
         memory.router,
         scopes.router,
+        search.router,
         ops.router,
         admin.router,
     ):
