@@ -17,6 +17,7 @@ from . import (
     bench_fold,
     bench_history,
     bench_locomo,
+    bench_search,
     bench_workers,
 )
 from .common import Section, write_results
@@ -30,6 +31,7 @@ BENCHMARKS = [
     bench_locomo,
     bench_history,
     bench_fairness,
+    bench_search,
 ]
 
 

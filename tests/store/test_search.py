@@ -179,6 +179,21 @@ def test_another_tenants_data_is_never_found(
     assert len(store.search(tenant, "harbour").hits) == 1
 
 
+def test_words_in_most_messages_rank_nothing_and_are_left_out(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    ids = _chat(store, tenant, session_id, *[f"common words {n}" for n in range(5)], "rare one")
+    hits = store.search(tenant, "common rare", session_id=session_id).hits
+    if store.engine.dialect.name == "sqlite":
+        # "common" is in 5 of 6 messages: its BM25 weight is floored, its matches skipped.
+        assert _ids(hits) == [ids[-1]]
+    else:
+        # ts_rank has no document frequency: every word matches and counts.
+        assert set(_ids(hits)) == set(ids)
+    # A query of common words alone still finds them.
+    assert len(store.search(tenant, "common words", session_id=session_id).hits) == 5
+
+
 def test_tenant_wide_search_covers_every_session(store: SqlStore, tenant: str) -> None:
     for name in ("a", "b"):
         store.create_session(tenant, name)

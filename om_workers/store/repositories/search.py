@@ -32,15 +32,28 @@ _OBSERVATIONS = select(memory_items.c.item_id, memory_items.c.payload).where(
     memory_items.c.item_id.in_(bindparam("ids", expanding=True)),
 )
 
-_SQLITE_ENTRIES = """
+# Rows the tenant's tombstones withhold, as candidate rows: built once per statement (an
+# uncorrelated subquery), so filtering a match costs one set lookup, not two index probes.
+_WITHHELD_ROWS = """
+    SELECT e.session_pk * 4294967296 + e.seq
+    FROM tombstones AS t
+    JOIN sessions AS ts ON ts.tenant_id = t.tenant_id AND t.scope = 'session:' || ts.id
+    JOIN entries AS e
+        ON e.tenant_id = t.tenant_id AND e.id = t.entry_id AND e.session_pk = ts.pk
+    WHERE t.tenant_id = :tenant_id
+"""
+# The tenant's sessions, for a tenant-wide search (a session search is its rowid range).
+_OF_TENANT = "JOIN sessions AS s ON s.pk = {pk} AND s.tenant_id = :tenant_id"
+_SQLITE_ENTRIES = f"""
     SELECT 0 AS source, f.rowid AS row, f.rank AS rank
-    FROM entries_fts AS f
-    WHERE entries_fts MATCH :match {session_range}
+    FROM entries_fts AS f {{tenant_join}}
+    WHERE entries_fts MATCH :match {{session_range}}
+        AND f.rowid NOT IN ({_WITHHELD_ROWS})
 """
 _SQLITE_MEMORY = """
     SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row, f.rank AS rank
-    FROM memory_fts AS f JOIN memory_items AS m ON m.rowid = f.rowid
-    WHERE memory_fts MATCH :match {session_filter}
+    FROM memory_fts AS f JOIN memory_items AS m ON m.rowid = f.rowid {tenant_join}
+    WHERE memory_fts MATCH :memory_match {session_filter}
 """
 _PG_QUERY = "replace(plainto_tsquery('english'::regconfig, :words)::text, ' & ', ' | ')::tsquery"
 _PG_ENTRIES = f"""
@@ -50,34 +63,68 @@ _PG_ENTRIES = f"""
     FROM entries AS e, (SELECT {_PG_QUERY} AS q) AS q
     WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
         AND to_tsvector('english'::regconfig, om_message_text(e.payload)) @@ q.q
+        AND e.session_pk * 4294967296 + e.seq NOT IN ({_WITHHELD_ROWS})
 """
 _PG_MEMORY = f"""
     SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row,
         -ts_rank(to_tsvector('english'::regconfig, m.payload ->> 'text'), q.q)::float8 AS rank
-    FROM memory_items AS m, (SELECT {_PG_QUERY} AS q) AS q
+    FROM memory_items AS m {{tenant_join}}, (SELECT {_PG_QUERY} AS q) AS q
     WHERE to_tsvector('english'::regconfig, m.payload ->> 'text') @@ q.q {{session_filter}}
 """
+# Only the page's keys are ranked and sorted with the matches; the stored rows (payloads) are
+# read for the page alone.
 _PAGE = """
-    WITH candidates AS ({entries} UNION ALL {memory})
-    SELECT c.source, c.row, c.rank, s.id AS session_id, s.tenant_id,
+    WITH candidates AS (
+        SELECT source, row, rank FROM ({entries} UNION ALL {memory}) AS c
+        WHERE TRUE {after}
+        ORDER BY rank, source, row
+        LIMIT :limit)
+    SELECT c.source, c.row, c.rank, s.id AS session_id,
         e.id AS entry_id, e.created_at, e.payload AS entry_payload,
         m.kind AS memory_kind, m.payload AS memory_payload
     FROM candidates AS c
+    JOIN sessions AS s ON s.pk = c.row / 4294967296
     LEFT JOIN entries AS e
         ON c.source = 0 AND e.session_pk = c.row / 4294967296 AND e.seq = c.row % 4294967296
     LEFT JOIN memory_items AS m
         ON c.source = 1 AND m.session_pk = c.row / 4294967296 AND m.ord = c.row % 4294967296
-    JOIN sessions AS s ON s.pk = c.row / 4294967296
-    WHERE s.tenant_id = :tenant_id {after}
-        AND NOT EXISTS (
-            SELECT 1 FROM tombstones AS t
-            WHERE c.source = 0 AND t.tenant_id = s.tenant_id
-                AND t.scope = 'session:' || s.id AND t.entry_id = e.id)
     ORDER BY c.rank, c.source, c.row
-    LIMIT :limit
 """
-_AFTER = """AND (c.rank > :after_rank OR (c.rank = :after_rank AND (c.source > :after_source
-    OR (c.source = :after_source AND c.row > :after_row))))"""
+_AFTER = """AND (rank > :after_rank OR (rank = :after_rank AND (source > :after_source
+    OR (source = :after_source AND row > :after_row))))"""
+
+
+_INDEXED_MESSAGES = text("SELECT block FROM entries_fts_data WHERE id = 1")
+_DOCUMENTS = text("SELECT term, doc FROM entries_fts_vocab WHERE term IN :terms").bindparams(
+    bindparam("terms", expanding=True)
+)
+
+
+def _varint(block: bytes) -> int:
+    """SQLite's varint at the start of ``block`` (big-endian 7-bit groups; a 9th byte is whole)."""
+    value = 0
+    for byte in block[:8]:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return (value << 8) | block[8]
+
+
+def _informative(connection: Connection, query: SearchQuery) -> SearchQuery:
+    """``query`` without the words in half the indexed messages or more, unless every word is:
+    FTS5's BM25 floors such a word's IDF to 1e-6, so it adds nothing to a score, while matching
+    it costs a score for most rows of the index. When every word is that common, the rarest
+    alone is kept."""
+    block = connection.execute(_INDEXED_MESSAGES).scalar()
+    if not block:
+        return query
+    half = _varint(bytes(block)) / 2
+    rows = connection.execute(_DOCUMENTS, {"terms": list(query.terms)})
+    counts = {str(row.term): int(row.doc) for row in rows}
+    kept = tuple(term for term in query.terms if counts.get(term, 0) < half)
+    if kept:
+        return SearchQuery(kept)
+    return SearchQuery((min(query.terms, key=lambda term: counts.get(term, 0)),))
 
 
 @dataclass(frozen=True)
@@ -95,20 +142,19 @@ class SearchRow:
 
 
 def _statement(dialect: str, *, session: bool, after: bool) -> str:
+    memory_filter = "AND m.session_pk = :session_pk" if session else ""
+    memory_tenant = "" if session else _OF_TENANT.format(pk="m.session_pk")
     if dialect == "sqlite":
         entries = _SQLITE_ENTRIES.format(
-            session_range="AND f.rowid BETWEEN :row_lo AND :row_hi" if session else ""
+            session_range="AND f.rowid BETWEEN :row_lo AND :row_hi" if session else "",
+            tenant_join="" if session else _OF_TENANT.format(pk="f.rowid / 4294967296"),
         )
-        memory = _SQLITE_MEMORY.format(
-            session_filter="AND m.session_pk = :session_pk" if session else ""
-        )
+        memory = _SQLITE_MEMORY.format(session_filter=memory_filter, tenant_join=memory_tenant)
     else:
         entries = _PG_ENTRIES.format(
             session_filter="AND e.session_pk = :session_pk" if session else ""
         )
-        memory = _PG_MEMORY.format(
-            session_filter="AND m.session_pk = :session_pk" if session else ""
-        )
+        memory = _PG_MEMORY.format(session_filter=memory_filter, tenant_join=memory_tenant)
     return _PAGE.format(entries=entries, memory=memory, after=_AFTER if after else "")
 
 
@@ -148,7 +194,11 @@ class SearchRepository:
         dialect = self._connection.dialect.name
         sql = _statement(dialect, session=session_pk is not None, after=after is not None)
         params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
-        params.update({"match": query.fts5()} if dialect == "sqlite" else {"words": query.text()})
+        if dialect == "sqlite":
+            params["match"] = _informative(self._connection, query).fts5()
+            params["memory_match"] = query.fts5()
+        else:
+            params["words"] = query.text()
         if session_pk is not None:
             params.update(
                 session_pk=session_pk,
