@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import delete, select, update
 from store_factories import message
 
-from om_core.errors import InvalidSearchQueryError
+from om_core.errors import AmbiguousInputError, InvalidInputError, InvalidSearchQueryError
 from om_core.ledger.ids import create_memory_id
 from om_core.ledger.models import (
     Observation,
@@ -16,6 +16,7 @@ from om_core.ledger.models import (
     ReflectionsRecorded,
     SessionEntry,
 )
+from om_core.read.recall_tool import RecallMemoryTool
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, SearchHit
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
@@ -313,3 +314,31 @@ def test_bad_queries_are_refused_with_a_reason(
 ) -> None:
     with pytest.raises(InvalidSearchQueryError, match=reason):
         store.search(tenant, q, session_id=session_id, limit=limit, cursor=cursor)
+
+
+def test_the_recall_tools_query_mode_searches_then_recalls_by_id(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    ids = _chat(store, tenant, session_id, "the pelican is named Gus", "weather is fine")
+    _, observation_ids = _observe(
+        store, tenant, session_id, ids[1], {"User's pelican is Gus": ids[0]}
+    )
+    tool = RecallMemoryTool(
+        get_entries=lambda sid: store.read_branch(tenant, sid),
+        search=lambda sid, q, limit: store.search(tenant, q, session_id=sid, limit=limit),
+    )
+    assert "query" in tool.definition["parameters"]["properties"]
+    found = tool(session_id, {"query": "pelican", "limit": 5})
+    by_id = {hit["id"]: hit for hit in found["hits"]}
+    assert set(by_id) == {ids[0], observation_ids[0]}
+    assert by_id[observation_ids[0]]["sourceIds"] == [ids[0]]
+    recalled = tool(session_id, {"id": observation_ids[0]})
+    assert recalled["found"] is True and recalled["sourceEntryIds"] == [ids[0]]
+    with pytest.raises(InvalidSearchQueryError):
+        tool(session_id, {"query": "  "})
+    with pytest.raises(AmbiguousInputError):
+        tool(session_id, {"query": "pelican", "direction": "forward"})
+    with pytest.raises(AmbiguousInputError):
+        tool(session_id, {"query": "pelican", "id": observation_ids[0]})
+    with pytest.raises(InvalidInputError):
+        RecallMemoryTool(get_entries=lambda sid: ())(session_id, {"query": "pelican"})
