@@ -141,25 +141,29 @@ class SearchPage:
     next_cursor: str | None
 
 
-def _prefixes(terms: Sequence[str]) -> tuple[str, ...]:
-    return tuple(t if len(t) <= _MIN_PREFIX else t[: max(_MIN_PREFIX, len(t) - 2)] for t in terms)
-
-
 def _matches(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
-    prefixes = _prefixes(terms)
-    return [
-        (m.start(), m.end()) for m in _WORD.finditer(text) if m.group().lower().startswith(prefixes)
-    ]
+    # A term under three letters marks only itself ("t" of "can't" is not "the"); a longer
+    # one its stem-like prefix, so "leasing" marks "lease" and "studies" "study".
+    whole = {t for t in terms if len(t) < _MIN_PREFIX}
+    prefixes = tuple(t[: max(_MIN_PREFIX, len(t) - 3)] for t in terms if len(t) >= _MIN_PREFIX)
+    spans: list[tuple[int, int]] = []
+    for m in _WORD.finditer(text):
+        word = m.group().lower()
+        if word in whole or (prefixes and word.startswith(prefixes)):
+            spans.append((m.start(), m.end()))
+    return spans
 
 
 def snippet(text: str, terms: Sequence[str], secrets: Iterable[str] = ()) -> str | None:
     """A window of at most :data:`SNIPPET_CHARS` of ``text`` (secrets redacted first) around
-    its first match, matches marked; ``None`` when no match is left after redaction."""
+    its first marked match (the start when the engine's stemmer matched a form not marked
+    here); ``None`` when redaction removed a secret and no match is left, so the hit matched
+    inside the secret."""
     clean = redact(text, secrets)
     spans = _matches(clean, terms)
-    if not spans:
+    if not spans and clean != text:
         return None
-    first = spans[0][0]
+    first = spans[0][0] if spans else 0
     start = max(0, first - SNIPPET_CHARS // 3)
     end = min(len(clean), start + SNIPPET_CHARS)
     start = max(0, min(start, end - SNIPPET_CHARS))

@@ -191,8 +191,9 @@ def test_words_in_most_messages_rank_nothing_and_are_left_out(
     else:
         # ts_rank has no document frequency: every word matches and counts.
         assert set(_ids(hits)) == set(ids)
-    # A query of common words alone still finds them.
+    # A query of common words alone, or with words no message has, still finds them.
     assert len(store.search(tenant, "common words", session_id=session_id).hits) == 5
+    assert len(store.search(tenant, "common nowhere", session_id=session_id).hits) == 5
 
 
 def test_tenant_wide_search_covers_every_session(store: SqlStore, tenant: str) -> None:

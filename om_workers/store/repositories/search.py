@@ -111,10 +111,11 @@ def _varint(block: bytes) -> int:
 
 
 def _informative(connection: Connection, query: SearchQuery) -> SearchQuery:
-    """``query`` without the words in half the indexed messages or more, unless every word is:
-    FTS5's BM25 floors such a word's IDF to 1e-6, so it adds nothing to a score, while matching
-    it costs a score for most rows of the index. When every word is that common, the rarest
-    alone is kept."""
+    """``query`` without the words in half the indexed messages or more, when another word is
+    known to match: FTS5's BM25 floors such a word's IDF to 1e-6, so it adds nothing to a
+    score, while matching it costs a score for most rows of the index. The vocabulary holds
+    stems, so a word not found there (stemmed differently, or absent) is kept but is no proof
+    of a match; then the query stays whole."""
     block = connection.execute(_INDEXED_MESSAGES).scalar()
     if not block:
         return query
@@ -122,9 +123,9 @@ def _informative(connection: Connection, query: SearchQuery) -> SearchQuery:
     rows = connection.execute(_DOCUMENTS, {"terms": list(query.terms)})
     counts = {str(row.term): int(row.doc) for row in rows}
     kept = tuple(term for term in query.terms if counts.get(term, 0) < half)
-    if kept:
+    if any(counts.get(term, 0) > 0 for term in kept):
         return SearchQuery(kept)
-    return SearchQuery((min(query.terms, key=lambda term: counts.get(term, 0)),))
+    return query
 
 
 @dataclass(frozen=True)
