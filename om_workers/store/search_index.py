@@ -28,8 +28,8 @@ _MESSAGE_TEXT = """
         ELSE '' END
 """
 _FILL_ENTRIES = f"""
-    INSERT INTO entries_fts(rowid, body)
-    SELECT session_pk * 4294967296 + seq, {_MESSAGE_TEXT} FROM entries
+    INSERT INTO entries_fts(rowid, body, tenant)
+    SELECT session_pk * 4294967296 + seq, {_MESSAGE_TEXT}, hex(tenant_id) FROM entries
     WHERE kind = 'message' AND session_pk > :lo AND session_pk <= :hi
 """
 _FILL_MEMORY = """

@@ -196,7 +196,10 @@ class SearchRepository:
         sql = _statement(dialect, session=session_pk is not None, after=after is not None)
         params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
         if dialect == "sqlite":
-            params["match"] = _informative(self._connection, query).fts5()
+            # Words match the text column only; a tenant-wide search ANDs in the tenant's token.
+            words = f"body : ({_informative(self._connection, query).fts5()})"
+            tenant = f'tenant : "{tenant_id.encode().hex()}" AND ' if session_pk is None else ""
+            params["match"] = tenant + words
             params["memory_match"] = query.fts5()
         else:
             params["words"] = query.text()

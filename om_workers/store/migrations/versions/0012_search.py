@@ -36,26 +36,36 @@ _SQLITE_ROWID = "({r}.session_pk * 4294967296 + {r}.seq)"
 _SQLITE_MEMORY_TEXT = "json_extract({p}, '$.text')"
 
 _SQLITE_UP = [
-    "CREATE VIRTUAL TABLE entries_fts USING fts5(body, content='', tokenize='porter unicode61')",
+    # ``tenant`` holds one token per row (the tenant id in hex): a tenant-wide search ANDs it
+    # in, so its cost follows the tenant's rows, not the whole index's. It weighs nothing in
+    # the rank.
+    "CREATE VIRTUAL TABLE entries_fts USING fts5("
+    "body, tenant, content='', tokenize='porter unicode61')",
+    "INSERT INTO entries_fts(entries_fts, rank) VALUES ('rank', 'bm25(1.0, 0.0)')",
     "CREATE VIRTUAL TABLE memory_fts USING fts5(body, content='', tokenize='porter unicode61')",
     # Per-term document counts: a search leaves out words in half the messages or more.
     "CREATE VIRTUAL TABLE entries_fts_vocab USING fts5vocab(entries_fts, 'row')",
     f"""CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries
         WHEN new.kind = 'message' BEGIN
-        INSERT INTO entries_fts(rowid, body) VALUES (
-            {_SQLITE_ROWID.format(r="new")}, {_SQLITE_ENTRY_TEXT.format(p="new.payload")});
+        INSERT INTO entries_fts(rowid, body, tenant) VALUES (
+            {_SQLITE_ROWID.format(r="new")}, {_SQLITE_ENTRY_TEXT.format(p="new.payload")},
+            hex(new.tenant_id));
     END""",
     f"""CREATE TRIGGER entries_fts_delete AFTER DELETE ON entries
         WHEN old.kind = 'message' BEGIN
-        INSERT INTO entries_fts(entries_fts, rowid, body) VALUES ('delete',
-            {_SQLITE_ROWID.format(r="old")}, {_SQLITE_ENTRY_TEXT.format(p="old.payload")});
+        INSERT INTO entries_fts(entries_fts, rowid, body, tenant) VALUES ('delete',
+            {_SQLITE_ROWID.format(r="old")}, {_SQLITE_ENTRY_TEXT.format(p="old.payload")},
+            hex(old.tenant_id));
     END""",
-    f"""CREATE TRIGGER entries_fts_update AFTER UPDATE OF payload, kind, seq ON entries BEGIN
-        INSERT INTO entries_fts(entries_fts, rowid, body) SELECT 'delete',
-            {_SQLITE_ROWID.format(r="old")}, {_SQLITE_ENTRY_TEXT.format(p="old.payload")}
+    f"""CREATE TRIGGER entries_fts_update
+        AFTER UPDATE OF payload, kind, seq, tenant_id ON entries BEGIN
+        INSERT INTO entries_fts(entries_fts, rowid, body, tenant) SELECT 'delete',
+            {_SQLITE_ROWID.format(r="old")}, {_SQLITE_ENTRY_TEXT.format(p="old.payload")},
+            hex(old.tenant_id)
             WHERE old.kind = 'message';
-        INSERT INTO entries_fts(rowid, body) SELECT
-            {_SQLITE_ROWID.format(r="new")}, {_SQLITE_ENTRY_TEXT.format(p="new.payload")}
+        INSERT INTO entries_fts(rowid, body, tenant) SELECT
+            {_SQLITE_ROWID.format(r="new")}, {_SQLITE_ENTRY_TEXT.format(p="new.payload")},
+            hex(new.tenant_id)
             WHERE new.kind = 'message';
     END""",
     f"""CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory_items BEGIN
