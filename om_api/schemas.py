@@ -609,6 +609,30 @@ class MessagesPage(WireModel):
     has_more: bool
 
 
+class SearchHitOut(WireModel):
+    """One search hit: an entry id (``kind`` ``message``) or an observation/reflection id
+    (recall it by id for the exact sources), its session, a snippet with the matches between
+    ``«`` and ``»`` (secrets redacted), the relevance ``score`` (higher is better; comparable
+    within one search only), the entry's time and, for memory, the ids it rests on."""
+
+    id: str
+    session_id: str
+    kind: Literal["message", "observation", "reflection"]
+    snippet: str
+    score: float
+    created_at: str | None = None
+    source_ids: list[str] | None = None
+
+
+class SearchPage(WireModel):
+    """``GET /v1/search``, ``GET .../search``: hits best first; ``next_cursor`` (``null`` at the
+    end) continues the same order. A page may be shorter than ``limit`` when hits were
+    withheld from it."""
+
+    hits: list[SearchHitOut]
+    next_cursor: str | None
+
+
 class StatusOut(WireModel):
     """``GET .../status`` (om:status): session-local memory counts and the rendered text."""
 

@@ -18,7 +18,8 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     ObservationalMemoryError
     ├── InvalidInputError (ValueError)    the input can never be valid: fix it
     │   ├── InvalidMemoryIdError, InvalidSettingsError, AmbiguousInputError
-    │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError
+    │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError,
+    │   │   InvalidSearchQueryError
     │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
     │   ├── InvalidEntryError             an append the plan refuses (empty, ids, parents)
     │   ├── ImportLineError               a line of an import refused (its number, why)
@@ -156,6 +157,11 @@ class AmbiguousInputError(InvalidInputError):
 
 class UnknownCursorError(InvalidInputError, LookupError):
     """A page cursor that is not an entry on the current branch (input naming nothing)."""
+
+
+class InvalidSearchQueryError(InvalidInputError):
+    """A search query that cannot run: empty, without a word, over the length limit, or a
+    malformed cursor."""
 
 
 class NonMessageCursorError(InvalidInputError):

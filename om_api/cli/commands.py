@@ -42,6 +42,7 @@ from om_api.cli.common import (
     fail,
     secret,
 )
+from om_api.cli.search_commands import search_app
 from om_api.evaluation.command import eval_app
 from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import ConfigError, OMWorkersError
@@ -77,6 +78,7 @@ app.add_typer(subjects_app, name="subjects")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
 app.add_typer(eval_app, name="eval")
+app.add_typer(search_app, name="search")
 
 
 def _celery_app() -> Any:

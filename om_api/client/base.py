@@ -143,6 +143,7 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
     messages = Endpoint(calls.messages)
     status = Endpoint(calls.status)
     view = Endpoint(calls.view)
+    search = Endpoint(calls.search)
     compact = Endpoint(calls.compact)
     # Scopes and revocations ----------------------------------------------------------------
     open_scope = Endpoint(calls.open_scope)

@@ -50,6 +50,7 @@ from om_api.schemas import (
     ScopePrincipalsRequest,
     ScopeRecordOut,
     ScopeRefsRequest,
+    SearchPage,
     SessionOut,
     SessionsPage,
     StatusOut,
@@ -57,6 +58,7 @@ from om_api.schemas import (
     ViewOut,
 )
 from om_core.read.context import MIN_CONTEXT_TOKENS
+from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 
 Include = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 Direction = Literal["forward", "backward"]
@@ -237,6 +239,29 @@ def messages(
         "detail": checks.choice("detail", detail, get_args(Detail)),
     }
     return Call("GET", f"{_session(session_id)}/messages", MessagesPage, params=params)
+
+
+def search(
+    q: str,
+    *,
+    session_id: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> Call[SearchPage]:
+    """Full-text search of one session's messages and memory, or of every session of the
+    tenant (no ``session_id``): hits best first, ``next_cursor`` for the next page. Any word
+    of ``q`` matches; quotes and operators are plain text. :class:`InvalidRequest` for an
+    empty ``q``, one over ``MAX_QUERY_CHARS`` characters or a ``limit`` outside
+    ``1..MAX_SEARCH_LIMIT``."""
+    if not isinstance(q, str) or not q.strip():
+        raise refused("q", "the search query is empty")
+    if len(q) > MAX_QUERY_CHARS:
+        raise refused("q", f"at most {MAX_QUERY_CHARS} characters")
+    params: dict[str, Any] = {"q": q, "limit": checks.int_in("limit", limit, 1, MAX_SEARCH_LIMIT)}
+    if cursor is not None:
+        params["cursor"] = cursor
+    path = f"{_session(session_id)}/search" if session_id is not None else "/v1/search"
+    return Call("GET", path, SearchPage, params=params)
 
 
 def status(session_id: str) -> Call[StatusOut]:

@@ -3,9 +3,10 @@ tools for MCP hosts (Claude Desktop, IDEs, agent runtimes).
 
 It is a thin layer over :class:`~om_api.client.OMClient`: every tool is one or two API calls,
 made with the one API key the server was started with, so the host sees exactly that tenant's
-sessions and nothing else. Tools: ``context``, ``recall``, ``entries``, ``append``, ``flush``
-and ``status``. A failed API call becomes an MCP tool error (``isError``) with a one-line
-reason the model can act on; the API key is scrubbed from it and no traceback leaves the server.
+sessions and nothing else. Tools: ``context``, ``recall``, ``search``, ``entries``,
+``append``, ``flush`` and ``status``. A failed API call becomes an MCP tool error
+(``isError``) with a one-line reason the model can act on; the API key is scrubbed from it
+and no traceback leaves the server.
 
 Transports: stdio (the host spawns ``om mcp``) and streamable HTTP (``om mcp --transport http``,
 served at ``http://<host>:<port>/mcp``). Needs the ``mcp`` extra:
@@ -55,6 +56,7 @@ from om_api.schemas import (
     StatusOut,
 )
 from om_core.read.context import MIN_CONTEXT_TOKENS
+from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 
 Transport = Literal["stdio", "http"]
 DEFAULT_HTTP_PORT: Final = 8765
@@ -64,7 +66,8 @@ INSTRUCTIONS: Final = (
     "Long-term memory of agent sessions. Call `context` before answering to read the session's "
     "memory (observations and reflections, each tagged with an id like [om:0123456789ab]) and "
     "its recent messages. Call `recall` with such an id to read the exact messages a memory "
-    "rests on before relying on a detail. `append` records new messages, `flush` turns them "
+    "rests on before relying on a detail; `search` finds past messages and memory by words. "
+    "`append` records new messages, `flush` turns them "
     "into memory, `entries` pages through the raw history and `status` shows memory counts."
 )
 
@@ -157,6 +160,9 @@ def _recall_text(found: RecallOut) -> str:
     return "\n".join(lines)
 
 
+_MEMORY_PREFIX: Final = {"observation": "om:", "reflection": "reflection:"}
+
+
 class _Tools:
     """The tool functions: their names, docstrings and parameters are what the model reads."""
 
@@ -204,6 +210,40 @@ class _Tools:
         if not found.found:
             raise ToolError(f"no memory {memory_id} in session {session_id}")
         return _recall_text(found)
+
+    def search(
+        self,
+        query: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_QUERY_CHARS,
+                description="Words to look for; any of them matches (quotes and operators are "
+                "plain text).",
+            ),
+        ],
+        session_id: Annotated[
+            str | None,
+            Field(
+                pattern=ENTRY_ID_PATTERN,
+                description="Search this session only (default: every session of the tenant).",
+            ),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most hits.")] = 10,
+    ) -> str:
+        """Find past messages and memory by words, best first: each hit names its session and
+        its id (a message id, or an om:/reflection: memory id to pass to recall for the exact
+        sources) with a snippet, matches in «». Use it when the context does not hold a detail
+        the user refers to."""
+        with self._api_errors():
+            page = self._client.search(query, session_id=session_id, limit=limit)
+        if not page.hits:
+            return f"No hits for {query!r}."
+        lines: list[str] = []
+        for hit in page.hits:
+            ref = hit.id if hit.kind == "message" else f"{_MEMORY_PREFIX[hit.kind]}{hit.id}"
+            lines.append(f"[{ref}] {hit.kind} in session {hit.session_id}: {hit.snippet}")
+        return "\n".join(lines)
 
     def entries(
         self,
@@ -289,7 +329,7 @@ _WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_wor
 
 
 def build_server(client: OMClient, *, secrets: Sequence[str] = ()) -> MCPServer:
-    """The MCP server with the six tools, calling the API through ``client`` (which the caller
+    """The MCP server with the seven tools, calling the API through ``client`` (which the caller
     keeps open while the server runs, and closes). ``secrets`` (the client's API key) are
     scrubbed from every error message."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
@@ -299,6 +339,7 @@ def build_server(client: OMClient, *, secrets: Sequence[str] = ()) -> MCPServer:
         (tools.context, _READ_ONLY, False),
         (tools.recall, _READ_ONLY, False),
         (tools.entries, _READ_ONLY, False),
+        (tools.search, _READ_ONLY, False),
         (tools.status, _READ_ONLY, None),
         (tools.append, _WRITES, None),
         (tools.flush, _WRITES, None),

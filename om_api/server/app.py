@@ -40,6 +40,7 @@ from om_api.server.routes import (
     ops,
     portability,
     scopes,
+    search,
     sessions,
 )
 from om_api.server.state import ApiState
@@ -291,6 +292,7 @@ def create_app(
         memory.router,
         scopes.router,
         portability.router,
+        search.router,
         ops.router,
         admin.router,
         admin_erasure.router,

@@ -1,4 +1,5 @@
-"""The optional ``recall`` tool: exact-id recall or current-branch paging, one per call."""
+"""The optional ``recall`` tool: exact-id recall, current-branch paging or (when the host
+gives a search) a word search whose hits are ids to recall, one per call."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ from om_core.ledger.models import SessionEntry
 from om_core.policy.redaction import normalize_secrets
 from om_core.read.paging import check_page_request, recall_branch_page
 from om_core.read.recall import recall_memory, recall_shared_memory
+from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, SearchPage, check_limit
 from om_core.scopes.shared import SharedScopeMemory
 from om_core.settings import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
 GetEntries = Callable[[str], Sequence[SessionEntry]]
 GetInvalidated = Callable[[str], Iterable[str]]
 GetShared = Callable[[str], Sequence[SharedScopeMemory]]
+Search = Callable[[str, str, int], SearchPage]
+"""``search(session_id, query, limit)``: the host's full-text search of that session."""
 
 RECALL_TOOL_NAME = "recall"
 _PAGE_KEYS = frozenset({"cursor", "limit", "direction", "detail"})
+_SEARCH_LIMIT = 10
 
 
 class RecallMemoryTool:
@@ -30,7 +35,9 @@ class RecallMemoryTool:
     exactly one of ``id`` or ``cursor`` (:class:`AmbiguousInputError` otherwise); page
     arguments are only valid with ``cursor``. Results are JSON-ready dicts with secrets redacted.
     ``get_shared(session_id)`` (resolved shared scopes) extends exact-id recall to memory
-    bound to a granted shared scope; paging stays on the current branch.
+    bound to a granted shared scope; paging stays on the current branch. With ``search``,
+    ``query`` (and an optional ``limit``) is a third mode: the session's hits, best first,
+    each an id the next call can recall or page from.
     """
 
     def __init__(
@@ -41,16 +48,20 @@ class RecallMemoryTool:
         page_limit: int = DEFAULT_PAGE_LIMIT,
         get_invalidated_ids: GetInvalidated | None = None,
         get_shared: GetShared | None = None,
+        search: Search | None = None,
     ) -> None:
         self._get_entries = get_entries
         self._secrets = normalize_secrets(secrets)
         self._page_limit = page_limit
         self._get_invalidated = get_invalidated_ids
         self._get_shared = get_shared
+        self._search = search
 
     @property
     def definition(self) -> dict[str, Any]:
         """The tool's name, description and JSON-schema parameters, for a provider request."""
+        if self._search is not None:
+            return self._search_definition()
         return {
             "name": RECALL_TOOL_NAME,
             "description": (
@@ -71,15 +82,64 @@ class RecallMemoryTool:
             },
         }
 
+    def _search_definition(self) -> dict[str, Any]:
+        return {
+            "name": RECALL_TOOL_NAME,
+            "description": (
+                "Recall the exact raw messages behind a memory id (om:<id> or "
+                "reflection:<id>), page raw messages around a message entry id, or search "
+                "past messages and memory by words (query). Give exactly one of id, cursor "
+                "or query; a search hit's id is then recalled (memory) or used as a cursor "
+                "(message)."
+            ),
+            "parameters": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "id": {"type": "string"},
+                    "cursor": {"type": "string"},
+                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT},
+                    "direction": {"type": "string", "enum": ["forward", "backward"]},
+                    "detail": {"type": "string", "enum": ["summary", "full"]},
+                },
+            },
+        }
+
+    def _query(self, session_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if self._search is None:
+            raise InvalidInputError("this recall tool has no search: give an id or a cursor")
+        if set(arguments) - {"query", "limit"}:
+            raise AmbiguousInputError("only 'limit' goes with 'query'")
+        query, limit = arguments["query"], arguments.get("limit", _SEARCH_LIMIT)
+        if not isinstance(query, str):
+            raise InvalidInputError("query must be a string")
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidInputError(f"limit must be an integer within 1..{MAX_SEARCH_LIMIT}")
+        page = self._search(session_id, query, check_limit(limit))
+        hits = [
+            {
+                "id": hit.id,
+                "kind": hit.kind,
+                "snippet": hit.snippet,
+                **({"sourceIds": list(hit.source_ids)} if hit.source_ids is not None else {}),
+            }
+            for hit in page.hits
+        ]
+        return {"query": query, "hits": hits}
+
     def __call__(self, session_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one recall for ``session_id``; typed errors for every invalid request."""
+        """Run one recall for ``session_id``; typed errors for every invalid request
+        (:class:`~om_core.errors.InvalidSearchQueryError` for a query search refuses)."""
         if not isinstance(arguments, Mapping):
             raise InvalidInputError("recall arguments must be an object")
-        unknown = set(arguments) - _PAGE_KEYS - {"id"}
+        if "query" in arguments and not ({"id", "cursor"} & set(arguments)):
+            return self._query(session_id, arguments)
+        unknown = set(arguments) - _PAGE_KEYS - {"id", "query"}
         if unknown:
             raise InvalidInputError(f"unknown recall arguments: {sorted(unknown)}")
         has_id, has_cursor = "id" in arguments, "cursor" in arguments
-        if has_id == has_cursor:
+        if has_id == has_cursor or "query" in arguments:
             raise AmbiguousInputError("recall needs exactly one of 'id' or 'cursor'")
         if has_id and set(arguments) != {"id"}:
             raise AmbiguousInputError("page arguments are only valid with 'cursor'")

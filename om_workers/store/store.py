@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
 from om_core.portability import EntryCheck
+from om_core.read.search import SearchPage
 from om_workers.config import Settings, get_settings
 from om_workers.store.engine import create_store_engine, in_memory_sqlite
 from om_workers.store.erasure import ErasureService
@@ -37,6 +38,7 @@ from om_workers.store.records import (
     StoredPage,
     StoredTombstone,
 )
+from om_workers.store.search import SearchService
 from om_workers.store.service import UnitsOfWork
 from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
 from om_workers.store.sessions import SessionService
@@ -68,6 +70,7 @@ class SqlStore:
         self._jobs = JobService(units)
         self._portability = PortabilityService(units)
         self._erasure = ErasureService(units)
+        self._search = SearchService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -378,6 +381,22 @@ class SqlStore:
         """
         return self._portability.import_session(
             tenant_id, session_id, lines, check_entry=check_entry
+        )
+
+    def search(
+        self,
+        tenant_id: str,
+        q: str | None,
+        *,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        secrets: Iterable[str] = (),
+    ) -> SearchPage:
+        """Full-text search of the tenant's sessions, or of ``session_id`` alone (see
+        :meth:`~om_workers.store.search.SearchService.search` for the rules and errors)."""
+        return self._search.search(
+            tenant_id, q, session_id=session_id, limit=limit, cursor=cursor, secrets=secrets
         )
 
     # Flush jobs -------------------------------------------------------------------------

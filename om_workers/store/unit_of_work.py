@@ -43,6 +43,7 @@ from om_workers.store.repositories import (
     JobRepository,
     LinkRepository,
     MemoryRepository,
+    SearchRepository,
     SessionRepository,
     TombstoneRepository,
 )
@@ -104,6 +105,7 @@ class SqlReadUnitOfWork:
     links: LinkRepository
     erasure: ErasureRepository
     erased_rows: ErasedRowsRepository
+    search: SearchRepository
 
     def __init__(
         self,
@@ -143,6 +145,7 @@ class SqlReadUnitOfWork:
         self.links = LinkRepository(connection)
         self.erasure = ErasureRepository(connection)
         self.erased_rows = ErasedRowsRepository(connection)
+        self.search = SearchRepository(connection)
         return self
 
     def __exit__(

@@ -41,6 +41,7 @@ SESSION_ROUTES = {
     ("GET", "/v1/sessions/{session_id}/memory/{memory_id}"),
     ("GET", "/v1/sessions/{session_id}/messages"),
     ("GET", "/v1/sessions/{session_id}/status"),
+    ("GET", "/v1/sessions/{session_id}/search"),
     ("GET", "/v1/sessions/{session_id}/view"),
     ("POST", "/v1/sessions/{session_id}/compact"),
     ("POST", "/v1/sessions/{session_id}/scopes"),
@@ -78,6 +79,8 @@ def exercise_session(client: httpx.Client, sid: str) -> None:
     assert _ok(client.get(f"{base}/memory/{OBS_ID}")).json()["found"] is True
     _ok(client.get(f"{base}/messages", params={"cursor": f"{prefix}0"}))
     _ok(client.get(f"{base}/status"))
+    hits = _ok(client.get(f"{base}/search", params={"q": "slots"})).json()["hits"]
+    assert hits and {hit["session_id"] for hit in hits} == {sid}
     _ok(client.get(f"{base}/view", params={"mode": "full"}))
     exercise_scope(client, sid, "plan")
     _ok(client.post(f"{base}/revocations", json={"entry_ids": [f"{prefix}3"]}))

@@ -26,6 +26,7 @@ def test_tenant_b_gets_404_for_everything_of_tenant_a(api: LiveApi) -> None:
         ("GET", f"{base}/memory/{OBS_ID}", None, None),
         ("GET", f"{base}/messages", None, {"cursor": f"{a_id}0"}),
         ("GET", f"{base}/status", None, None),
+        ("GET", f"{base}/search", None, {"q": "slots"}),
         ("GET", f"{base}/view", None, {"mode": "full"}),
         ("POST", f"{base}/flush", {"force": True}, None),
         ("POST", f"{base}/compact", None, None),

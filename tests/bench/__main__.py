@@ -20,6 +20,7 @@ from . import (
     bench_locomo,
     bench_portability,
     bench_scopes,
+    bench_search,
     bench_turns,
     bench_workers,
 )
@@ -38,6 +39,7 @@ BENCHMARKS = [
     bench_portability,
     bench_turns,
     bench_scopes,
+    bench_search,
 ]
 
 

@@ -68,6 +68,14 @@ def test_integration_path_append_flush_context(tenant: Tenant) -> None:
         page = om.messages("s-1", appended.appended_ids[0])
         assert [i.entry_id for i in page.items] == appended.appended_ids[1:]
         assert om.readyz().status == "ok" and "om_" in om.metrics()
+        found = om.search("gateway attempts", session_id="s-1", limit=1)
+        assert [h.id for h in found.hits] == [appended.appended_ids[0]]
+        assert found.next_cursor is not None
+        rest = om.search("gateway attempts", session_id="s-1", cursor=found.next_cursor)
+        assert [h.id for h in rest.hits] == [appended.appended_ids[1]] and rest.next_cursor is None
+        assert [h.session_id for h in om.search("gateway").hits] == ["s-1"]
+        with pytest.raises(InvalidRequest, match="q: the search query is empty"):
+            om.search(" ")
 
 
 def test_typed_errors(tenant: Tenant) -> None:
@@ -121,6 +129,8 @@ def test_async_client(tenant: Tenant) -> None:
             accepted = await om.flush("s-async", force=True)
             assert (await om.job(accepted.job_id)).state == "queued"
             assert len((await om.context("s-async")).blocks) == 2
+            found = await om.search("async client", session_id="s-async")
+            assert len(found.hits) == 1 and "«async» «client»" in found.hits[0].snippet
             with pytest.raises(NotFound):
                 await om.status("missing")
 

@@ -29,7 +29,7 @@ from om_api.cli.stack import StackInfo
 from om_workers.coordination.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"context", "recall", "entries", "append", "flush", "status"}
+TOOLS = {"context", "recall", "search", "entries", "append", "flush", "status"}
 FACT = "The staging deploy window of project Zephyr opens at 04:30 UTC, see ticket ZEPHYR-881."
 FILLER = 11  # more messages than the recent window (8), so the fact's observation is shown
 MEMORY_REF = re.compile(r"\[((?:om|reflection):[a-f0-9]{12})\]")
@@ -122,6 +122,12 @@ async def _remember_and_recall(session: ClientSession, session_id: str) -> None:
 
     recalled = _text(await _call(session, "recall", session_id=session_id, memory_id=refs[0]))
     assert f"[{session_id}-fact] user: {FACT}" in recalled
+
+    found = _text(
+        await _call(session, "search", query="Zephyr deploy window", session_id=session_id)
+    )
+    assert f"[{session_id}-fact] message in session {session_id}:" in found
+    assert f"[{refs[0]}]" in found and "«Zephyr»" in found
 
 
 def test_stdio_tools_append_flush_context_recall_and_page(stack: StackInfo, tmp_path: Path) -> None:

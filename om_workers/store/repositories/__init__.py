@@ -1,7 +1,7 @@
 """Repositories: small classes bound to one unit of work's connection, each over the rows of one
-concern (sessions, entries, memory, jobs, tombstones, links). They run prebuilt statements and
-never begin, commit or end a transaction: :class:`~om_workers.store.unit_of_work.SqlUnitOfWork`
-does.
+concern (sessions, entries, memory, jobs, tombstones, links, search). They run prebuilt
+statements and never begin, commit or end a transaction:
+:class:`~om_workers.store.unit_of_work.SqlUnitOfWork` does.
 """
 
 from om_workers.store.repositories.entries import EntryRepository
@@ -10,6 +10,7 @@ from om_workers.store.repositories.erasure import ErasureRepository
 from om_workers.store.repositories.jobs import JobRepository
 from om_workers.store.repositories.links import LinkRepository
 from om_workers.store.repositories.memory import MemoryRepository
+from om_workers.store.repositories.search import SearchRepository
 from om_workers.store.repositories.sessions import LockedSession, SessionHead, SessionRepository
 from om_workers.store.repositories.tombstones import TombstoneRepository, tombstone_scope
 
@@ -21,6 +22,7 @@ __all__ = [
     "LinkRepository",
     "LockedSession",
     "MemoryRepository",
+    "SearchRepository",
     "SessionHead",
     "SessionRepository",
     "TombstoneRepository",

@@ -1,0 +1,90 @@
+"""Full-text search: of one session (``GET /v1/sessions/{id}/search``) and of the tenant
+(``GET /v1/search``).
+
+Hits are message entry ids and memory ids, so an agent searches, then pages to the message or
+recalls the memory by id. The store applies every rule a read obeys (tenancy, tombstones,
+revoked memory, redaction of the secrets the API knows); a query it cannot run is a 422 with
+the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from om_api.schemas import SearchHitOut, SearchPage
+from om_api.server.auth import TenantId
+from om_api.server.routes import SessionPath, error_answers
+from om_api.server.state import ApiState, State
+from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
+from om_core.read.search import SearchPage as CorePage
+
+router = APIRouter(prefix="/v1", tags=["search"])
+ERRORS = error_answers(401, 404, 422)
+
+SearchText = Annotated[
+    str | None,
+    Query(
+        description=f"Words to search for (1..{MAX_QUERY_CHARS} characters); any word matches "
+        "and every character that is not a letter or digit separates words, so quotes, `*`, "
+        "`:`, parentheses and AND/OR/NOT/NEAR are plain text."
+    ),
+]
+SearchLimit = Annotated[int, Query(description=f"Hits per page (1..{MAX_SEARCH_LIMIT}).")]
+SearchCursor = Annotated[str | None, Query(description="`next_cursor` of the previous page.")]
+
+
+def _page(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str | None,
+    q: str | None,
+    limit: int,
+    cursor: str | None,
+) -> SearchPage:
+    found: CorePage = state.store.search(
+        tenant_id, q, session_id=session_id, limit=limit, cursor=cursor, secrets=state.secrets
+    )
+    hits = [
+        SearchHitOut(
+            id=hit.id,
+            session_id=hit.session_id,
+            kind=hit.kind,
+            snippet=hit.snippet,
+            score=hit.score,
+            created_at=hit.created_at,
+            source_ids=list(hit.source_ids) if hit.source_ids is not None else None,
+        )
+        for hit in found.hits
+    ]
+    return SearchPage(hits=hits, next_cursor=found.next_cursor)
+
+
+@router.get("/sessions/{session_id}/search", response_model=SearchPage, responses=ERRORS)
+def search_session(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    q: SearchText = None,
+    limit: SearchLimit = 20,
+    cursor: SearchCursor = None,
+) -> SearchPage:
+    """Search one session's messages (every branch) and memory (current branch), best first.
+    Tombstoned entries and the memory they support are never hits. 422: empty query, no word
+    in it, longer than the limit, a limit out of range or a cursor no search returned; 404: no
+    such session."""
+    return _page(state, tenant_id, session_id, q, limit, cursor)
+
+
+@router.get("/search", response_model=SearchPage, responses=ERRORS)
+def search_tenant(
+    state: State,
+    tenant_id: TenantId,
+    q: SearchText = None,
+    limit: SearchLimit = 20,
+    cursor: SearchCursor = None,
+) -> SearchPage:
+    """Search every session of the tenant, as the session search does (same rules, same
+    422s)."""
+    return _page(state, tenant_id, None, q, limit, cursor)

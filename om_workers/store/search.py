@@ -1,0 +1,138 @@
+"""Full-text search of a tenant's sessions: the page a route answers, every rule applied.
+
+Tenancy and tombstoned entries are filtered by the statement
+(:mod:`om_workers.store.repositories.search`); here, on the page, memory a revocation
+withholds is left out as recall leaves it out (an observation with a withheld source, a
+reflection resting on a withheld observation), and snippets are cut from redacted text (see
+:func:`om_core.read.search.snippet`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from om_core.ledger.models import SessionEntry
+from om_core.read.search import (
+    HitKind,
+    SearchHit,
+    SearchPage,
+    SearchQuery,
+    check_limit,
+    decode_cursor,
+    parse_query,
+    snippet,
+)
+from om_workers.store.repositories.search import SearchRow
+from om_workers.store.repositories.tombstones import tombstone_scope
+from om_workers.store.service import Service
+from om_workers.store.snapshot import OBSERVATION
+from om_workers.store.unit_of_work import SqlReadUnitOfWork
+
+_ROW_SHIFT = 4294967296
+
+
+def _entry_text(payload: dict[str, object] | None) -> str:
+    if payload is None:
+        return ""
+    entry = SessionEntry.model_validate(payload)
+    return entry.message.text if entry.message is not None else ""
+
+
+class _Withheld:
+    """Per session of one page: the withheld entry ids, and which memory they withhold."""
+
+    def __init__(self, uow: SqlReadUnitOfWork, tenant_id: str) -> None:
+        self._uow = uow
+        self._tenant_id = tenant_id
+        self._ids: dict[str, frozenset[str]] = {}
+
+    def _of(self, session_id: str) -> frozenset[str]:
+        if session_id not in self._ids:
+            scope = tombstone_scope(session_id)
+            self._ids[session_id] = self._uow.tombstones.withheld(self._tenant_id, scope)
+        return self._ids[session_id]
+
+    def memory(self, row: SearchRow) -> bool:
+        blocked = self._of(row.session_id)
+        payload = row.memory_payload or {}
+        if not blocked:
+            return False
+        if payload.get("id") in blocked:
+            return True
+        if row.memory_kind == OBSERVATION:
+            return not blocked.isdisjoint(payload.get("sourceEntryIds", ()))
+        observation_ids = [str(i) for i in payload.get("observationIds", ())]
+        if not blocked.isdisjoint(observation_ids):
+            return True
+        sources = self._uow.search.observation_sources(row.key.row // _ROW_SHIFT, observation_ids)
+        return any(not blocked.isdisjoint(ids) for ids in sources.values())
+
+
+def _hit(row: SearchRow, query: SearchQuery, secrets: Iterable[str]) -> SearchHit | None:
+    kind: HitKind
+    if row.key.source == 0:
+        text, kind, source_ids = _entry_text(row.entry_payload), "message", None
+        hit_id = row.entry_id
+    else:
+        payload = row.memory_payload or {}
+        text, hit_id = str(payload.get("text", "")), payload.get("id")
+        kind = "observation" if row.memory_kind == OBSERVATION else "reflection"
+        key = "sourceEntryIds" if kind == "observation" else "observationIds"
+        source_ids = tuple(str(i) for i in payload.get(key, ()))
+    shown = snippet(text, query.terms, secrets)
+    if shown is None or hit_id is None:
+        return None
+    return SearchHit(
+        id=str(hit_id),
+        session_id=row.session_id,
+        kind=kind,
+        snippet=shown,
+        score=-row.key.rank,
+        created_at=row.created_at.isoformat() if row.created_at is not None else None,
+        source_ids=source_ids,
+    )
+
+
+class SearchService(Service):
+    """Full-text search over a store's units of work (see :meth:`search`)."""
+
+    def search(
+        self,
+        tenant_id: str,
+        q: str | None,
+        *,
+        session_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        secrets: Iterable[str] = (),
+    ) -> SearchPage:
+        """One page of hits for ``q`` in the tenant's sessions, or in ``session_id`` alone.
+
+        Messages of every branch of a session and the memory of its current branch are
+        searched; tombstoned entries and revoked memory are never hits; snippets are redacted
+        of ``secrets``. Raises :class:`~om_core.errors.InvalidSearchQueryError` for an empty,
+        word-less or too long query, a limit outside ``1..MAX_SEARCH_LIMIT`` or a foreign
+        cursor, and :class:`~om_workers.errors.SessionNotFoundError` for a session the
+        tenant does not have.
+        """
+        query = parse_query(q)
+        check_limit(limit)
+        after = decode_cursor(cursor)
+        with self._units.read() as uow:
+            pk = uow.sessions.head(tenant_id, session_id).pk if session_id is not None else None
+            rows = uow.search.candidates(
+                tenant_id, query, session_pk=pk, after=after, limit=limit + 1
+            )
+            page = rows[:limit]
+            withheld = _Withheld(uow, tenant_id)
+            visible = [r for r in page if r.key.source == 0 or not withheld.memory(r)]
+        hits = _hits(visible, query, secrets)
+        more = len(rows) > limit
+        return SearchPage(hits=hits, next_cursor=page[-1].key.encode() if more else None)
+
+
+def _hits(
+    rows: Sequence[SearchRow], query: SearchQuery, secrets: Iterable[str]
+) -> tuple[SearchHit, ...]:
+    secrets = tuple(secrets)
+    return tuple(hit for row in rows if (hit := _hit(row, query, secrets)) is not None)

@@ -1,0 +1,91 @@
+"""Rebuilding the full-text index from the rows (``om search reindex``).
+
+The index is kept by the database on every write from migration ``0012`` on; a database that
+held rows before it (or an index suspected to drift) is rebuilt here. On SQLite the FTS5
+tables are emptied and refilled in one write transaction, so no append can slip between the
+two and be indexed twice (appends wait for it, as for any writer); on PostgreSQL the GIN
+indexes are rebuilt (``REINDEX``, which blocks writes to the table meanwhile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, text
+
+from om_workers.store.engine import writer_connection
+
+_BATCH_SESSIONS = 200
+"""Sessions indexed per statement: a progress report after each batch."""
+
+_MESSAGE_TEXT = """
+    CASE json_type(payload, '$.message.content')
+        WHEN 'text' THEN json_extract(payload, '$.message.content')
+        WHEN 'array' THEN (
+            SELECT group_concat(json_extract(part.value, '$.text'), char(10))
+            FROM json_each(payload, '$.message.content') AS part)
+        ELSE '' END
+"""
+_FILL_ENTRIES = f"""
+    INSERT INTO entries_fts(rowid, body, tenant)
+    SELECT session_pk * 4294967296 + seq, {_MESSAGE_TEXT}, hex(tenant_id) FROM entries
+    WHERE kind = 'message' AND session_pk > :lo AND session_pk <= :hi
+"""
+_FILL_MEMORY = """
+    INSERT INTO memory_fts(rowid, body)
+    SELECT rowid, json_extract(payload, '$.text') FROM memory_items
+    WHERE session_pk > :lo AND session_pk <= :hi
+"""
+_PG_INDEXES = ("ix_entries_search", "ix_memory_items_search")
+_SQLITE_TABLES = ("entries_fts", "memory_fts")
+
+
+def is_search_index_object(name: str | None) -> bool:
+    """Whether a database object of this name belongs to the full-text index (an FTS5 table,
+    one of its shadow tables, or a GIN index): the database keeps them, so the table
+    metadata of :mod:`om_workers.store.schema` does not describe them."""
+    if name is None:
+        return False
+    return name in _PG_INDEXES or name.startswith(_SQLITE_TABLES)
+
+
+@dataclass(frozen=True)
+class ReindexProgress:
+    """How far a rebuild is: ``done`` of ``total`` steps (session batches on SQLite, indexes
+    on PostgreSQL), and what the step was."""
+
+    done: int
+    total: int
+    step: str
+
+
+Progress = Callable[[ReindexProgress], None]
+
+
+def _sqlite(connection: Connection, progress: Progress) -> None:
+    top = connection.execute(text("SELECT coalesce(max(pk), 0) FROM sessions")).scalar_one()
+    batches = max(1, -(-int(top) // _BATCH_SESSIONS))
+    connection.execute(text("INSERT INTO entries_fts(entries_fts) VALUES ('delete-all')"))
+    connection.execute(text("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')"))
+    for batch in range(batches):
+        bounds = {"lo": batch * _BATCH_SESSIONS, "hi": (batch + 1) * _BATCH_SESSIONS}
+        connection.execute(text(_FILL_ENTRIES), bounds)
+        connection.execute(text(_FILL_MEMORY), bounds)
+        step = f"sessions {bounds['lo'] + 1}..{min(bounds['hi'], int(top))}"
+        progress(ReindexProgress(batch + 1, batches, step))
+
+
+def reindex(engine: Engine, progress: Progress = lambda _: None) -> None:
+    """Rebuild the full-text index of every tenant from the stored rows, reporting each step
+    to ``progress``. Raises :class:`~sqlalchemy.exc.SQLAlchemyError` subclasses as the
+    database does (nothing is changed then: the rebuild is one transaction on SQLite, one
+    ``REINDEX`` per index on PostgreSQL)."""
+    if engine.dialect.name == "sqlite":
+        with writer_connection(engine) as connection, connection.begin():
+            _sqlite(connection, progress)
+        return
+    for done, name in enumerate(_PG_INDEXES, start=1):
+        with engine.begin() as connection:
+            connection.execute(text(f"REINDEX INDEX {name}"))
+        progress(ReindexProgress(done, len(_PG_INDEXES), name))
