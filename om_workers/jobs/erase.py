@@ -27,6 +27,7 @@ from om_core.policy.redaction import redact
 from om_workers.coordination.erasure import forget_session
 from om_workers.store import SqlStore
 from om_workers.store.engine import checkpoint_wal
+from om_workers.store.search_index import purge_deleted_terms
 from om_workers.store.unit_of_work import translate_errors
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ def _describe(exc: Exception, secrets: tuple[str, ...]) -> str:
 
 def _checkpoint(store: SqlStore) -> bool:
     with translate_errors():
+        purge_deleted_terms(store.engine)
         done = checkpoint_wal(store.engine)
     if not done:
         # A reader held a snapshot through every attempt; the next erasure's checkpoint, or

@@ -76,6 +76,19 @@ def _sqlite(connection: Connection, progress: Progress) -> None:
         progress(ReindexProgress(batch + 1, batches, step))
 
 
+def purge_deleted_terms(engine: Engine) -> None:
+    """On SQLite, merge the FTS5 index into one segment (``'optimize'``), which drops the terms
+    of deleted rows: a delete only adds a marker beside the old segment, whose bytes (an erased
+    message's words) stay in the file until a merge. Costs in proportion to the whole index,
+    so it runs after an erasure, not after each delete. On PostgreSQL a deleted row's index
+    entries go with VACUUM, as its table pages do. Raises SQLAlchemy's errors."""
+    if engine.dialect.name != "sqlite":
+        return
+    with writer_connection(engine) as connection, connection.begin():
+        for table in _SQLITE_TABLES:
+            connection.execute(text(f"INSERT INTO {table}({table}) VALUES ('optimize')"))
+
+
 def reindex(engine: Engine, progress: Progress = lambda _: None) -> None:
     """Rebuild the full-text index of every tenant from the stored rows, reporting each step
     to ``progress``. Raises :class:`~sqlalchemy.exc.SQLAlchemyError` subclasses as the

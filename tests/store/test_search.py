@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import delete, select, update
+from sqlalchemy import text as sql
 from store_factories import message
 
 from om_core.errors import AmbiguousInputError, InvalidInputError, InvalidSearchQueryError
@@ -21,7 +22,7 @@ from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, SearchHit
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
 from om_workers.store.schema import entries, memory_items, sessions
-from om_workers.store.search_index import ReindexProgress, reindex
+from om_workers.store.search_index import ReindexProgress, purge_deleted_terms, reindex
 
 
 def _chat(store: SqlStore, tenant: str, session: str, *texts: str) -> list[str]:
@@ -343,3 +344,35 @@ def test_the_recall_tools_query_mode_searches_then_recalls_by_id(
         tool(session_id, {"query": "pelican", "id": observation_ids[0]})
     with pytest.raises(InvalidInputError):
         RecallMemoryTool(get_entries=lambda sid: ())(session_id, {"query": "pelican"})
+
+
+def _index_bytes(store: SqlStore) -> bytes:
+    """Every block of the FTS5 indexes, as stored."""
+    with store.engine.connect() as connection:
+        blocks = [
+            bytes(row[0])
+            for table in ("entries_fts_data", "memory_fts_data")
+            for row in connection.execute(sql(f"SELECT block FROM {table}"))
+            if row[0] is not None
+        ]
+    return b"".join(blocks)
+
+
+def test_an_erased_word_leaves_the_index_bytes_after_the_purge(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip("FTS5 segments are SQLite's; PostgreSQL's GIN entries go with VACUUM")
+    # One token, no stem to strip, and the only word of its kind: stored whole in a segment.
+    word = "qqxzanaryword91"
+    _chat(store, tenant, session_id, f"{word} said once", "the words after")
+    assert word.encode() in _index_bytes(store)
+    with store.engine.begin() as connection:
+        pk = connection.execute(select(sessions.c.pk).where(sessions.c.id == session_id))
+        connection.execute(delete(entries).where(entries.c.session_pk == pk.scalar_one()))
+    # The delete hides it from every search, but its bytes stay in the old segment ...
+    assert store.search(tenant, word).hits == ()
+    assert word.encode() in _index_bytes(store)
+    # ... until the purge an erasure runs merges the segments.
+    purge_deleted_terms(store.engine)
+    assert word.encode() not in _index_bytes(store)
