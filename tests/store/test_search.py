@@ -376,3 +376,17 @@ def test_an_erased_word_leaves_the_index_bytes_after_the_purge(
     # ... until the purge an erasure runs merges the segments.
     purge_deleted_terms(store.engine)
     assert word.encode() not in _index_bytes(store)
+
+
+def test_a_session_being_erased_is_not_found_before_its_job_runs(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    _chat(store, tenant, session_id, "the otter swims")
+    _observe(store, tenant, session_id, f"{session_id}-m0", {"an otter swims": f"{session_id}-m0"})
+    store.create_session(tenant, "kept")
+    _chat(store, tenant, "kept", "another otter")
+    assert len(store.search(tenant, "otter").hits) == 3
+    store.erasure.erase_session(tenant, session_id, None)  # hidden at once, rows still there
+    assert _ids(store.search(tenant, "otter").hits) == ["kept-m0"]
+    with pytest.raises(SessionNotFoundError):
+        store.search(tenant, "otter", session_id=session_id)

@@ -42,8 +42,13 @@ _WITHHELD_ROWS = """
         ON e.tenant_id = t.tenant_id AND e.id = t.entry_id AND e.session_pk = ts.pk
     WHERE t.tenant_id = :tenant_id
 """
-# The tenant's sessions, for a tenant-wide search (a session search is its rowid range).
-_OF_TENANT = "JOIN sessions AS s ON s.pk = {pk} AND s.tenant_id = :tenant_id"
+# The tenant's sessions, for a tenant-wide search (a session search is its rowid range); a
+# session being erased is hidden at once, its rows until the job deletes them.
+_OF_TENANT = (
+    "JOIN sessions AS s ON s.pk = {pk} AND s.tenant_id = :tenant_id AND s.erased_at IS NULL"
+)
+_NOT_HIDDEN = """e.session_pk NOT IN (
+    SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NOT NULL)"""
 _SQLITE_ENTRIES = f"""
     SELECT 0 AS source, f.rowid AS row, f.rank AS rank
     FROM entries_fts AS f {{tenant_join}}
@@ -64,6 +69,7 @@ _PG_ENTRIES = f"""
     WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
         AND to_tsvector('english'::regconfig, om_message_text(e.payload)) @@ q.q
         AND e.session_pk * 4294967296 + e.seq NOT IN ({_WITHHELD_ROWS})
+        AND {_NOT_HIDDEN}
 """
 _PG_MEMORY = f"""
     SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row,
