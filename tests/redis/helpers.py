@@ -26,8 +26,11 @@ class ManualHeartbeats(Heartbeats):
     def __init__(self) -> None:
         super().__init__(name="om-test-manual-heartbeats")
         self._beats: list[Beat] = []
+        self.delays: list[float] = []
+        """Every delay a beat was scheduled with, in order."""
 
     def schedule(self, delay_s: float, beat: Beat) -> None:
+        self.delays.append(delay_s)
         self._beats.append(beat)
 
     def run_due(self) -> int:
@@ -35,6 +38,7 @@ class ManualHeartbeats(Heartbeats):
         a delay is kept for the next call, one that returns ``None`` is dropped."""
         beats, self._beats = self._beats, []
         for beat in beats:
-            if beat() is not None:
-                self._beats.append(beat)
+            delay = beat()
+            if delay is not None:
+                self.schedule(delay, beat)
         return len(beats)

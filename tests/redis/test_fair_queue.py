@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from om_core.policy.fairness import FairQueueModel, QueuedJob, TenantLoad
 from om_workers.coordination import keys
-from om_workers.coordination.fairness import FairQueue, send_admitted
+from om_workers.coordination.fairness import FairPublisher, FairQueue, send_admitted
 from om_workers.coordination.pool import advertise
 
 TENANTS = ("a", "b", "c:d")  # ':' is escaped in key names
@@ -163,3 +163,39 @@ def test_a_queue_refuses_a_negative_capacity_and_a_half_life_under_a_millisecond
         FairQueue(client, capacity=-1)
     with pytest.raises(ValueError, match="half_life_s"):
         FairQueue(client, half_life_s=0.0009)
+
+
+def test_a_killed_prefork_childs_place_is_reaped_while_its_parent_lives(
+    client: redis.Redis,
+) -> None:
+    queue = FairQueue(client)
+    advertise(client, "parent", 2)  # the parent advertises; its children run the jobs
+    for n in range(3):
+        queue.add("t", f"s{n}", f"j{n}")
+    queue.start("j0", "child-a", liveness_ttl_s=30)
+    queue.start("j1", "parent", liveness_ttl_s=30)
+    assert 0 < client.pttl(keys.worker_key("child-a")) <= 30_000  # known alive from its start
+    assert not client.exists(keys.worker_key("parent"))  # in the pool: its advert says enough
+    assert queue.reap() == []  # every process alive: nothing freed, no room
+    client.delete(keys.worker_key("child-a"))  # killed: its heartbeat stopped, the key expired
+    assert [j.job_id for j in queue.reap()] == ["j2"]  # j0's place went to the next job
+    assert queue.load() == (2, [TenantLoad("t", queued=1, running=1)])
+    assert [j.job_id for j in queue.done("j1")] == []
+
+
+def test_jobs_admitted_when_a_worker_died_are_sent_again_once(client: redis.Redis) -> None:
+    sent: list[str] = []
+    fair = FairPublisher(FairQueue(client), lambda t, s, j: sent.append(j))
+    advertise(client, "alive", 1)
+    advertise(client, "doomed", 2)
+    for n in range(3):
+        fair("t", f"s{n}", f"j{n}")
+    assert sent == ["j0", "j1", "j2"]  # three slots: all admitted
+    fair.started("j0", "alive")  # j1 and j2 sit unstarted: the doomed worker took them
+    fair.reap()
+    assert sent == ["j0", "j1", "j2"]  # nobody died: nothing sent again
+    _expire_advertisement(client, "doomed")
+    fair.reap()
+    assert sent[3:] == ["j1", "j2"]  # their messages may have died with it
+    fair.reap()
+    assert sent[5:] == []  # once per departure
