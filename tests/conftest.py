@@ -2,7 +2,8 @@
 machine's; a container of ``OM_TEST_REDIS_IMAGE`` when that is set, see
 ``tests/containers/redis_server.py``), a client on it that starts each test on an empty
 database, and a migrated store:
-a real SQLite file always, PostgreSQL too when ``OM_TEST_DATABASE_URL`` is set. Each
+a real SQLite file always, PostgreSQL too when ``OM_TEST_DATABASE_URL`` is set (skipped, with
+the reason, when it is not). Each
 PostgreSQL test gets a fresh schema (via the URL's ``search_path``, so child processes reach
 the same tables) and drops it afterwards."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,17 @@ from tests.containers.redis_server import private_redis
 os.environ.setdefault("OM_RATE_LIMITS_ENABLED", "false")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Why tests were skipped, one line a reason with its count (``-rs`` lists every test)."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"skipped {count}: {reason}")
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
     with private_redis() as server:
@@ -45,7 +58,14 @@ def client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
 
 
 PG_URL = os.environ.get("OM_TEST_DATABASE_URL")
-BACKENDS = ["sqlite", *(["postgresql"] if PG_URL else [])]
+needs_postgres = pytest.mark.skipif(
+    PG_URL is None,
+    reason="PostgreSQL: OM_TEST_DATABASE_URL is not set "
+    "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/om_test)",
+)
+BACKENDS = [pytest.param("sqlite"), pytest.param("postgresql", marks=needs_postgres)]
+"""Every SQL store a test runs on; the PostgreSQL cases show as skipped, with the reason, when
+no PostgreSQL is configured."""
 
 
 def _pg_schema_url(base: str, schema: str) -> str:

@@ -17,6 +17,7 @@ import redis
 
 from om_workers.celery import startup
 from om_workers.celery.config import create_celery_app
+from om_workers.celery.healing import reconcile_on_reconnect
 from om_workers.celery.limits import broker_of, broker_url, time_limits
 from om_workers.celery.tasks import RECONCILE_TASK, RETENTION_TASK, publisher, register
 from om_workers.config import get_settings
@@ -65,6 +66,7 @@ def get_app() -> Any:
         },
     }
     register(app, worker_deps)
+    app.steps["consumer"].add(reconcile_on_reconnect(lambda: worker_deps().redis))
     startup.connect(worker_deps)
     return app
 

@@ -1,5 +1,6 @@
 """A worker process's start-up and shutdown, as Celery signal handlers: the Prometheus metrics
-server, JSON logs, and the task slots it advertises to the fair queue while it lives."""
+server, JSON logs, the task slots it advertises to the fair queue while it lives, and its watch
+for runs of dead workers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from om_workers.config import get_settings
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.coordination.pool import PoolAdvert
 from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.lost_runs import LostRunWatch
 from om_workers.logs import configure_json_logging
 from om_workers.providers.setup import provider_secrets
 
@@ -20,6 +22,8 @@ log = logging.getLogger(__name__)
 
 _POOL: list[PoolAdvert] = []
 """The process's pool advertisement, once its worker is ready."""
+_WATCHES: list[LostRunWatch] = []
+"""The process's watch for runs of dead workers, once its worker is ready."""
 
 
 def start_worker_metrics(**_: Any) -> None:
@@ -63,11 +67,21 @@ def join_pool(deps: Callable[[], FlushDeps], sender: Any = None) -> None:
         log.exception("could not join the worker pool; the fair queue does not count its slots")
 
 
+def watch_lost_runs(deps: Callable[[], FlushDeps]) -> None:
+    """``worker_ready`` handler: look for runs of dead workers every few seconds while this
+    process lives (:mod:`om_workers.jobs.lost_runs`)."""
+    watch = LostRunWatch(deps)
+    watch.start()
+    _WATCHES.append(watch)
+
+
 def leave_pool(**_: Any) -> None:
     """``worker_shutdown`` handler: withdraw this process's slots (they would expire by
-    themselves a few seconds later)."""
+    themselves a few seconds later) and stop looking for lost runs."""
     while _POOL:
         _POOL.pop().stop()
+    while _WATCHES:
+        _WATCHES.pop().stop()
 
 
 def connect(deps: Callable[[], FlushDeps]) -> None:
@@ -83,6 +97,7 @@ def connect(deps: Callable[[], FlushDeps]) -> None:
 
     def ready(sender: Any = None, **_: Any) -> None:
         join_pool(deps, sender)
+        watch_lost_runs(deps)
 
     worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
     setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
@@ -90,4 +105,11 @@ def connect(deps: Callable[[], FlushDeps]) -> None:
     worker_shutdown.connect(leave_pool, weak=False, dispatch_uid="om-pool-leave")
 
 
-__all__ = ["connect", "join_pool", "leave_pool", "setup_json_logging", "start_worker_metrics"]
+__all__ = [
+    "connect",
+    "join_pool",
+    "leave_pool",
+    "setup_json_logging",
+    "start_worker_metrics",
+    "watch_lost_runs",
+]

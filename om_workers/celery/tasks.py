@@ -24,7 +24,8 @@ from om_workers.celery.limits import (
     unobserved_threshold,
 )
 from om_workers.config import get_settings
-from om_workers.coordination import keys, liveness
+from om_workers.coordination import keys, liveness, timing
+from om_workers.coordination.deferred import DEFERRED
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.jobs.deps import FlushDeps, PublishJob
@@ -112,7 +113,14 @@ def flush_task(
     with log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
         fair = fair_publisher(deps)
         if fair is not None:
-            _quietly("marking a flush job running", fair.started, job_id, LIVENESS.worker_id)
+            # A prefork child is not in the pool its parent advertises: its own liveness key
+            # (kept from now on) tells the fair queue when it died with the job.
+            LIVENESS.keep_alive(deps.redis, deps.lock_ttl_s)
+            liveness_ttl_s = liveness.ttl_s(deps.lock_ttl_s)
+            _quietly(
+                "marking a flush job running",
+                lambda: fair.started(job_id, LIVENESS.worker_id, liveness_ttl_s),
+            )
         retrying = False
         try:
             outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
@@ -123,7 +131,7 @@ def flush_task(
                 raise task.retry(countdown=countdown_s, max_retries=max_retries)
         finally:
             if fair is not None and not retrying:
-                _quietly("freeing a flush job's place", fair.finished, job_id)
+                _free_place(fair, job_id, deps.lock_ttl_s)
     log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
     return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
 
@@ -135,6 +143,19 @@ def _quietly(what: str, step: Callable[..., None], *args: str) -> None:
         step(*args)
     except Exception:
         log.warning("%s failed; the reconciler's sweep heals it", what, exc_info=True)
+
+
+def _free_place(fair: FairPublisher, job_id: str, lock_ttl_s: float) -> None:
+    """Free the job's place in the fair queue, or, with Redis out, as soon as it is back: a
+    place left held lowers the queue's capacity until the reconciler's sweep."""
+    try:
+        fair.finished(job_id)
+    except Exception as exc:
+        what = f"freeing the fair-queue place of flush {job_id}"
+        log.warning("%s failed (%s); retrying in the background", what, exc)
+        DEFERRED.retry(
+            what, lambda: fair.finished(job_id), timing.redis_retry_deadline_s(lock_ttl_s)
+        )
 
 
 def _retry(

@@ -31,10 +31,10 @@ from typing import Literal, cast
 import redis
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
-from om_workers.coordination import keys
+from om_workers.coordination import keys, timing
 from om_workers.coordination.connection import translate_errors
 
-Step = Literal["add", "start", "done", "return", "sweep", "fill"]
+Step = Literal["add", "start", "done", "return", "sweep", "fill", "reap", "departed"]
 
 Send = Callable[[str, str, str], None]
 """Publishes ``om.flush`` for ``(tenant_id, session_id, job_id)``; raises when the broker
@@ -73,11 +73,13 @@ class FairQueue:
         :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be reached."""
         return self._step("add", job_id, tenant_id, session_id)
 
-    def start(self, job_id: str, worker_id: str = "") -> None:
+    def start(self, job_id: str, worker_id: str = "", liveness_ttl_s: float = 0.0) -> None:
         """Count the admitted job as running in the worker process ``worker_id`` (its pool
         advertisement's id): should that advertisement expire (the process died), the job's
-        place is freed."""
-        self._step("start", job_id, worker_id=worker_id)
+        place is freed. With ``liveness_ttl_s`` (seconds), a process outside the pool (a
+        prefork child) gets its liveness key now if it has none, so :meth:`reap` can tell when
+        it dies."""
+        self._step("start", job_id, worker_id=worker_id, liveness_ttl_s=liveness_ttl_s)
 
     def done(self, job_id: str) -> list[QueuedJob]:
         """Free the job's place; returns the jobs admitted in its stead."""
@@ -95,6 +97,18 @@ class FairQueue:
     def fill(self) -> list[QueuedJob]:
         """Admit what the capacity allows (the pool may have grown)."""
         return self._step("fill")[1]
+
+    def reap(self) -> list[QueuedJob]:
+        """Free the places of jobs running in processes outside the pool whose liveness key
+        is gone (a killed prefork child; the parent's slots stay advertised), then admit what
+        the capacity allows. One pass over the jobs in flight."""
+        return self._step("reap", reap=True)[1]
+
+    def departed(self) -> list[QueuedJob]:
+        """Once after a worker's advertisement was found expired (it died): every job admitted
+        but not started, whose message the dead worker may have held (on the Redis broker it
+        would come back only after the visibility timeout); otherwise nothing."""
+        return self._step("departed")[1]
 
     def load(self) -> tuple[int, list[TenantLoad]]:
         """The backlog (every job the queue holds, waiting, admitted or running: what KEDA
@@ -135,8 +149,11 @@ class FairQueue:
         *,
         sweep_ms: int = 0,
         worker_id: str = "",
+        liveness_ttl_s: float = 0.0,
+        reap: bool = False,
     ) -> tuple[bool, list[QueuedJob]]:
         now = "" if self._clock is None else self._clock()
+        watch_liveness = reap or liveness_ttl_s > 0
         args: list[str | int] = [
             step,
             job_id,
@@ -147,6 +164,8 @@ class FairQueue:
             worker_id,
             self._half_life_ms,
             now,
+            keys.WORKER_PREFIX if watch_liveness else "",
+            timing.ttl_ms(liveness_ttl_s) if liveness_ttl_s > 0 else 0,
         ]
         with translate_errors("scheduling a flush"):
             reply = cast(
@@ -195,10 +214,25 @@ class FairPublisher:
             self._send(tenant_id, session_id, job_id)
         send_admitted(admitted, self._send, self.queue)
 
-    def started(self, job_id: str, worker_id: str) -> None:
-        """The worker process ``worker_id`` took the job's message. Raises like
-        :meth:`FairQueue.start`."""
-        self.queue.start(job_id, worker_id)
+    def started(self, job_id: str, worker_id: str, liveness_ttl_s: float = 0.0) -> None:
+        """The worker process ``worker_id`` took the job's message (see :meth:`FairQueue.start`
+        for ``liveness_ttl_s``). Raises like :meth:`FairQueue.start`."""
+        self.queue.start(job_id, worker_id, liveness_ttl_s)
+
+    def reap(self) -> None:
+        """Free the places of dead processes outside the pool and send what the capacity then
+        admits (:meth:`FairQueue.reap`), and, once a worker was found dead, send again the
+        jobs admitted but not started (:meth:`FairQueue.departed`; a copy of a message that
+        did arrive is skipped by its job's state). Raises like :meth:`__call__`."""
+        send_admitted(self.queue.reap(), self._send, self.queue)
+        failure: Exception | None = None
+        for job in self.queue.departed():
+            try:
+                self._send(job.tenant_id, job.session_id, job.job_id)
+            except Exception as exc:  # the next departure, or the reconciler, sends it
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def finished(self, job_id: str) -> None:
         """The job's message is finished with: send the jobs admitted in its place. Raises

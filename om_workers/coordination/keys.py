@@ -18,7 +18,12 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
 - ``om:fair:*``, ``om:backlog``: the fair queue of flush jobs across tenants (waiting jobs per
   tenant, jobs in flight, the order tenants are served in; ``lua/fair_queue.lua``,
   :mod:`om_workers.coordination.fairness`); ``om:pool`` and ``om:pool:slots``: the live
-  workers' task slots, the fair queue's capacity (:mod:`om_workers.coordination.pool`).
+  workers' task slots, the fair queue's capacity (:mod:`om_workers.coordination.pool`);
+- ``om:reconcile:soon``: set (``SET NX PX``) by the process that asked for an early reconciler
+  pass, so processes asking at the same moment get one pass between them
+  (:func:`om_workers.jobs.reconcile.request_reconcile_soon`); ``om:reconcile:lost-watch``: set
+  by the worker process that looks for runs of dead workers this turn
+  (:mod:`om_workers.jobs.lost_runs`), so the cluster looks once per turn.
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -145,6 +150,13 @@ POOL: Final = f"{PREFIX}pool"
 """Live worker processes: worker id -> ms when its advertisement expires."""
 POOL_SLOTS: Final = f"{PREFIX}pool:slots"
 """Worker id -> its task slots (``OM_WORKER_CONCURRENCY``)."""
+POOL_DEPARTED: Final = f"{POOL}:departed"
+"""Set by ``fair_queue.lua`` (which derives it from :data:`POOL`) when it finds a worker's
+advertisement expired; cleared by its ``departed`` step."""
+RECONCILE_SOON: Final = f"{PREFIX}reconcile:soon"
+"""Present for a few seconds after an early reconciler pass was asked for."""
+LOST_RUN_WATCH: Final = f"{PREFIX}reconcile:lost-watch"
+"""Present while one process's look for runs of dead workers counts for the cluster."""
 THROTTLED: Final = f"{PREFIX}throttled"
 """Tenant id -> requests its API keys had refused by a rate limit (since Redis started)."""
 

@@ -47,6 +47,44 @@ def lock_valid_until_s(extended_at_s: float, ttl_s: float) -> float:
     return extended_at_s + ttl_s
 
 
+REDIS_RETRY_POLICY: Final = RetryPolicy(base_s=0.5, cap_s=2.0, multiplier=2.0, jitter=0.0)
+"""The pace of a Redis step retried in the background until Redis answers again (a lock
+release, a fair-queue place): 0.5 s doubling to at most 2 s, so the step lands within about
+two seconds of Redis's return. Only the backoff fields apply."""
+
+
+def redis_retry_delay_s(retry: int) -> float:
+    """Seconds before background retry number ``retry`` (1-based) of a Redis step:
+    :data:`REDIS_RETRY_POLICY`'s exponential, no jitter (one process retries its own steps).
+    Raises ``ValueError`` for ``retry < 1``."""
+    if retry < 1:
+        raise ValueError(f"retry is 1-based, got {retry}")
+    return backoff_delay_s(retry, REDIS_RETRY_POLICY, draw=0.0)
+
+
+def redis_retry_deadline_s(lock_ttl_s: float) -> float:
+    """How long a background Redis step keeps being retried, seconds: two lock TTLs, the age at
+    which the reconciler re-publishes an unlocked ``pending`` marker anyway (after that a retry
+    adds nothing the reconciler does not do). Raises ``ValueError`` unless ``lock_ttl_s`` is a
+    positive finite number."""
+    _require_positive("lock_ttl_s", lock_ttl_s)
+    return 2 * lock_ttl_s
+
+
+RECONCILE_SOON_WINDOW_S = 10.0
+"""Processes that ask for an early reconciler pass within this many seconds of each other
+(every worker reconnecting to a broker that came back, say) get one pass between them."""
+
+
+def lost_run_watch_interval_s(liveness_ttl_s: float) -> float:
+    """Seconds between two looks for runs whose worker died (one look for the whole cluster):
+    half the liveness TTL, so a killed worker's run is found at most that long after its
+    liveness key expired, instead of at the reconciler's next pass. Raises ``ValueError``
+    unless ``liveness_ttl_s`` is a positive finite number."""
+    _require_positive("liveness_ttl_s", liveness_ttl_s)
+    return liveness_ttl_s / 2
+
+
 FAILURE_BACKOFF_AFTER = 3
 """Consecutive failed jobs of a session after which automatic re-requests back off."""
 

@@ -34,6 +34,7 @@ from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
 from om_core.flush.runtime import FlushResult, ObservationalMemoryRuntime, WorkerConfig
 from om_workers.coordination import timing
 from om_workers.coordination.coalesce import drop_marker, release_and_republish
+from om_workers.coordination.deferred import DEFERRED
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
     FlushJobNotFoundError,
@@ -124,8 +125,16 @@ def _run(
         publish = _bound_publish(deps, tenant_id, session_id)
         try:
             release_and_republish(lock, publish)
-        except Exception:  # the lock expires by itself; the reconciler re-publishes pending
-            log.exception("releasing the lock of %s/%s failed", tenant_id, session_id)
+        except Exception as exc:
+            # Redis or the broker is out: release and re-publish once it is back, so the
+            # session does not wait for the lock TTL and the reconciler.
+            what = f"releasing the lock of {tenant_id}/{session_id}"
+            log.warning("%s failed (%s); retrying in the background", what, exc)
+            DEFERRED.retry(
+                what,
+                lambda: release_and_republish(lock, publish),
+                timing.redis_retry_deadline_s(deps.lock_ttl_s),
+            )
 
 
 def _run_locked(

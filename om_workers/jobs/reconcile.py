@@ -41,6 +41,7 @@ import redis
 from om_workers.coordination import coalesce, keys, liveness, timing
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.fairness import FairPublisher
+from om_workers.coordination.timing import RECONCILE_SOON_WINDOW_S
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
 from om_workers.jobs.deps import PublishJob
 from om_workers.jobs.requests import request_flush
@@ -81,6 +82,30 @@ class ReconcileReport:
     requested: tuple[str, ...] = ()
     backed_off: tuple[str, ...] = ()
     erasures: tuple[str, ...] = ()
+
+
+def request_reconcile_soon(
+    client: redis.Redis, send: Callable[[], None], *, window_s: float = RECONCILE_SOON_WINDOW_S
+) -> bool:
+    """Ask for a reconciler pass now (``send`` publishes ``om.reconcile``) unless another
+    process asked within ``window_s`` seconds: True when this call sent it.
+
+    Called when something was just healed that the next scheduled pass would otherwise wait
+    for (a broker connection came back, a worker process was found dead). Raises
+    :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be reached, and what
+    ``send`` raises (the claim is then withdrawn, so another process may ask).
+    """
+    with translate_errors("asking for a reconciler pass"):
+        claimed = client.set(keys.RECONCILE_SOON, "1", nx=True, px=timing.ttl_ms(window_s))
+    if not claimed:
+        return False
+    try:
+        send()
+    except Exception:
+        with translate_errors("withdrawing a reconciler request"):
+            client.delete(keys.RECONCILE_SOON)
+        raise
+    return True
 
 
 def reconcile_once(
@@ -141,7 +166,7 @@ def reconcile_once(
     backed_off: list[str] = []
     if unobserved_threshold is not None:
         for ref in sessions_over_unobserved(store, unobserved_threshold, scan_limit):
-            if _busy(client, ref):
+            if _busy(store, client, ref):
                 continue
             if _backing_off(store, ref, failure_backoff_base_s, failure_backoff_cap_s):
                 backed_off.append(ref.session_id)
@@ -156,6 +181,28 @@ def reconcile_once(
     return ReconcileReport(
         tuple(republished), failed, tuple(requested), tuple(backed_off), erasures
     )
+
+
+def heal_lost_runs(
+    store: SqlStore,
+    client: redis.Redis,
+    publish: PublishJob,
+    *,
+    lost_after_s: float,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
+) -> ReconcileReport:
+    """Step 3 of a pass alone, for :mod:`om_workers.jobs.lost_runs` to run every few seconds:
+    fail the jobs ``running`` for longer than ``lost_after_s`` seconds whose session lock is
+    gone or held by a dead process, and request their sessions again at once. One SQL query
+    when nothing is running. Raises like :func:`reconcile_once`."""
+    failed = _fail_lost(store, client, lost_after_s, scan_limit)
+    republished: list[str] = []
+    requested = [
+        job
+        for ref in sessions_of_jobs(store, failed)
+        if (job := _request_after_sweep(store, client, publish, ref, republished))
+    ]
+    return ReconcileReport(tuple(republished), failed, tuple(requested))
 
 
 def _fail_lost(
@@ -201,15 +248,25 @@ def _republish_orphan(
     return False
 
 
-def _busy(client: redis.Redis, ref: SessionRef) -> bool:
-    """A marker means a flush is already asked for; a lock means one is running (and will read
-    the whole session, including what made it cross the threshold)."""
+def _busy(store: SqlStore, client: redis.Redis, ref: SessionRef) -> bool:
+    """A lock means a flush is running (and will read the whole session, including what made it
+    cross the threshold); a marker naming a job still queued means one is asked for. A marker
+    naming a finished job is not (a request whose publish failed while the broker was out left
+    it, and Redis was out too when it should have been dropped): the request that follows drops
+    it, instead of the session waiting until the marker counts as stale."""
     with translate_errors("checking a backlogged session"):
-        found = client.exists(
+        pending, locked = client.mget(
             keys.pending_key(ref.tenant_id, ref.session_id),
             keys.lock_key(ref.tenant_id, ref.session_id),
         )
-    return bool(found)
+    if locked is not None:
+        return True
+    if pending is None:
+        return False
+    try:
+        return store.get_job(ref.tenant_id, str(pending)).state == "queued"
+    except FlushJobNotFoundError:
+        return False
 
 
 def _request(store: SqlStore, client: redis.Redis, publish: PublishJob, ref: SessionRef) -> str:

@@ -20,6 +20,7 @@ from om_core.ledger.funnel import funnel_origin
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import AccountStore, SqlStore
 from tests.api.processes import start_api
+from tests.threads import CheckedThread
 
 CHILDREN = ("c1", "c2", "c3")
 WS = "ws"
@@ -96,12 +97,14 @@ def test_sigkill_during_a_burst_leaves_no_message_without_its_copy(
                 with lock:
                     acked += 1
 
-    threads = [threading.Thread(target=burst, args=(child,)) for child in CHILDREN]
+    threads = [CheckedThread(burst, child) for child in CHILDREN]
     for thread in threads:
         thread.start()
     try:
         deadline = time.monotonic() + 120
         while acked < KILL_AFTER_ACKS:
+            for thread in threads:
+                thread.raise_failure()  # a refused append fails the test now
             assert time.monotonic() < deadline and process.poll() is None, log.read_text()
             time.sleep(0.005)
         process.send_signal(signal.SIGKILL)

@@ -38,7 +38,7 @@ from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.api.conftest import make_settings
 from tests.api.seed import message
 from tests.api.server import LiveApi, Published, serve
-from tests.conftest import PG_URL, fresh_database
+from tests.conftest import fresh_database, needs_postgres
 
 BAD_TEXT = {"NUL": "\x00", "lone high surrogate": "\ud800", "lone low surrogate": "\udfff"}
 """Each is sent as a JSON escape (``"\\u0000"``, ``"\\ud800"``): the raw JSON text a client
@@ -439,8 +439,6 @@ def test_entries_route_redacts_known_secrets(session: tuple[httpx.Client, str]) 
 
 
 # The second line of defence: a value the database refuses ---------------------------------
-
-needs_postgres = pytest.mark.skipif(PG_URL is None, reason="OM_TEST_DATABASE_URL is not set")
 
 
 @pytest.fixture

@@ -7,8 +7,10 @@ requests and the fair queue's backlog."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,9 +86,14 @@ def test_a_flush_budget_holds_across_processes_and_metrics_name_each_tenant(
         headers = {"Authorization": f"Bearer {keys[name]}"}
         return httpx.post(f"{url}/v1/sessions/s{n}/flush", headers=headers, timeout=10)
 
+    began = time.monotonic()
     answers = [flush("busy", (first, second)[n % 2], n) for n in range(BURST + 2)]
+    spent_s = time.monotonic() - began
     assert [a.status_code for a in answers] == [202] * BURST + [429, 429]
-    assert answers[BURST].headers["Retry-After"] == "100"  # one request per 100 s
+    # One request per 100 s, less what the bucket refilled while the burst ran (a loaded
+    # machine takes seconds over it).
+    retry_after = int(answers[BURST].headers["Retry-After"])
+    assert 100 - math.ceil(spent_s) <= retry_after <= 100, (retry_after, spent_s)
     assert flush("quiet", second, 0).status_code == 202
     busy, quiet = tenants["busy"], tenants["quiet"]
     for url in (first, second):

@@ -73,6 +73,7 @@ class FaultProxy:
         self.accepted = 0
         """Client connections accepted so far."""
         self.forwarded_bytes = 0
+        self._counting = threading.Lock()
         self._links: set[_Link] = set()
         self._lock = threading.Lock()
         self._flowing = threading.Event()
@@ -218,7 +219,8 @@ class FaultProxy:
                     time.sleep(self.delay_s)
                     self._flowing.wait()
                 sink.sendall(data)
-                self.forwarded_bytes += len(data)
+                with self._counting:  # two pumps per link: += alone may lose one's count
+                    self.forwarded_bytes += len(data)
             with contextlib.suppress(OSError):
                 sink.shutdown(socket.SHUT_WR)
         except OSError:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 
 import pytest
 import redis
+from sqlalchemy import update
 
 from om_workers.celery.limits import stuck_job_age_s, time_limits
 from om_workers.config import Settings
@@ -13,7 +14,14 @@ from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import ConfigError
 from om_workers.jobs.reconcile import ReconcileReport, reconcile_once
-from om_workers.store import SqlStore, sessions_of_jobs, sessions_over_unobserved
+from om_workers.store import (
+    SqlStore,
+    failure_streak,
+    sessions_of_jobs,
+    sessions_over_unobserved,
+)
+from om_workers.store.schema import flush_jobs
+from om_workers.store.unit_of_work import utc_now
 from tests.e2e.support import add_chat
 
 Published = list[tuple[str, str, str]]
@@ -101,7 +109,8 @@ def test_reconcile_requests_backlogged_sessions_without_marker_or_lock(
         (r.unobserved_tokens for r in over), reverse=True
     )
     assert len(sessions_over_unobserved(store, threshold, 1)) == 1
-    client.set(keys.pending_key(tenant, "marked"), "job-marked", ex=keys.PENDING_TTL_S)
+    marked = store.create_job(tenant, "marked").id  # queued: it will read the session
+    client.set(keys.pending_key(tenant, "marked"), marked, ex=keys.PENDING_TTL_S)
     holder = SessionLock(client, tenant, "locked")
     assert holder.acquire()
     published, report = reconcile(
@@ -150,8 +159,6 @@ def test_reconcile_republishes_queued_runs_whose_message_was_lost(
 def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     store: SqlStore, client: redis.Redis, tenant: str
 ) -> None:
-    from om_workers.store import failure_streak
-
     store.create_session(tenant, "broken")
     add_chat(store, tenant, "broken", 6)
     threshold = store.get_session(tenant, "broken").unobserved_tokens
@@ -172,6 +179,7 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     assert [s for _, s, _ in published] == ["broken"]
     client.delete(keys.pending_key(tenant, "broken"))
     (queued,) = [j for _, _, j in published]
+    store.start_job(tenant, queued)
     store.finish_job(tenant, queued, "failed", error="provider down")
     assert failure_streak(store, tenant, "broken").failures == 3
     published, report = backlog_pass()
@@ -181,6 +189,62 @@ def test_a_backlogged_session_whose_runs_keep_failing_is_backed_off(
     store.start_job(tenant, ok.id)
     store.finish_job(tenant, ok.id, "succeeded")
     assert failure_streak(store, tenant, "broken").failures == 0
+
+
+def test_requests_the_broker_refused_never_back_a_session_off(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    # A broker outage fails every flush request at publish time; when the broker returns, the
+    # session must be requested again at the next pass, not backed off for its "failures".
+    store.create_session(tenant, "s")
+    add_chat(store, tenant, "s", 4)
+    threshold = store.get_session(tenant, "s").unobserved_tokens
+    for _ in range(5):
+        refused = store.create_job(tenant, "s")
+        store.finish_job(tenant, refused.id, "failed", error="not published: connection refused")
+    assert failure_streak(store, tenant, "s").failures == 0
+    published, report = reconcile(
+        store, client, stale_pending_s=1000, stuck_job_s=1000, unobserved_threshold=threshold
+    )
+    assert [s for _, s, _ in published] == ["s"] and report.backed_off == ()
+
+
+def test_a_marker_naming_a_finished_job_does_not_hold_a_backlogged_session_back(
+    store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    # A request whose publish failed while Redis and the broker were out: its row is failed,
+    # and its marker could not be dropped. The session is requested again at the next pass,
+    # not once the marker counts as stale.
+    store.create_session(tenant, "s")
+    add_chat(store, tenant, "s", 4)
+    threshold = store.get_session(tenant, "s").unobserved_tokens
+    refused = store.create_job(tenant, "s").id
+    store.finish_job(tenant, refused, "failed", error="not published: connection refused")
+    client.set(keys.pending_key(tenant, "s"), refused)
+    published, report = reconcile(
+        store, client, stale_pending_s=3600, stuck_job_s=3600, unobserved_threshold=threshold
+    )
+    ((_, session, job),) = published
+    assert session == "s" and job != refused and report.requested == (job,)
+    assert client.get(keys.pending_key(tenant, "s")) == job
+    # A marker naming a job still queued does hold it back: that job will read the session.
+    assert (
+        reconcile(
+            store, client, stale_pending_s=3600, stuck_job_s=3600, unobserved_threshold=threshold
+        )[0]
+        == []
+    )
+
+
+def _started_an_hour_ago(store: SqlStore, *job_ids: str) -> None:
+    """Age running jobs in the store instead of sleeping: a loaded machine cannot then make a
+    job started just now look older than the window the test passes."""
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(flush_jobs)
+            .where(flush_jobs.c.id.in_(job_ids))
+            .values(started_at=utc_now() - timedelta(hours=1))
+        )
 
 
 def test_a_running_job_whose_lock_is_gone_is_failed_and_its_session_requested_at_once(
@@ -194,11 +258,11 @@ def test_a_running_job_whose_lock_is_gone_is_failed_and_its_session_requested_at
     store.start_job(tenant, alive)
     holder = SessionLock(client, tenant, "alive")
     assert holder.acquire()  # an alive worker keeps its lock
-    time.sleep(0.3)
+    _started_an_hour_ago(store, dead, alive)
     young = store.create_job(tenant, "young").id
     store.start_job(tenant, young)  # started less than a lock TTL ago: not judged yet
     published, report = reconcile(
-        store, client, stale_pending_s=3600, stuck_job_s=3600, lost_after_s=0.2
+        store, client, stale_pending_s=3600, stuck_job_s=7200, lost_after_s=600
     )
     assert report.failed_jobs == (dead,)
     row = store.get_job(tenant, dead)
@@ -220,9 +284,9 @@ def test_a_job_pending_behind_a_swept_job_is_published_again_at_once(
     store.start_job(tenant, dead)
     pending = store.create_job(tenant, "s").id
     client.set(keys.pending_key(tenant, "s"), pending)
-    time.sleep(0.3)
+    _started_an_hour_ago(store, dead)
     published, report = reconcile(
-        store, client, stale_pending_s=3600, stuck_job_s=3600, lost_after_s=0.2
+        store, client, stale_pending_s=3600, stuck_job_s=7200, lost_after_s=600
     )
     assert report.failed_jobs == (dead,)
     assert published == [(tenant, "s", pending)] and report.republished == (pending,)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from om_core.policy.fairness import FairQueueModel, QueuedJob, TenantLoad
 from om_workers.coordination import keys
-from om_workers.coordination.fairness import FairQueue, send_admitted
+from om_workers.coordination.fairness import FairPublisher, FairQueue, send_admitted
 from om_workers.coordination.pool import advertise
 
 TENANTS = ("a", "b", "c:d")  # ':' is escaped in key names
@@ -89,6 +89,12 @@ def test_an_idle_queue_leaves_no_keys_behind(client: redis.Redis) -> None:
     assert left <= {keys.FAIR_USAGE}, left  # only the tenant's usage, which fades
 
 
+def _expire_advertisement(client: redis.Redis, worker_id: str) -> None:
+    """What the TTL does to a worker that stopped refreshing, without waiting for it: its
+    expiry (Redis milliseconds in the pool) moves to the past."""
+    assert client.zadd(keys.POOL, {worker_id: 1}, xx=True, ch=True) == 1
+
+
 def test_capacity_follows_the_live_pool(client: redis.Redis) -> None:
     queue = FairQueue(client)  # capacity 0: the pool's slots
     _, admitted = queue.add("t", "s0", "j0")
@@ -97,9 +103,9 @@ def test_capacity_follows_the_live_pool(client: redis.Redis) -> None:
         queue.add("t", f"s{n}", f"j{n}")
     assert advertise(client, "w1", 3) == 3
     assert [j.job_id for j in queue.fill()] == ["j1", "j2"]
-    assert advertise(client, "w2", 2, ttl_s=0.05) == 5
+    assert advertise(client, "w2", 2) == 5
     assert [j.job_id for j in queue.fill()] == ["j3", "j4"]
-    time.sleep(0.1)  # w2's advertisement expires
+    _expire_advertisement(client, "w2")
     assert queue.done("j0") == []  # 4 in flight, 3 slots: nothing admitted
     assert advertise(client, "w1", 0) == 0  # a stopping worker withdraws its slots
 
@@ -136,13 +142,13 @@ def test_a_refused_publish_gives_the_job_back_and_raises(client: redis.Redis) ->
 def test_a_dead_workers_running_jobs_free_their_places(client: redis.Redis) -> None:
     queue = FairQueue(client)
     advertise(client, "alive", 1)
-    advertise(client, "doomed", 2, ttl_s=0.05)
+    advertise(client, "doomed", 2)
     for n in range(5):
         queue.add("t", f"s{n}", f"j{n}")
     queue.start("j0", "alive")
     queue.start("j1", "doomed")
     queue.start("j2", "doomed")
-    time.sleep(0.1)  # the doomed worker's advertisement expires: it was killed
+    _expire_advertisement(client, "doomed")  # it was killed: no refresh came
     # The next step frees the dead worker's two places; one slot is left, held by j0.
     assert queue.fill() == []
     assert queue.load() == (3, [TenantLoad("t", waiting=2, running=1)])
@@ -157,3 +163,39 @@ def test_a_queue_refuses_a_negative_capacity_and_a_half_life_under_a_millisecond
         FairQueue(client, capacity=-1)
     with pytest.raises(ValueError, match="half_life_s"):
         FairQueue(client, half_life_s=0.0009)
+
+
+def test_a_killed_prefork_childs_place_is_reaped_while_its_parent_lives(
+    client: redis.Redis,
+) -> None:
+    queue = FairQueue(client)
+    advertise(client, "parent", 2)  # the parent advertises; its children run the jobs
+    for n in range(3):
+        queue.add("t", f"s{n}", f"j{n}")
+    queue.start("j0", "child-a", liveness_ttl_s=30)
+    queue.start("j1", "parent", liveness_ttl_s=30)
+    assert 0 < client.pttl(keys.worker_key("child-a")) <= 30_000  # known alive from its start
+    assert not client.exists(keys.worker_key("parent"))  # in the pool: its advert says enough
+    assert queue.reap() == []  # every process alive: nothing freed, no room
+    client.delete(keys.worker_key("child-a"))  # killed: its heartbeat stopped, the key expired
+    assert [j.job_id for j in queue.reap()] == ["j2"]  # j0's place went to the next job
+    assert queue.load() == (2, [TenantLoad("t", queued=1, running=1)])
+    assert [j.job_id for j in queue.done("j1")] == []
+
+
+def test_jobs_admitted_when_a_worker_died_are_sent_again_once(client: redis.Redis) -> None:
+    sent: list[str] = []
+    fair = FairPublisher(FairQueue(client), lambda t, s, j: sent.append(j))
+    advertise(client, "alive", 1)
+    advertise(client, "doomed", 2)
+    for n in range(3):
+        fair("t", f"s{n}", f"j{n}")
+    assert sent == ["j0", "j1", "j2"]  # three slots: all admitted
+    fair.started("j0", "alive")  # j1 and j2 sit unstarted: the doomed worker took them
+    fair.reap()
+    assert sent == ["j0", "j1", "j2"]  # nobody died: nothing sent again
+    _expire_advertisement(client, "doomed")
+    fair.reap()
+    assert sent[3:] == ["j1", "j2"]  # their messages may have died with it
+    fair.reap()
+    assert sent[5:] == []  # once per departure

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
 
 import pytest
 import redis
 
-from om_workers.coordination import keys, liveness
+from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.heartbeats import Heartbeats
 from om_workers.coordination.liveness import Liveness
 from om_workers.coordination.locks import SessionLock
+from om_workers.coordination.timing import HEARTBEAT_DIVISOR
 from om_workers.errors import CoordinationError, LockLostError
-from tests.redis.helpers import wait_until
+from tests.redis.helpers import ManualHeartbeats, wait_until
 
 SHORT_TTL_S = 0.3
 
@@ -70,29 +71,36 @@ def test_wrong_token_cannot_extend_or_release(client: redis.Redis) -> None:
     holder.release()
 
 
-def test_heartbeat_keeps_a_short_lock_alive_across_several_ttls(client: redis.Redis) -> None:
-    # A second rather than SHORT_TTL_S: the holder's liveness key lives as long as the lock's
-    # TTL, and a 0.3 s one expired once when a loaded CI machine stalled this process's beat
-    # thread, so the intruder below took the lock over as from a dead process.
-    lock = SessionLock(client, "t1", "s1", ttl_s=1.0)
+def test_heartbeat_keeps_a_lock_alive_across_several_ttls(client: redis.Redis) -> None:
+    # The beats run when the test says and the lock's clock is the test's, so a stalled
+    # process on a loaded machine cannot expire the lock between two beats.
+    now = [100.0]
+    beats = ManualHeartbeats()
+    lock = SessionLock(client, "t1", "s1", ttl_s=30, clock=lambda: now[0])
     assert lock.acquire()
-    lock.start_heartbeat()
-    time.sleep(1.0 * 3)
-    lock.check(confirm=True)
-    assert not lock.lost
+    lock.start_heartbeat(beats)
+    for _ in range(3 * HEARTBEAT_DIVISOR):  # three TTLs of beats
+        client.pexpire(lock.key, 2000)  # most of the TTL has passed on Redis's side
+        now[0] += timing.heartbeat_interval_s(30)
+        assert beats.run_due() == 1
+        assert client.pttl(lock.key) > 2000  # the beat reset it
+        lock.check(confirm=True)
+    assert now[0] - 100.0 >= 3 * 30 and not lock.lost
     assert not SessionLock(client, "t1", "s1").acquire()
     assert lock.release().released
+    beats.run_due()  # a released lock's beat runs no more and asks for no other
+    assert beats.run_due() == 0
 
 
 def test_deleted_lock_is_noticed_by_the_heartbeat(client: redis.Redis) -> None:
     lost_calls: list[str] = []
-    lock = SessionLock(
-        client, "t1", "s1", ttl_s=SHORT_TTL_S, on_lost=lambda: lost_calls.append("lost")
-    )
+    beats = ManualHeartbeats()
+    lock = SessionLock(client, "t1", "s1", ttl_s=30, on_lost=lambda: lost_calls.append("lost"))
     assert lock.acquire()
-    lock.start_heartbeat()
+    lock.start_heartbeat(beats)
     client.delete(lock.key)
-    assert wait_until(lambda: lock.lost)
+    assert beats.run_due() == 1
+    assert lock.lost
     with pytest.raises(LockLostError) as info:
         lock.check()
     assert info.value.key == lock.key
@@ -202,17 +210,33 @@ def test_a_retried_acquire_finds_its_own_token_and_takes_the_lock(client: redis.
 
 
 def test_one_heartbeat_thread_keeps_many_locks_alive(client: redis.Redis) -> None:
-    heartbeats = Heartbeats()
-    locks = [SessionLock(client, "t1", f"s{i}", ttl_s=SHORT_TTL_S) for i in range(6)]
+    beats = ManualHeartbeats()
+    locks = [SessionLock(client, "t1", f"s{i}", ttl_s=30) for i in range(6)]
     for lock in locks:
         assert lock.acquire()
-        lock.start_heartbeat(heartbeats)
-    time.sleep(SHORT_TTL_S * 4)
+        lock.start_heartbeat(beats)
+    for _ in range(3):
+        for lock in locks:
+            client.pexpire(lock.key, 2000)
+        assert beats.run_due() == len(locks)
+        assert all(client.pttl(lock.key) > 2000 for lock in locks)
     for lock in locks:
         lock.check(confirm=True)
-    names = [t.name for t in threading.enumerate() if t.name == "om-lock-heartbeats"]
-    assert len(names) <= 2  # this scheduler's thread, and the shared one if another test ran
     assert all(lock.release().released for lock in locks)
+
+
+def test_one_scheduler_thread_runs_every_beat_again_and_again() -> None:
+    heartbeats = Heartbeats(name="om-test-heartbeats")
+    ran: dict[int, list[str]] = {n: [] for n in range(6)}
+
+    def counting(n: int) -> float | None:
+        ran[n].append(threading.current_thread().name)
+        return 0.01 if len(ran[n]) < 3 else None
+
+    for n in ran:
+        heartbeats.schedule(0.0, functools.partial(counting, n))
+    assert wait_until(lambda: all(len(names) == 3 for names in ran.values()), timeout_s=60)
+    assert {name for names in ran.values() for name in names} == {"om-test-heartbeats"}
 
 
 def test_a_failing_beat_does_not_stop_the_others() -> None:
@@ -280,12 +304,16 @@ def test_takeover_wait_is_the_sooner_of_lock_and_liveness_expiry(client: redis.R
 
 
 def test_the_liveness_key_outlives_its_ttl_while_the_process_lives(client: redis.Redis) -> None:
-    worker = _process()
+    beats = ManualHeartbeats()
+    worker = Liveness(beats)
     lock = SessionLock(client, "t1", "s1", ttl_s=0.6, worker=worker)
     assert lock.acquire()
     assert liveness.ttl_s(0.6) == 0.6 and liveness.ttl_s(600) == keys.LIVENESS_TTL_S
-    time.sleep(1.5)  # past two liveness TTLs: only the beat keeps the key
-    assert client.exists(keys.worker_key(worker.worker_id))
+    for _ in range(3):  # past several liveness TTLs: only the beat keeps the key
+        # A TTL the beat would never set: seeing it replaced shows the beat ran.
+        client.pexpire(keys.worker_key(worker.worker_id), 100_000)
+        assert beats.run_due() == 1
+        assert 0 < client.pttl(keys.worker_key(worker.worker_id)) <= 600
     lock.release()
 
 

@@ -100,3 +100,39 @@ def test_failure_backoff_rejects_bad_input(
 ) -> None:
     with pytest.raises(ValueError):
         timing.failure_backoff_s(failures, base_s=base, cap_s=cap, after=after)
+
+
+@pytest.mark.parametrize(
+    ("retry", "delay_s"), [(1, 0.5), (2, 1.0), (3, 2.0), (4, 2.0), (50, 2.0), (10_000, 2.0)]
+)
+def test_background_redis_retries_double_up_to_two_seconds(retry: int, delay_s: float) -> None:
+    assert timing.redis_retry_delay_s(retry) == delay_s
+
+
+def test_background_redis_retries_are_one_based() -> None:
+    with pytest.raises(ValueError):
+        timing.redis_retry_delay_s(0)
+
+
+@pytest.mark.parametrize(("lock_ttl_s", "deadline_s"), [(60.0, 120.0), (0.3, 0.6), (600.0, 1200.0)])
+def test_background_redis_retries_last_two_lock_ttls(lock_ttl_s: float, deadline_s: float) -> None:
+    assert timing.redis_retry_deadline_s(lock_ttl_s) == deadline_s
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_background_redis_retry_deadline_needs_a_positive_ttl(bad: float) -> None:
+    with pytest.raises(ValueError):
+        timing.redis_retry_deadline_s(bad)
+
+
+@pytest.mark.parametrize(("liveness_ttl_s", "interval_s"), [(5.0, 2.5), (0.6, 0.3), (1.0, 0.5)])
+def test_the_lost_run_watch_looks_every_half_liveness_ttl(
+    liveness_ttl_s: float, interval_s: float
+) -> None:
+    assert timing.lost_run_watch_interval_s(liveness_ttl_s) == interval_s
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, math.inf, math.nan])
+def test_the_lost_run_watch_needs_a_positive_liveness_ttl(bad: float) -> None:
+    with pytest.raises(ValueError):
+        timing.lost_run_watch_interval_s(bad)

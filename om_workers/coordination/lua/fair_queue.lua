@@ -14,7 +14,7 @@
 -- KEYS[8]  backlog: list, one token per job the queue holds (KEDA reads its length)
 -- KEYS[9]  worker pool: zset, worker id -> expiry ms; KEYS[10] its slots: hash
 -- KEYS[11] "add" and "return" only: the tenant's list of waiting job ids
--- ARGV[1]  op: "add", "start", "done", "return", "sweep" or "fill"
+-- ARGV[1]  op: "add", "start", "done", "return", "sweep", "fill" or "reap"
 -- ARGV[2]  job id ("" for sweep and fill); ARGV[3] tenant id and ARGV[4] session id (add)
 -- ARGV[5]  capacity, or 0 for the live worker pool's task slots (at least 1)
 -- ARGV[6]  sweep only: in-flight entries older than this many ms are forgotten
@@ -22,6 +22,15 @@
 --          advertisement in the pool expires (it died), its running jobs are forgotten
 -- ARGV[8]  half-life of usage, ms
 -- ARGV[9]  now in ms, or "" for Redis's own clock (tests pass it to compare with the model)
+-- ARGV[10] start and reap: the prefix of worker liveness keys ("" for none); a worker process
+--          that is not in the pool (a prefork child: its parent advertises the slots) is
+--          alive while its liveness key exists. ARGV[11] start: that key's TTL in ms, set at
+--          start when missing (the process's heartbeat keeps it from then on)
+-- "reap" forgets the running jobs of processes outside the pool whose liveness key is gone
+-- (a killed prefork child), then admits what the capacity allows, like "fill".
+-- KEYS[9] .. ':departed' is set when a worker's advertisement is found expired (it died);
+-- "departed" clears it and, when it was set, replies with every job admitted but not started
+-- (the dead worker may have held their messages: the caller sends them again).
 -- Reply: {duplicate, tenant1, session1, job1, tenant2, ...}: the jobs admitted by this step,
 -- in order, for the caller to publish; duplicate is 1 when "add" named a job in flight.
 local now
@@ -90,6 +99,7 @@ local function capacity()
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now)
     redis.call('HDEL', KEYS[10], unpack(expired))
+    redis.call('SET', KEYS[9] .. ':departed', '1')
     local dead = {}
     for _, worker in ipairs(expired) do dead[worker] = true end
     for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
@@ -139,6 +149,10 @@ elseif op == 'start' then
     redis.call('HSET', KEYS[1], job, cjson.encode({'r', rec[2], rec[3], ARGV[7]}))
     redis.call('ZADD', KEYS[4], now, job)
     bump(KEYS[6], rec[2], 1)
+    local prefix = ARGV[10] or ''
+    if prefix ~= '' and ARGV[7] ~= '' and not redis.call('HGET', KEYS[10], ARGV[7]) then
+      redis.call('SET', prefix .. ARGV[7], '1', 'PX', tonumber(ARGV[11]), 'NX')
+    end
   end
   return {0}
 elseif op == 'done' then
@@ -153,6 +167,32 @@ elseif op == 'return' then
     rank(rec[2])
   end
   return {0}
+elseif op == 'departed' then
+  local flag = KEYS[9] .. ':departed'
+  if not redis.call('GET', flag) then return {0} end
+  redis.call('DEL', flag)
+  local reply = {0}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    local admitted = record(id)
+    if admitted and admitted[1] == 'a' then
+      reply[#reply + 1] = admitted[2]
+      reply[#reply + 1] = admitted[3]
+      reply[#reply + 1] = id
+    end
+  end
+  return reply
+elseif op == 'reap' then
+  local prefix = ARGV[10] or ''
+  if prefix ~= '' then
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+      local running = record(id)
+      if running and running[1] == 'r' and running[4] and running[4] ~= ''
+        and not redis.call('HGET', KEYS[10], running[4])
+        and redis.call('EXISTS', prefix .. running[4]) == 0 then
+        forget(id, running)
+      end
+    end
+  end
 elseif op == 'sweep' then
   for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[6]))) do
     local old_rec = record(old)

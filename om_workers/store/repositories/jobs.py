@@ -104,6 +104,9 @@ _OUTCOMES = (
         sessions.c.tenant_id == bindparam("tenant"),
         sessions.c.id == bindparam("session_id"),
         flush_jobs.c.state.in_(("succeeded", "failed")),
+        # Only jobs that ran: a request the broker refused (an outage) says nothing about the
+        # session, and counting it would back the session off just as the broker returns.
+        flush_jobs.c.started_at.is_not(None),
     )
     .order_by(flush_jobs.c.finished_at.desc())
     .limit(bindparam("limit"))
@@ -253,8 +256,8 @@ class JobRepository:
     def outcomes(
         self, tenant_id: str, session_id: str, limit: int
     ) -> list[tuple[str, datetime | None]]:
-        """The session's last ``limit`` succeeded or failed jobs, newest first: ``(state,
-        finished_at)``."""
+        """The session's last ``limit`` succeeded or failed jobs that started, newest first:
+        ``(state, finished_at)``."""
         params = {"tenant": tenant_id, "session_id": session_id, "limit": limit}
         rows = self._connection.execute(_OUTCOMES, params)
         return [(row.state, as_utc_or_none(row.finished_at)) for row in rows]
