@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from om_api.schemas import (
+    AuditEventOut,
+    AuditOut,
     ContextBlockOut,
     ContextOut,
     EntryIn,
@@ -23,7 +25,7 @@ from om_core.policy.fairness import TenantLoad, busiest_first
 from om_core.policy.redaction import normalize_secrets, redact_value
 from om_core.read.context import Context
 from om_core.read.recall import redact_entry
-from om_workers.store import ErasureJob, FlushJob, SessionInfo
+from om_workers.store import AuditEvent, ErasureJob, FlushJob, SessionInfo
 
 
 def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
@@ -145,4 +147,22 @@ def queue_out(backlog: int, loads: Iterable[TenantLoad]) -> FlushQueueOut:
             )
             for t in busiest_first(loads)
         ],
+    )
+
+
+def audit_out(events: Iterable[AuditEvent]) -> AuditOut:
+    """The audit trail's wire form (ids, actions and outcomes only: the rows hold no content)."""
+    return AuditOut(
+        events=[
+            AuditEventOut(
+                tenant_id=e.tenant_id,
+                key_id=e.key_id,
+                action=e.action,
+                target=e.target,
+                outcome=e.outcome,
+                job_id=e.job_id,
+                created_at=e.created_at,
+            )
+            for e in events
+        ]
     )
