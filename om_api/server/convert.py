@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from om_api.schemas import (
@@ -82,13 +83,16 @@ def session_out(info: SessionInfo, secrets: Iterable[str] = ()) -> SessionOut:
     )
 
 
+def _duration_s(started: datetime | None, finished: datetime | None) -> float | None:
+    """Seconds a job ran, once it has finished."""
+    if started is None or finished is None:
+        return None
+    return (finished - started).total_seconds()
+
+
 def job_out(job: FlushJob, error: str | None) -> JobOut:
     """The wire form of a flush job; ``error`` is the already-redacted error text."""
-    duration = (
-        (job.finished_at - job.started_at).total_seconds()
-        if job.finished_at is not None and job.started_at is not None
-        else None
-    )
+    duration = _duration_s(job.started_at, job.finished_at)
     return JobOut(
         id=job.id,
         session_id=job.session_id,
@@ -109,11 +113,7 @@ def job_out(job: FlushJob, error: str | None) -> JobOut:
 
 def erasure_job_out(job: ErasureJob, error: str | None) -> JobOut:
     """The wire form of an erasure job (``kind="erasure"``); ``error`` already redacted."""
-    duration = (
-        (job.finished_at - job.started_at).total_seconds()
-        if job.finished_at is not None and job.started_at is not None
-        else None
-    )
+    duration = _duration_s(job.started_at, job.finished_at)
     return JobOut(
         id=job.id,
         kind="erasure",
