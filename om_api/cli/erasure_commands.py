@@ -30,10 +30,9 @@ from om_api.cli.common import (
 from om_api.schemas import (
     MAX_AUDIT_EVENTS,
     MAX_RETENTION_DAYS,
-    AuditEventOut,
-    AuditOut,
     RetentionOut,
 )
+from om_api.server.convert import audit_out
 from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
 
@@ -183,18 +182,5 @@ def audit(
     subject or tenant, when, and how it ended. Never content."""
     with _accounts(database_url) as accounts:
         events = accounts.audit_events(tenant, limit)
-    answer = AuditOut(
-        events=[
-            AuditEventOut(
-                tenant_id=e.tenant_id,
-                key_id=e.key_id,
-                action=e.action,
-                target=e.target,
-                outcome=e.outcome,
-                job_id=e.job_id,
-                created_at=e.created_at,
-            )
-            for e in events
-        ]
-    )
+    answer = audit_out(events)
     show(answer, as_json, render_erasure.show_audit)

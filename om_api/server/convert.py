@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from om_api.schemas import (
+    AuditEventOut,
+    AuditOut,
     ContextBlockOut,
     ContextOut,
     EntryIn,
@@ -23,7 +26,7 @@ from om_core.policy.fairness import TenantLoad, busiest_first
 from om_core.policy.redaction import normalize_secrets, redact_value
 from om_core.read.context import Context
 from om_core.read.recall import redact_entry
-from om_workers.store import ErasureJob, FlushJob, SessionInfo
+from om_workers.store import AuditEvent, ErasureJob, FlushJob, SessionInfo
 
 
 def to_entry(entry: EntryIn, session_id: str) -> SessionEntry:
@@ -80,13 +83,16 @@ def session_out(info: SessionInfo, secrets: Iterable[str] = ()) -> SessionOut:
     )
 
 
+def _duration_s(started: datetime | None, finished: datetime | None) -> float | None:
+    """Seconds a job ran, once it has finished."""
+    if started is None or finished is None:
+        return None
+    return (finished - started).total_seconds()
+
+
 def job_out(job: FlushJob, error: str | None) -> JobOut:
     """The wire form of a flush job; ``error`` is the already-redacted error text."""
-    duration = (
-        (job.finished_at - job.started_at).total_seconds()
-        if job.finished_at is not None and job.started_at is not None
-        else None
-    )
+    duration = _duration_s(job.started_at, job.finished_at)
     return JobOut(
         id=job.id,
         session_id=job.session_id,
@@ -107,11 +113,7 @@ def job_out(job: FlushJob, error: str | None) -> JobOut:
 
 def erasure_job_out(job: ErasureJob, error: str | None) -> JobOut:
     """The wire form of an erasure job (``kind="erasure"``); ``error`` already redacted."""
-    duration = (
-        (job.finished_at - job.started_at).total_seconds()
-        if job.finished_at is not None and job.started_at is not None
-        else None
-    )
+    duration = _duration_s(job.started_at, job.finished_at)
     return JobOut(
         id=job.id,
         kind="erasure",
@@ -145,4 +147,22 @@ def queue_out(backlog: int, loads: Iterable[TenantLoad]) -> FlushQueueOut:
             )
             for t in busiest_first(loads)
         ],
+    )
+
+
+def audit_out(events: Iterable[AuditEvent]) -> AuditOut:
+    """The audit trail's wire form (ids, actions and outcomes only: the rows hold no content)."""
+    return AuditOut(
+        events=[
+            AuditEventOut(
+                tenant_id=e.tenant_id,
+                key_id=e.key_id,
+                action=e.action,
+                target=e.target,
+                outcome=e.outcome,
+                job_id=e.job_id,
+                created_at=e.created_at,
+            )
+            for e in events
+        ]
     )

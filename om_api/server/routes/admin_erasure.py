@@ -13,7 +13,6 @@ from om_api.schemas import (
     MAX_AUDIT_EVENTS,
     MAX_RETENTION_LISTING,
     PATH_ID_PATTERN,
-    AuditEventOut,
     AuditOut,
     ErasureTicket,
     JobOut,
@@ -21,7 +20,7 @@ from om_api.schemas import (
     RetentionRequest,
 )
 from om_api.server.auth import Admin
-from om_api.server.convert import erasure_job_out
+from om_api.server.convert import audit_out, erasure_job_out
 from om_api.server.logging import redact_text
 from om_api.server.routes import JobPath, TenantPath, error_answers
 from om_api.server.state import State
@@ -97,17 +96,4 @@ def audit(
     """The newest audit events (of one ``tenant``, or of all), newest first: who erased,
     exported or imported what, when, and how it ended. Never content."""
     events = state.accounts.audit_events(tenant, limit)
-    return AuditOut(
-        events=[
-            AuditEventOut(
-                tenant_id=e.tenant_id,
-                key_id=e.key_id,
-                action=e.action,
-                target=e.target,
-                outcome=e.outcome,
-                job_id=e.job_id,
-                created_at=e.created_at,
-            )
-            for e in events
-        ]
-    )
+    return audit_out(events)
