@@ -45,7 +45,8 @@ NOT_SETTINGS: Final[Mapping[str, str]] = {
     "OM_TEST_DATABASE_URL": "tests and make test: a PostgreSQL database for the PostgreSQL "
     "legs (postgresql+psycopg://postgres@127.0.0.1:5432/om_test); unset: SQLite only.",
     "OM_LOCOMO_DATA": "make bench (section 8): the folder of LoCoMo `*.json` files; unset: "
-    "shared/data/locomo beside the checkout, skipped when empty. om eval locomo takes paths.",
+    "the default folder docs/evaluation.md names, skipped when empty. om eval locomo takes "
+    "paths.",
     "OM_TEST_REDIS_IMAGE": "tests: run the tests' private Redis as a podman container of this "
     "image (redis:7.2-alpine, built by make test-containers) instead of a redis-server child "
     "process; unset: the child process.",
