@@ -136,7 +136,10 @@ def mount_mcp(app: FastAPI, state: ApiState) -> None:
     )
     manager = server.session_manager
     gate = McpGate(StreamableHTTPASGIApp(manager), state)
-    app.router.routes.append(Route(MCP_PATH, endpoint=gate, include_in_schema=False))
+    # POST only: stateless, the server has nothing to stream on a GET and no session a
+    # DELETE could end; a GET would hold a connection open for nothing.
+    route = Route(MCP_PATH, endpoint=gate, methods=["POST"], include_in_schema=False)
+    app.router.routes.append(route)
     outer = app.router.lifespan_context
 
     @asynccontextmanager

@@ -37,6 +37,8 @@ PROVIDER_SECRET = "sk-mcp-remote-0f9a8b7c6d5e4f3a2b1c"
 LIMITED_BURST = 3
 FILLER = 11
 LIMITED_SESSION = "limited-session"
+MAX_BODY_BYTES = 64 * 1024
+MAX_CURSOR_CHARS = 512
 MEMORY_REF = re.compile(r"\[((?:om|reflection):[a-f0-9]{12})\]")
 TIMEOUT_S = 120.0
 
@@ -78,6 +80,7 @@ def remote(
                 "OM_PROVIDER_API_KEY": PROVIDER_SECRET,
                 # The suite turns rate limits off by default; these tests check them.
                 "OM_RATE_LIMITS_ENABLED": "true",
+                "OM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
             },
             log_dir=data / "logs",
         )
@@ -216,6 +219,47 @@ def test_without_a_valid_key_the_endpoint_answers_401(
     assert body["error"] == "unauthorized" and body["request_id"]
     if authorization is not None and len(authorization) > 20:
         assert authorization.split(" ", 1)[1] not in answer.text
+
+
+def _post(remote: Remote, content: bytes, method: str = "POST") -> httpx.Response:
+    headers = {
+        "Authorization": f"Bearer {remote.key_a}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    return httpx.request(
+        method, remote.mcp_url, content=content, headers=headers, timeout=TIMEOUT_S
+    )
+
+
+def test_bad_requests_are_refused_with_a_4xx(remote: Remote) -> None:
+    # Stateless: no stream to open with a GET, no session to end with a DELETE.
+    assert _post(remote, b"", method="GET").status_code == 405
+    assert _post(remote, b"", method="DELETE").status_code == 405
+    malformed = _post(remote, b"{not json")
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == -32700
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    filler = "x" * (MAX_BODY_BYTES - 200)
+    fits = {**call, "params": {"name": "sessions", "arguments": {}}, "pad": filler}
+    assert len(json.dumps(fits)) <= MAX_BODY_BYTES
+    assert _post(remote, json.dumps(fits).encode()).status_code == 200
+    too_large = {**fits, "pad": filler + "x" * 400}
+    refused = _post(remote, json.dumps(too_large).encode())
+    assert refused.status_code == 413 and refused.json()["error"] == "payload_too_large"
+
+
+def test_the_sessions_cursor_is_capped(remote: Remote) -> None:
+    async def scenario() -> tuple[str, str]:
+        async with _session(remote.mcp_url, remote.key_a) as session:
+            at_cap = await _tool_error(session, "sessions", cursor="c" * MAX_CURSOR_CHARS)
+            over = await _tool_error(session, "sessions", cursor="c" * (MAX_CURSOR_CHARS + 1))
+            return at_cap, over
+
+    at_cap, over = anyio.run(scenario)
+    # At the cap the API reads it (and refuses a cursor it did not hand out); over it the
+    # tool's schema refuses it before any API call.
+    assert "invalid request" in at_cap
+    assert f"at most {MAX_CURSOR_CHARS} characters" in over and "invalid request" not in over
 
 
 def test_the_sdk_client_without_a_key_is_refused(remote: Remote) -> None:
