@@ -32,7 +32,6 @@ from fastapi import FastAPI
 from fastapi.security.utils import get_authorization_scheme_param
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.routing import Route
@@ -129,22 +128,25 @@ def mount_mcp(app: FastAPI, state: ApiState) -> None:
     # The SDK's own warnings (a crashed request) as the API's redacted JSON lines; its INFO
     # lines (every stateless request's start and end) are noise in the API's log.
     configure_json_logging(("mcp",), "WARNING", state.registry.values)
-    server.streamable_http_app(
-        stateless_http=True,
-        json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    manager = server.session_manager
-    gate = McpGate(StreamableHTTPASGIApp(manager), state)
+
+    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
+        await server.session_manager.handle_request(scope, receive, send)
+
     # POST only: stateless, the server has nothing to stream on a GET and no session a
     # DELETE could end; a GET would hold a connection open for nothing.
-    route = Route(MCP_PATH, endpoint=gate, methods=["POST"], include_in_schema=False)
-    app.router.routes.append(route)
+    gate = McpGate(sdk, state)
+    app.router.routes.append(Route(MCP_PATH, gate, methods=["POST"], include_in_schema=False))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(served: Any) -> AsyncIterator[Any]:
-        async with manager.run(), outer(served) as inner:
+        # A session manager runs once: each start of the app gets a new one.
+        server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with server.session_manager.run(), outer(served) as inner:
             yield inner
 
     app.router.lifespan_context = lifespan
