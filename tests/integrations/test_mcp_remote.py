@@ -39,6 +39,7 @@ FILLER = 11
 LIMITED_SESSION = "limited-session"
 MAX_BODY_BYTES = 64 * 1024
 MAX_CURSOR_CHARS = 512
+ROUNDS = 10
 MEMORY_REF = re.compile(r"\[((?:om|reflection):[a-f0-9]{12})\]")
 TIMEOUT_S = 120.0
 
@@ -189,6 +190,30 @@ def test_each_key_lists_and_reads_its_own_tenant_only(remote: Remote) -> None:
             assert session_b in sessions_b and session_a not in sessions_b
 
     anyio.run(scenario)
+
+
+def test_concurrent_callers_each_see_their_own_tenant(remote: Remote) -> None:
+    mark = uuid.uuid4().hex[:8]
+    callers = {"a": remote.key_a, "b": remote.key_b}
+    seen: dict[str, list[str]] = {name: [] for name in callers}
+
+    async def caller(name: str, key: str) -> None:
+        async with _session(remote.mcp_url, key) as session:
+            hello = [{"role": "user", "content": f"hello from {name}"}]
+            await _call(session, "append", session_id=f"mcp-{name}-{mark}", messages=hello)
+            for _ in range(ROUNDS):
+                seen[name].append(_text(await _call(session, "sessions", limit=100)))
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as group:
+            for name, key in callers.items():
+                group.start_soon(caller, name, key)
+
+    anyio.run(scenario)
+    for name, other in (("a", "b"), ("b", "a")):
+        assert len(seen[name]) == ROUNDS
+        for listing in seen[name]:
+            assert f"mcp-{name}-{mark}: " in listing and f"mcp-{other}-{mark}" not in listing
 
 
 @pytest.mark.parametrize(
