@@ -401,6 +401,12 @@ class ApiSettings(BaseModel):
         ge=MIN_CONTEXT_TOKENS,
         description="Token budget of a context read that names none (a quarter of a 128k window).",
     )
+    mcp_enabled: bool = setting(
+        "OM_MCP_ENABLED",
+        True,
+        description="Serve the MCP tools at /mcp (streamable HTTP, each caller with its own "
+        "API key); false: /mcp answers 404.",
+    )
 
 
 class MetricsSettings(BaseModel):

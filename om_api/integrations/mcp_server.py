@@ -1,40 +1,42 @@
-"""The MCP server of observational memory (``om mcp``): the service as Model Context Protocol
-tools for MCP hosts (Claude Desktop, IDEs, agent runtimes).
+"""The MCP tools of observational memory, served two ways: by ``om api`` at ``/mcp``
+(streamable HTTP, each caller with its own API key: :mod:`om_api.server.mcp_remote`) and by
+``om mcp`` over stdio (the host spawns it with one key).
 
-It is a thin layer over :class:`~om_api.client.OMClient`: every tool is one or two API calls,
-made with the one API key the server was started with, so the host sees exactly that tenant's
-sessions and nothing else. Tools: ``context``, ``recall``, ``search``, ``entries``,
-``append``, ``flush`` and ``status``. A failed API call becomes an MCP tool error
-(``isError``) with a one-line reason the model can act on; the API key is scrubbed from it
-and no traceback leaves the server.
+The tools are a thin layer over :class:`~om_api.client.AsyncOMClient`: every tool is one or
+two API calls, made for the caller's tenant only, so a host sees exactly that tenant's
+sessions and nothing else. Where the client comes from is a :class:`ClientSource`: one client
+on one key (:class:`OneClient`, stdio), or a client per call on the caller's key (the API's
+``/mcp``). Tools: ``context``, ``recall``, ``search``, ``sessions``, ``entries``, ``append``,
+``flush`` and ``status``. A failed API call becomes an MCP tool error (``isError``) with a
+one-line reason the model can act on; the caller's API key is scrubbed from it and no
+traceback leaves the server.
 
-Transports: stdio (the host spawns ``om mcp``) and streamable HTTP (``om mcp --transport http``,
-served at ``http://<host>:<port>/mcp``). Needs the ``mcp`` extra:
-``pip install '.[mcp]'`` in a checkout, ``pip install 'observational-memory-service[mcp]'``
-from the package index. See ``docs/mcp.md``.
+Needs the MCP SDK (``mcp``), which the ``server`` extra brings. See ``docs/mcp.md``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import Annotated, Final, Literal
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Protocol
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from om_api.client import (
+    AsyncOMClient,
     Conflict,
     InvalidRequest,
     JobTimeout,
     NotFound,
-    OMClient,
     OMClientError,
     PayloadTooLarge,
+    RateLimited,
     Unauthorized,
     Unavailable,
 )
@@ -42,6 +44,7 @@ from om_api.schemas import (
     ENTRY_ID_PATTERN,
     MAX_BATCH_ENTRIES,
     MAX_CONTEXT_TOKENS,
+    MAX_SESSIONS_PAGE,
     MEMORY_ID_PATTERN,
     AppendEntriesResponse,
     ContentOut,
@@ -58,17 +61,14 @@ from om_api.schemas import (
 from om_core.read.context import MIN_CONTEXT_TOKENS
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 
-Transport = Literal["stdio", "http"]
-DEFAULT_HTTP_PORT: Final = 8765
-HTTP_PATH: Final = "/mcp"
 SERVER_NAME: Final = "observational-memory"
 INSTRUCTIONS: Final = (
     "Long-term memory of agent sessions. Call `context` before answering to read the session's "
     "memory (observations and reflections, each tagged with an id like [om:0123456789ab]) and "
     "its recent messages. Call `recall` with such an id to read the exact messages a memory "
     "rests on before relying on a detail; `search` finds past messages and memory by words. "
-    "`append` records new messages, `flush` turns them "
-    "into memory, `entries` pages through the raw history and `status` shows memory counts."
+    "`append` records new messages, `flush` turns them into memory, `sessions` lists your "
+    "sessions, `entries` pages through the raw history and `status` shows memory counts."
 )
 
 SessionId = Annotated[
@@ -89,7 +89,8 @@ MemoryId = Annotated[
 
 # Ordered: a subclass (PayloadTooLarge) must come before its base (InvalidRequest).
 _LABELS: Final[Sequence[tuple[type[OMClientError], str]]] = (
-    (Unauthorized, "unauthorized (check OM_API_KEY / --key)"),
+    (Unauthorized, "unauthorized (check the API key)"),
+    (RateLimited, "rate limited, wait and try again"),
     (NotFound, "not found"),
     (Conflict, "conflict"),
     (PayloadTooLarge, "too large, send fewer or smaller messages"),
@@ -160,26 +161,71 @@ def _recall_text(found: RecallOut) -> str:
     return "\n".join(lines)
 
 
+MAX_CURSOR_CHARS: Final = 512
+"""Longer ``cursor`` values are refused before any API call (the API's cursors are short)."""
+
 _MEMORY_PREFIX: Final = {"observation": "om:", "reflection": "reflection:"}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The API client acting for one MCP caller, and what its errors are scrubbed of."""
+
+    client: AsyncOMClient
+    secrets: tuple[str, ...]
+
+
+class ClientSource(Protocol):
+    """Where a tool call gets its API client."""
+
+    def open(self, ctx: Context) -> AbstractAsyncContextManager[Caller]:
+        """The client for the call of ``ctx``, open for the ``async with`` block. Raises
+        :class:`~mcp.server.mcpserver.exceptions.ToolError` when the call carries no usable
+        credentials."""
+        ...
+
+
+class OneClient:
+    """Every call through one open client on one API key (``om mcp`` over stdio); the caller
+    closes the client (:meth:`lifespan` does, for the server's lifetime)."""
+
+    def __init__(self, client: AsyncOMClient, api_key: str) -> None:
+        self._caller = Caller(client, (api_key,))
+
+    @asynccontextmanager
+    async def open(self, ctx: Context) -> AsyncIterator[Caller]:
+        """The one client, whoever calls."""
+        yield self._caller
+
+    @asynccontextmanager
+    async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The server's lifespan: closes the client when the server stops."""
+        try:
+            yield {}
+        finally:
+            await self._caller.client.aclose()
 
 
 class _Tools:
     """The tool functions: their names, docstrings and parameters are what the model reads."""
 
-    def __init__(self, client: OMClient, secrets: Sequence[str]) -> None:
-        self._client = client
-        self._secrets = secrets
+    def __init__(self, clients: ClientSource) -> None:
+        self._clients = clients
 
-    @contextmanager
-    def _api_errors(self) -> Iterator[None]:
-        # ``from None``: the model gets the one-line reason, the log no client traceback.
-        try:
-            yield
-        except OMClientError as exc:
-            raise ToolError(describe_error(exc, self._secrets)) from None
+    @asynccontextmanager
+    async def _api(self, ctx: Context) -> AsyncIterator[AsyncOMClient]:
+        """The caller's client; an API failure inside the block becomes a one-line tool error
+        scrubbed of the caller's key (``from None``: the model gets the reason, the log no
+        client traceback)."""
+        async with self._clients.open(ctx) as caller:
+            try:
+                yield caller.client
+            except OMClientError as exc:
+                raise ToolError(describe_error(exc, caller.secrets)) from None
 
-    def context(
+    async def context(
         self,
+        ctx: Context,
         session_id: SessionId,
         max_tokens: Annotated[
             int | None,
@@ -190,8 +236,8 @@ class _Tools:
         server's budget): the observational memory (observations and reflections, each tagged
         [om:<id>] or [reflection:<id>]), then every message memory does not cover yet and the
         last few messages. Call it before answering in a session."""
-        with self._api_errors():
-            result = self._client.context(session_id, max_tokens=max_tokens)
+        async with self._api(ctx) as client:
+            result = await client.context(session_id, max_tokens=max_tokens)
         texts = {block.id: block.text for block in result.blocks}
         memory, recent = texts.get("observational-memory", ""), texts.get("recent-messages", "")
         if not (memory or recent):
@@ -199,20 +245,21 @@ class _Tools:
         recent_part = f"# Recent messages\n{recent}" if recent else ""
         return "\n\n".join(part for part in (memory, recent_part) if part)
 
-    def recall(self, session_id: SessionId, memory_id: MemoryId) -> str:
+    async def recall(self, ctx: Context, session_id: SessionId, memory_id: MemoryId) -> str:
         """Show what one memory item rests on: its text and the exact source messages it was
         made from (for a reflection, also the observations it summarises). Use it to check a
         detail before relying on it. Fails for an id the session does not have."""
-        with self._api_errors():
-            found = self._client.recall(session_id, memory_id)
+        async with self._api(ctx) as client:
+            found = await client.recall(session_id, memory_id)
         if found.reason == "revoked":
             raise ToolError(f"memory {memory_id} was revoked: its source messages were withdrawn")
         if not found.found:
             raise ToolError(f"no memory {memory_id} in session {session_id}")
         return _recall_text(found)
 
-    def search(
+    async def search(
         self,
+        ctx: Context,
         query: Annotated[
             str,
             Field(
@@ -235,8 +282,8 @@ class _Tools:
         its id (a message id, or an om:/reflection: memory id to pass to recall for the exact
         sources) with a snippet, matches in «». Use it when the context does not hold a detail
         the user refers to."""
-        with self._api_errors():
-            page = self._client.search(query, session_id=session_id, limit=limit)
+        async with self._api(ctx) as client:
+            page = await client.search(query, session_id=session_id, limit=limit)
         if not page.hits:
             return f"No hits for {query!r}."
         lines: list[str] = []
@@ -245,8 +292,38 @@ class _Tools:
             lines.append(f"[{ref}] {hit.kind} in session {hit.session_id}: {hit.snippet}")
         return "\n".join(lines)
 
-    def entries(
+    async def sessions(
         self,
+        ctx: Context,
+        cursor: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=MAX_CURSOR_CHARS,
+                description="The 'next cursor' of the previous page; omit it for the newest.",
+            ),
+        ] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_SESSIONS_PAGE, description="Sessions per page.")
+        ] = 20,
+    ) -> str:
+        """List your sessions, newest first: one line per session, '<session id>: <entries>
+        entries, <tokens> tokens not observed yet, updated <UTC time>', then the cursor for the
+        next page. Use it to find the session_id the other tools take."""
+        async with self._api(ctx) as client:
+            page = await client.list_sessions(limit=limit, cursor=cursor)
+        lines = [
+            f"{item.id}: {item.entry_count} entries, {item.unobserved_tokens} tokens not "
+            f"observed yet, updated {item.updated_at:%Y-%m-%d %H:%M:%S}"
+            for item in page.sessions
+        ] or ["(no sessions)"]
+        if page.next_cursor is not None:
+            lines.append(f"next cursor: {page.next_cursor} (pass it as `cursor` for more)")
+        return "\n".join(lines)
+
+    async def entries(
+        self,
+        ctx: Context,
         session_id: SessionId,
         after: Annotated[
             str | None,
@@ -260,8 +337,8 @@ class _Tools:
     ) -> str:
         """Page through a session's raw history (the current branch, oldest first): one line
         per entry, '[<entry id>] <role>: <text>', then the cursor for the next page."""
-        with self._api_errors():
-            page = self._client.entries(session_id, after=after, limit=limit)
+        async with self._api(ctx) as client:
+            page = await client.entries(session_id, after=after, limit=limit)
         lines = [_entry_line(entry) for entry in page.entries] or ["(no entries)"]
         if page.next_cursor is None:
             lines.append("(end of the history)")
@@ -269,8 +346,9 @@ class _Tools:
             lines.append(f"next cursor: {page.next_cursor} (pass it as `after` for more)")
         return "\n".join(lines)
 
-    def append(
+    async def append(
         self,
+        ctx: Context,
         session_id: SessionId,
         messages: Annotated[
             list[MessageIn],
@@ -284,20 +362,18 @@ class _Tools:
             EntryIn(id=m.id, kind="message", message=MessageWire(role=m.role, content=m.content))
             for m in messages
         ]
-        with self._api_errors():
+        async with self._api(ctx) as client:
             try:
-                return self._client.append(session_id, entries)
+                return await client.append(session_id, entries)
             except NotFound:
-                self._create_session(session_id)
-                return self._client.append(session_id, entries)
+                # A Conflict means another caller created it meanwhile: append all the same.
+                with suppress(Conflict):
+                    await client.create_session(session_id)
+                return await client.append(session_id, entries)
 
-    def _create_session(self, session_id: str) -> None:
-        # A Conflict means another caller created it meanwhile: the append can go ahead.
-        with suppress(Conflict):
-            self._client.create_session(session_id)
-
-    def flush(
+    async def flush(
         self,
+        ctx: Context,
         session_id: SessionId,
         wait: bool = True,
         wait_seconds: Annotated[float, Field(gt=0, le=300)] = 30.0,
@@ -308,36 +384,41 @@ class _Tools:
         what it recorded, and why it did nothing or failed. With wait (the default) it waits
         up to wait_seconds for the job to finish; a job still running then is returned as it
         stands (call `status` later). force observes even below the token threshold."""
-        with self._api_errors():
-            accepted = self._client.flush(session_id, force=force)
+        async with self._api(ctx) as client:
+            accepted = await client.flush(session_id, force=force)
             if not wait:
-                return self._client.job(accepted.job_id)
+                return await client.job(accepted.job_id)
             try:
-                return self._client.wait_for_job(accepted.job_id, timeout_s=wait_seconds)
+                return await client.wait_for_job(accepted.job_id, timeout_s=wait_seconds)
             except JobTimeout as exc:
                 return exc.job
 
-    def status(self, session_id: SessionId) -> StatusOut:
+    async def status(self, ctx: Context, session_id: SessionId) -> StatusOut:
         """Memory counts of a session: observations and reflections recorded, active and
         visible, pool tokens, whether a flush is in flight and the last error."""
-        with self._api_errors():
-            return self._client.status(session_id)
+        async with self._api(ctx) as client:
+            return await client.status(session_id)
 
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 
-def build_server(client: OMClient, *, secrets: Sequence[str] = ()) -> MCPServer:
-    """The MCP server with the seven tools, calling the API through ``client`` (which the caller
-    keeps open while the server runs, and closes). ``secrets`` (the client's API key) are
-    scrubbed from every error message."""
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
-    tools = _Tools(client, tuple(secrets))
+def build_server(
+    clients: ClientSource,
+    *,
+    lifespan: Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]] | None = None,
+) -> MCPServer[Any]:
+    """The MCP server with the eight tools, each call through a client of ``clients``;
+    ``lifespan`` (optional) wraps the server's run (:meth:`OneClient.lifespan` closes its
+    client)."""
+    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan)
+    tools = _Tools(clients)
     # Text tools return prose for the model; the others a wire model (JSON plus its schema).
     registrations: Sequence[tuple[Callable[..., object], ToolAnnotations, bool | None]] = (
         (tools.context, _READ_ONLY, False),
         (tools.recall, _READ_ONLY, False),
+        (tools.sessions, _READ_ONLY, False),
         (tools.entries, _READ_ONLY, False),
         (tools.search, _READ_ONLY, False),
         (tools.status, _READ_ONLY, None),
@@ -353,28 +434,10 @@ def build_server(client: OMClient, *, secrets: Sequence[str] = ()) -> MCPServer:
     return server
 
 
-def run(
-    transport: Transport = "stdio",
-    *,
-    api_url: str,
-    api_key: str,
-    host: str = "127.0.0.1",
-    port: int = DEFAULT_HTTP_PORT,
-) -> None:
-    """Serve until stopped: over stdin/stdout (``stdio``) or streamable HTTP at
-    ``http://<host>:<port>/mcp`` (``http``), for the tenant of ``api_key`` at ``api_url``.
-
-    Over HTTP the server does not authenticate its callers: whoever reaches the port acts with
-    ``api_key``, so keep it on 127.0.0.1 (the default, which also turns on the SDK's DNS
-    rebinding protection) or behind an authenticating proxy. A port that cannot be bound is
-    logged by uvicorn, which exits with code 1; API failures never stop the server (each is a
-    tool error).
-    """
+def run(*, api_url: str, api_key: str) -> None:
+    """Serve over stdin/stdout until the host closes them, for the tenant of ``api_key`` at
+    ``api_url``. API failures never stop the server (each is a tool error)."""
     # httpx logs every API request at INFO: noise in the host's log of this process.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    with OMClient(api_url, api_key) as client:
-        server = build_server(client, secrets=(api_key,))
-        if transport == "stdio":
-            server.run("stdio")
-        else:
-            server.run("streamable-http", host=host, port=port, streamable_http_path=HTTP_PATH)
+    clients = OneClient(AsyncOMClient(api_url, api_key), api_key)
+    build_server(clients, lifespan=clients.lifespan).run("stdio")

@@ -30,6 +30,7 @@ from om_api.server.logging import (
     bind_log_context,
     configure_logging,
 )
+from om_api.server.mcp_remote import mount_mcp
 from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollector
 from om_api.server.routes import (
     admin,
@@ -298,6 +299,8 @@ def create_app(
         admin_erasure.router,
     ):
         app.include_router(router)
+    if resolved.api.mcp_enabled:
+        mount_mcp(app, state)
     app.add_middleware(
         RequestMiddleware, max_body_bytes=resolved.api.max_body_bytes, metrics=metrics
     )

@@ -22,7 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from om_api.server.errors import ApiError
 from om_api.server.limits import request_class
 from om_api.server.logging import bind_log_context
-from om_api.server.state import State
+from om_api.server.state import ApiState, State
 from om_workers.errors import InvalidApiKeyError
 
 MAX_KEY_CHARS = 512
@@ -41,18 +41,29 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
     return token
 
 
-def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
-    """The tenant id of the request's API key, after spending one request of the key's rate
-    limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
-    :class:`~om_api.server.limits.RateLimitedError` over the limit."""
-    token = _token(credentials)
+def resolve_key(state: ApiState, token: str | None) -> tuple[str, str]:
+    """``(tenant id, key id)`` of a bearer API key (``None``: none was sent), through the key
+    cache; the key joins the redaction registry. Raises a 401 :class:`ApiError` for a missing,
+    overlong, unknown or revoked key; spends no rate limit."""
+    if not token:
+        raise ApiError(401, "unauthorized", "missing bearer API key")
+    if len(token) > MAX_KEY_CHARS:
+        raise ApiError(401, "unauthorized", "invalid API key")
     try:
-        tenant_id, key_id = state.keys.resolve(token)
+        found = state.keys.resolve(token)
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
     # value is never echoed anywhere, so it needs no redaction.
     state.registry.add(token)
+    return found
+
+
+def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
+    """The tenant id of the request's API key, after spending one request of the key's rate
+    limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
+    :class:`~om_api.server.limits.RateLimitedError` over the limit."""
+    tenant_id, key_id = resolve_key(state, credentials.credentials if credentials else None)
     request.state.om_key_id = key_id
     bind_log_context(tenant_id=tenant_id)
     # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown

@@ -18,6 +18,7 @@ from . import (
     bench_fold,
     bench_history,
     bench_locomo,
+    bench_mcp,
     bench_portability,
     bench_scopes,
     bench_search,
@@ -40,6 +41,7 @@ BENCHMARKS = [
     bench_turns,
     bench_scopes,
     bench_search,
+    bench_mcp,
 ]
 
 

@@ -1,0 +1,152 @@
+"""Remote MCP: the API serves the MCP tools (:mod:`om_api.integrations.mcp_server`) over
+streamable HTTP at ``/mcp``, each caller authenticated by its own API key.
+
+One deployment serves every MCP host of every tenant:
+
+- :class:`McpGate` answers a request without a bearer key, or with an unknown, revoked or
+  malformed one, with the API's 401 (``WWW-Authenticate: Bearer``, an ``ErrorBody``) before the
+  MCP SDK reads it; a key that resolves joins the redaction registry, as on every route.
+- Each tool call runs as requests of the calling key against this same app, in-process
+  (:class:`CallerClients`: ``httpx.ASGITransport``, no socket). So the routes' own
+  authentication, tenancy (another tenant's session is a 404), rate limits (a ``context``
+  spends a read, an ``append`` an append, a ``flush`` a flush) and redaction apply unchanged,
+  and nothing of MCP has a path to the store of its own.
+- The SDK runs stateless with JSON answers: no MCP session lives in a process, so any replica
+  answers any request behind a plain load balancer. Its DNS-rebinding guard is off: it
+  protects servers that trust whoever reaches them, and this one trusts only keys.
+
+Protocol messages that call no tool (``initialize``, ``tools/list``, pings) are authenticated
+but spend no rate limit, like ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Final
+
+import anyio.to_thread
+import httpx
+from fastapi import FastAPI
+from fastapi.security.utils import get_authorization_scheme_param
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from om_api.client import AsyncOMClient
+from om_api.integrations.mcp_server import Caller, build_server
+from om_api.server.auth import resolve_key
+from om_api.server.errors import ApiError, error_response
+from om_api.server.logging import bind_log_context
+from om_api.server.state import ApiState
+from om_core.policy.backoff import RetryPolicy
+from om_workers.logs import configure_json_logging
+
+MCP_PATH: Final = "/mcp"
+INTERNAL_URL: Final = "http://om-api.internal"
+"""Base URL of the in-process calls (never resolved: the transport is the app itself)."""
+NO_RETRY: Final = RetryPolicy(attempts=1)
+"""In-process calls fail at once: a 429 or 503 reaches the host as a tool error with its
+reason, instead of holding the caller's request through backoff."""
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The credentials of an ``Authorization: Bearer <key>`` header (scheme case-insensitive),
+    ``None`` without one: the same reading as the HTTP routes'."""
+    scheme, credentials = get_authorization_scheme_param(headers.get("authorization"))
+    return credentials if scheme.lower() == "bearer" and credentials else None
+
+
+class CallerClients:
+    """A client per tool call, on the calling request's own key, calling ``app`` in-process."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    @asynccontextmanager
+    async def open(self, ctx: Context) -> AsyncIterator[Caller]:
+        """The caller's client. Raises :class:`ToolError` when the call has no bearer key
+        (only a call that bypassed :class:`McpGate` can)."""
+        key = bearer_token(ctx.headers or {})
+        if key is None:
+            raise ToolError("unauthorized: no bearer API key")
+        transport = httpx.ASGITransport(app=self._app)
+        async with AsyncOMClient(INTERNAL_URL, key, retry=NO_RETRY, transport=transport) as client:
+            yield Caller(client, (key,))
+
+
+class McpGate:
+    """The ``/mcp`` endpoint: 401 unless the request's bearer key resolves, then the SDK."""
+
+    path: Final = MCP_PATH
+    """The route template the access log and the request metrics name this endpoint by."""
+
+    def __init__(self, app: ASGIApp, state: ApiState) -> None:
+        self._app = app
+        self._state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # FastAPI names only its own routes in the scope; the request log reads the path here.
+        scope["route"] = self
+        request = Request(scope, receive)
+        token = bearer_token(request.headers)
+        try:
+            # The key cache may read the store: off the event loop, as the routes' dependency.
+            tenant_id, _ = await anyio.to_thread.run_sync(resolve_key, self._state, token)
+        except ApiError as exc:
+            refusal = error_response(request, exc.status, exc.error, exc.detail)
+            await refusal(scope, receive, send)
+            return
+        bind_log_context(tenant_id=tenant_id)
+        await self._app(scope, receive, send)
+
+
+@contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo what the SDK's server does to the root logger when built (``basicConfig`` with a
+    rich console handler): every other library's records would bypass the API's redacted JSON
+    log."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def mount_mcp(app: FastAPI, state: ApiState) -> None:
+    """Serve the MCP tools at :data:`MCP_PATH` of ``app`` and run the SDK's session manager
+    in ``app``'s lifespan (around the lifespan it had). Requests reaching ``/mcp`` before the
+    lifespan started (an app served without one) fail with a 500."""
+    with _root_logging_kept():
+        server = build_server(CallerClients(app))
+    # The SDK's own warnings (a crashed request) as the API's redacted JSON lines; its INFO
+    # lines (every stateless request's start and end) are noise in the API's log.
+    configure_json_logging(("mcp",), "WARNING", state.registry.values)
+
+    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
+        await server.session_manager.handle_request(scope, receive, send)
+
+    # POST only: stateless, the server has nothing to stream on a GET and no session a
+    # DELETE could end; a GET would hold a connection open for nothing.
+    gate = McpGate(sdk, state)
+    app.router.routes.append(Route(MCP_PATH, gate, methods=["POST"], include_in_schema=False))
+    outer = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(served: Any) -> AsyncIterator[Any]:
+        # A session manager runs once: each start of the app gets a new one.
+        server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with server.session_manager.run(), outer(served) as inner:
+            yield inner
+
+    app.router.lifespan_context = lifespan

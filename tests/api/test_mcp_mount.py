@@ -1,0 +1,94 @@
+"""The ``/mcp`` mount of the app, in process (``httpx.ASGITransport``, real SQLite and Redis):
+the app starts and stops more than once with MCP served each time, and ``OM_MCP_ENABLED=false``
+leaves ``/mcp`` unserved. The remote endpoint end to end is ``tests/integrations``'s."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import redis
+
+from om_api.server.app import create_app
+from om_workers.config import Settings
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.store import AccountStore, SqlStore, upgrade
+from tests.api.server import Published
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+def _app(tmp_path: Path, redis_url: str, **settings: Any) -> tuple[Any, str, ExitStack]:
+    """The app on a fresh SQLite file, a key of a new tenant, and what closes the connections."""
+    opened = ExitStack()
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    opened.callback(store.close)
+    accounts = AccountStore(store.engine)
+    key = accounts.create_api_key(accounts.create_tenant("mcp-mount").id).plaintext
+    client: redis.Redis = connect(redis_url)
+    opened.callback(client.close)
+    app = create_app(
+        Settings(database_url=database_url, redis_url=redis_url, **settings),
+        store=store,
+        redis=client,
+        publish=Published(),
+    )
+    return app, key, opened
+
+
+async def _post(app: Any, body: dict[str, Any], key: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    headers = {**HEADERS, "Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://om.test") as http:
+        return await http.post("/mcp", content=json.dumps(body), headers=headers)
+
+
+def test_mcp_is_served_after_every_start_of_the_app(
+    tmp_path: Path, api_redis_server: EmbeddedRedis
+) -> None:
+    app, key, opened = _app(tmp_path, api_redis_server.url)
+
+    async def scenario() -> list[set[str]]:
+        seen: list[set[str]] = []
+        for _ in range(2):
+            async with app.router.lifespan_context(app):
+                assert (await _post(app, INITIALIZE, key)).status_code == 200
+                listed = await _post(app, LIST_TOOLS, key)
+                assert listed.status_code == 200, listed.text
+                seen.append({tool["name"] for tool in listed.json()["result"]["tools"]})
+                refused = await _post(app, LIST_TOOLS, "om_not-a-key")
+                assert refused.status_code == 401
+        return seen
+
+    with opened:
+        first, second = anyio.run(scenario)
+    assert first == second and {"context", "sessions", "append"} <= first
+
+
+def test_mcp_can_be_turned_off(tmp_path: Path, api_redis_server: EmbeddedRedis) -> None:
+    app, key, opened = _app(tmp_path, api_redis_server.url, mcp_enabled=False)
+
+    async def scenario() -> int:
+        async with app.router.lifespan_context(app):
+            return (await _post(app, INITIALIZE, key)).status_code
+
+    with opened:
+        assert anyio.run(scenario) == 404
