@@ -32,6 +32,7 @@ from om_api.cli import (
     mcp_command,
     portability_commands,
     settings_command,
+    usage_commands,
 )
 from om_api.cli.common import (
     HOST,
@@ -447,6 +448,7 @@ sessions_app.command("export")(portability_commands.sessions_export)
 sessions_app.command("import")(portability_commands.sessions_import)
 tenants_app.command("export")(portability_commands.tenants_export)
 app.command(name="audit")(erasure_commands.audit)
+app.command(name="usage")(usage_commands.usage)
 sessions_app.command("erase")(erasure_commands.sessions_erase)
 subjects_app.command("erase")(erasure_commands.subjects_erase)
 for _command in (
