@@ -29,7 +29,7 @@ def usage(
 ) -> None:
     """Model tokens per tenant, UTC day and model as the providers reported them, and their
     cost at OM_PRICES. --until defaults to today, --since to 29 days before it (at most 366
-    days). Exit 2 for bad days or an unknown tenant."""
+    days). Exit 2 for bad days, 1 for an unknown tenant."""
     try:
         first, last = usage_window(since, until, utc_now().date())
     except InvalidUsageWindowError as exc:
