@@ -39,6 +39,7 @@ from datetime import timedelta
 import redis
 
 from om_workers.coordination import coalesce, keys, liveness, timing
+from om_workers.coordination.clock import record_reconcile_pass
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.coordination.timing import RECONCILE_SOON_WINDOW_S
@@ -137,7 +138,8 @@ def reconcile_once(
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
     failures (seconds); ``publish_erasure``: sends ``om.erase`` again for erasure jobs without
     progress for ``erase_retry_after_s`` seconds (``None`` skips step 5). Also sets the
-    pending-flush gauges from its scan.
+    pending-flush gauges from its scan, and leaves the pass's marker
+    (:func:`~om_workers.coordination.clock.record_reconcile_pass`) for ``om doctor``.
 
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
@@ -178,6 +180,7 @@ def reconcile_once(
         erasures = store.erasure.unfinished_jobs(stalled_before, scan_limit)
         for job_id in erasures:
             publish_erasure(job_id)
+    record_reconcile_pass(client)
     return ReconcileReport(
         tuple(republished), failed, tuple(requested), tuple(backed_off), erasures
     )

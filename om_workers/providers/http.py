@@ -180,6 +180,9 @@ class JsonApiProvider(ABC):
 
     DEFAULT_BASE_URL: str
     PATH: str
+    MODELS_PATH: str
+    """The vendor's model list (``GET``): answers only with a valid key, so it checks one
+    without spending tokens (``om doctor``)."""
     USAGE_FIELDS: tuple[str, str]
     """The names of the input and output token counts in the answer's ``usage`` object."""
 
