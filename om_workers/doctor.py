@@ -101,8 +101,8 @@ def _database(url: str) -> Check:
             name,
             "fail",
             f"{where}: the SQLite file does not exist",
-            "point OM_DATABASE_URL at the service's database file, or run om db upgrade to "
-            "create a new one",
+            "point OM_DATABASE_URL at the service's database file, or create a new one "
+            "(om db upgrade)",
         )
     try:
         current = _revision(parsed.render_as_string(hide_password=False))
@@ -113,12 +113,13 @@ def _database(url: str) -> Check:
     if current == head:
         return Check(name, "ok", f"{where}: reachable, schema at revision {head} (this code's)")
     if current is None:
-        return Check(name, "fail", f"{where}: reachable, never migrated", "run om db upgrade")
+        fix = "migrate it (om db upgrade)"
+        return Check(name, "fail", f"{where}: reachable, never migrated", fix)
     return Check(
         name,
         "fail",
         f"{where}: schema at revision {current}, this code wants {head}",
-        "run om db upgrade (with this version of the code)",
+        "migrate it with this version of the code (om db upgrade)",
     )
 
 
@@ -179,7 +180,7 @@ def _workers(client: redis.Redis | None) -> Check:
     except OMWorkersError as exc:
         return Check("workers", "fail", str(exc), "fix Redis first")
     if not live:
-        fix = "start om worker with the same OM_REDIS_URL and OM_DATABASE_URL as the API"
+        fix = "start a worker (om worker) with the API's OM_REDIS_URL and OM_DATABASE_URL"
         return Check("workers", "fail", "no live worker process", fix)
     slots = sum(live.values())
     return Check("workers", "ok", f"{len(live)} live worker process(es), {slots} task slots")
@@ -193,7 +194,7 @@ def _beat(client: redis.Redis | None, interval_s: float) -> Check:
         now_ms = clock.redis_time_ms(client)
     except OMWorkersError as exc:
         return Check("beat", "fail", str(exc), "fix Redis first")
-    fix = "run om beat (exactly one per deployment) beside a live om worker"
+    fix = "run beat (om beat), exactly one per deployment, beside a live worker"
     if last is None:
         return Check("beat", "fail", "no reconciler pass recorded", fix)
     age_s = max(0.0, (now_ms - last.redis_ms) / 1000)

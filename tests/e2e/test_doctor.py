@@ -117,7 +117,7 @@ def test_healthy_then_each_broken_part_named_with_its_fix(
 
     (tmp_path / "empty.db").touch()
     _, checks = doctor(healthy_env, OM_DATABASE_URL=f"sqlite:///{tmp_path / 'empty.db'}")
-    assert_fails(checks, "database", "never migrated", "om db upgrade")
+    assert_fails(checks, "database", "never migrated", "(om db upgrade)")
 
     result, checks = doctor(healthy_env, OM_REDIS_URL=f"redis://127.0.0.1:{closed}/0")
     assert result.exit_code == 1
@@ -140,7 +140,7 @@ def test_no_worker_and_no_beat(database_url: str) -> None:
             }
         )
     assert result.exit_code == 1
-    assert_fails(checks, "workers", "no live worker", "start om worker")
-    assert_fails(checks, "beat", "no reconciler pass", "om beat")
+    assert_fails(checks, "workers", "no live worker", "(om worker)")
+    assert_fails(checks, "beat", "no reconciler pass", "(om beat)")
     assert checks["database"]["status"] == checks["redis"]["status"] == "ok"
     assert checks["clocks"]["status"] == "ok"
