@@ -88,8 +88,9 @@ def _database(url: str) -> Check:
     name = "database"
     try:
         parsed = make_url(normalize_database_url(url))
-    except (ValueError, SQLAlchemyError, OMWorkersError) as exc:
-        return Check(name, "fail", f"OM_DATABASE_URL cannot be read: {exc}", _DB_URL_FIX)
+    except (ValueError, SQLAlchemyError, OMWorkersError):
+        # The parser's message quotes the URL, password included: not repeated here.
+        return Check(name, "fail", "OM_DATABASE_URL is not a database URL", _DB_URL_FIX)
     where = parsed.render_as_string(hide_password=True)
     sqlite_file = parsed.get_backend_name() == "sqlite" and parsed.database not in (
         None,

@@ -104,10 +104,11 @@ def test_healthy_then_each_broken_part_named_with_its_fix(
 
     closed = free_port()
     result, checks = doctor(
-        healthy_env, OM_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed}/om"
+        healthy_env, OM_DATABASE_URL=f"postgresql://om:pg-secret-pw@127.0.0.1:{closed}/om"
     )
     assert result.exit_code == 1
     assert_fails(checks, "database", "unreachable", "start the database")
+    assert "pg-secret-pw" not in result.stdout
     assert checks["redis"]["status"] == "ok"
 
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
@@ -119,10 +120,14 @@ def test_healthy_then_each_broken_part_named_with_its_fix(
     _, checks = doctor(healthy_env, OM_DATABASE_URL=f"sqlite:///{tmp_path / 'empty.db'}")
     assert_fails(checks, "database", "never migrated", "(om db upgrade)")
 
-    result, checks = doctor(healthy_env, OM_REDIS_URL=f"redis://127.0.0.1:{closed}/0")
+    result, checks = doctor(healthy_env, OM_REDIS_URL=f"redis://:rd-secret-pw@127.0.0.1:{closed}/0")
     assert result.exit_code == 1
     assert_fails(checks, "redis", "unreachable", "start Redis")
+    assert "rd-secret-pw" not in result.stdout
     assert {checks[n]["status"] for n in ("workers", "beat", "clocks")} == {"skip"}
+    result, checks = doctor(healthy_env, OM_DATABASE_URL="om:pg-secret-pw@nowhere")
+    assert_fails(checks, "database", "not a database URL", "OM_DATABASE_URL")
+    assert "pg-secret-pw" not in result.stdout
 
     result, checks = doctor(healthy_env, OM_PROVIDER_API_KEY="sk-wrong-key-000000")
     assert result.exit_code == 1
