@@ -131,7 +131,7 @@ class RunningJob:
         )
         row = self._deps.store.finish_job_if_open(self.job.tenant_id, finish)
         if row is None:
-            log.warning("flush job %s not finished as failed: already finished", self.job.id)
+            log.warning("flush job %s not finished as failed: finished or gone", self.job.id)
             return Finished("failed", error, None, counts)
         return Finished("failed", row.error, row.reason, counts)
 
