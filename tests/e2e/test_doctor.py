@@ -129,6 +129,12 @@ def test_healthy_then_each_broken_part_named_with_its_fix(
     assert_fails(checks, "database", "not a database URL", "OM_DATABASE_URL")
     assert "pg-secret-pw" not in result.stdout
 
+    broker = f"amqp://om:mq-secret-pw@127.0.0.1:{closed}//"
+    result, checks = doctor(healthy_env, OM_BROKER_URL=broker)
+    assert result.exit_code == 1
+    assert_fails(checks, "broker", "unreachable", "OM_BROKER_URL")
+    assert "mq-secret-pw" not in result.stdout
+
     result, checks = doctor(healthy_env, OM_PROVIDER_API_KEY="sk-wrong-key-000000")
     assert result.exit_code == 1
     assert_fails(checks, "provider", "refused the configured key (HTTP 401)", "OM_PROVIDER_API_KEY")
