@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 from typer.testing import CliRunner, Result
 
-from om_api.cli import app
+from om_api.cli import app, render
+from om_api.schemas import JobOut, JobUsageOut
 from om_workers.store import ModelUsage
 from om_workers.store.records import JobFinish
 from tests.cli.conftest import Tenant
@@ -60,3 +62,29 @@ def test_bad_window_and_unknown_tenant_fail_in_one_line(tenant: Tenant) -> None:
     assert run_db(tenant, "--since", "soon").exit_code == 2
     unknown = run_db(tenant, "--tenant", "nobody-here")
     assert unknown.exit_code != 0 and "nobody-here" in unknown.output
+
+
+def test_a_jobs_usage_is_shown_with_it(capsys: pytest.CaptureFixture[str]) -> None:
+    usage = JobUsageOut(calls=3, input_tokens=1200, output_tokens=90, cost=0.000234)
+    job = JobOut(
+        id="j1",
+        session_id="s",
+        state="succeeded",
+        force=False,
+        full_reflection_rebuild=False,
+        attempts=1,
+        queued_at=datetime.now(UTC),
+        started_at=None,
+        finished_at=None,
+        duration_s=None,
+        counts={"observations": 2},
+        error=None,
+        usage=usage,
+    )
+    render.show_job(job)
+    shown = capsys.readouterr().out
+    assert "model usage: 3 calls, 1200 input and 90 output tokens, cost 0.000234" in shown
+    render.show_job(
+        job.model_copy(update={"usage": JobUsageOut(calls=0, input_tokens=0, output_tokens=0)})
+    )
+    assert "model usage" not in capsys.readouterr().out
