@@ -465,6 +465,31 @@ class FlushTicket(WireModel):
 ErasureKind = Literal["session", "subject", "tenant", "retention"]
 
 
+class ModelUsageOut(WireModel):
+    """One model's usage: ``calls`` that reported usage, their input (prompt) and output
+    (completion) tokens as the provider reported them, and their ``cost`` at ``OM_PRICES``
+    (``null``: the model has no price)."""
+
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+
+
+class JobUsageOut(WireModel):
+    """A flush job's model usage: totals, then by model. ``cost`` sums the priced models
+    (``null`` when none is priced); ``unpriced_models`` names the others. All zero for a job
+    whose provider reports no usage (the offline extractive provider calls no model)."""
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+    unpriced_models: list[str] = Field(default_factory=list)
+    models: list[ModelUsageOut] = Field(default_factory=list)
+
+
 class JobOut(WireModel):
     """A flush job, or an erasure job (``kind``). ``error`` (failed or skipped jobs) is
     redacted of every known secret. For an erasure job ``session_id`` is what it erases (the
@@ -495,6 +520,11 @@ class JobOut(WireModel):
         default=None,
         description="Version of the observer/reflector instructions the job used, e.g. "
         "'observer-2/reflector-2' ('custom': set in the memory settings); null until it ran.",
+    )
+    usage: JobUsageOut | None = Field(
+        default=None,
+        description="A flush job's model usage as the provider reported it, written when the "
+        "job finished; null for an erasure job.",
     )
 
 
@@ -879,3 +909,32 @@ class AuditOut(WireModel):
     """The newest audit events, newest first."""
 
     events: list[AuditEventOut]
+
+
+class DailyUsageOut(WireModel):
+    """A tenant's usage of one model on one UTC ``day`` (``YYYY-MM-DD``); ``cost`` at
+    ``OM_PRICES``, ``null`` for a model without a price."""
+
+    tenant_id: str
+    day: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+
+
+class UsageReportOut(WireModel):
+    """Model usage per tenant per day, days ``since`` to ``until`` inclusive (UTC), by tenant,
+    day and model; totals over the rows (``cost`` sums the priced rows, ``null`` when none is
+    priced; ``unpriced_models`` names the models without a price)."""
+
+    since: str
+    until: str
+    tenant_id: str | None
+    rows: list[DailyUsageOut]
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+    unpriced_models: list[str] = Field(default_factory=list)

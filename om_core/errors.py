@@ -19,7 +19,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     ├── InvalidInputError (ValueError)    the input can never be valid: fix it
     │   ├── InvalidMemoryIdError, InvalidSettingsError, AmbiguousInputError
     │   ├── UnknownCursorError (LookupError), NonMessageCursorError, OversizedPageError,
-    │   │   InvalidSearchQueryError
+    │   │   InvalidSearchQueryError, InvalidUsageWindowError
     │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
     │   ├── InvalidEntryError             an append the plan refuses (empty, ids, parents)
     │   ├── ImportLineError               a line of an import refused (its number, why)
@@ -162,6 +162,11 @@ class UnknownCursorError(InvalidInputError, LookupError):
 class InvalidSearchQueryError(InvalidInputError):
     """A search query that cannot run: empty, without a word, over the length limit, or a
     malformed cursor."""
+
+
+class InvalidUsageWindowError(InvalidInputError):
+    """A usage report's days that cannot be read: not ``YYYY-MM-DD``, ``since`` after
+    ``until``, or more days than ``MAX_USAGE_DAYS``."""
 
 
 class NonMessageCursorError(InvalidInputError):

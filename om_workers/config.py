@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S
+from om_core.policy.usage import ModelPrice
 from om_core.read.context import MIN_CONTEXT_TOKENS
 from om_workers.settings_env import FlatSettingsSource, merge, setting
 
@@ -156,6 +157,13 @@ class LlmSettings(BaseModel):
         gt=0,
         description="Longest wait before a provider retry, seconds; a longer Retry-After gives "
         "up at once.",
+    )
+    prices: dict[str, ModelPrice] = setting(
+        "OM_PRICES",
+        dict,
+        description='JSON price per million tokens by model, {"gpt-4o-mini": {"input": 0.15, '
+        '"output": 0.6}}, for the cost figures of om usage and the usage routes; a model '
+        "without a price has no cost.",
     )
 
 

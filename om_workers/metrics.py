@@ -13,7 +13,12 @@ Names (all prefixed ``om_worker_``; counters gain ``_total`` in the exposition):
 - ``om_worker_flush_coalesced_total``: flush requests served by a job that was not their own
   (a job claimed another job's ``pending`` marker, or a reconciler request found one pending);
 - ``om_worker_pending_flushes`` and ``om_worker_pending_oldest_age_seconds``: from the
-  reconciler's last scan of ``pending`` markers.
+  reconciler's last scan of ``pending`` markers;
+- ``om_model_tokens_total{tenant, model, direction}``: model tokens the provider reported,
+  ``direction`` ``input`` or ``output``. ``tenant`` names the first ``OM_METRICS_TOP_TENANTS``
+  tenants this process served and ``(others)`` for the rest, so the label's values stay
+  bounded (and, unlike a top-N by volume, a series never moves between labels, so every
+  series only grows).
 
 The registry is private (not prometheus_client's global one), so the API's metrics and these
 never collide when both live in one process (tests). :func:`serve` starts the HTTP endpoint;
@@ -28,12 +33,66 @@ from collections.abc import Iterable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from om_workers.config import get_settings
 
 log = logging.getLogger(__name__)
 
 OUTCOMES: Final = ("succeeded", "failed", "skipped", "busy", "poison", "unknown", "unavailable")
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 """Seconds; a flush is a few LLM calls, so the interesting range is 0.1 s to minutes."""
+
+
+OTHER_TENANTS: Final = "(others)"
+DIRECTIONS: Final = ("input", "output")
+
+
+class ModelTokens(Collector):
+    """``om_model_tokens_total{tenant, model, direction}``: a counter whose ``tenant`` label
+    is bounded to the first ``top_n`` tenants seen (then ``(others)``). ``top_n`` ``None``
+    reads ``OM_METRICS_TOP_TENANTS`` at the first count."""
+
+    def __init__(self, top_n: int | None = None) -> None:
+        self._top_n = top_n
+        self._named: set[str] = set()
+        self._totals: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, tenant_id: str, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one call's reported tokens (each count must be >= 0)."""
+        if input_tokens < 0 or output_tokens < 0:
+            raise ValueError("token counts must not be negative")
+        with self._lock:
+            label = self._label(tenant_id)
+            for direction, tokens in zip(DIRECTIONS, (input_tokens, output_tokens), strict=True):
+                key = (label, model, direction)
+                self._totals[key] = self._totals.get(key, 0) + tokens
+
+    def _label(self, tenant_id: str) -> str:
+        if tenant_id in self._named:
+            return tenant_id
+        if self._top_n is None:
+            self._top_n = get_settings().metrics.top_tenants
+        if len(self._named) < self._top_n:
+            self._named.add(tenant_id)
+            return tenant_id
+        return OTHER_TENANTS
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        """The counter's samples, one per tenant label, model and direction."""
+        family = CounterMetricFamily(
+            "om_model_tokens",
+            "Model tokens the provider reported, by tenant (first N, then (others)), model "
+            "and direction (input, output).",
+            labels=("tenant", "model", "direction"),
+        )
+        with self._lock:
+            totals = dict(self._totals)
+        for labels, value in sorted(totals.items()):
+            family.add_metric(labels, value)
+        yield family
 
 
 class WorkerMetrics:
@@ -82,6 +141,8 @@ class WorkerMetrics:
             "Age of the oldest pending flush marker at the reconciler's last scan (seconds).",
             registry=self.registry,
         )
+        self.model_tokens = ModelTokens()
+        self.registry.register(self.model_tokens)
         for outcome in OUTCOMES:  # export zeros, so rates work before the first event
             self.jobs.labels(outcome=outcome)
 
@@ -120,4 +181,12 @@ def serve(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-__all__ = ["DURATION_BUCKETS", "METRICS", "OUTCOMES", "WorkerMetrics", "serve"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "METRICS",
+    "OTHER_TENANTS",
+    "OUTCOMES",
+    "ModelTokens",
+    "WorkerMetrics",
+    "serve",
+]

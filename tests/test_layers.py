@@ -114,7 +114,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "om_workers.providers",
     ),
     ("om_workers.reads", "om_workers.jobs"),
-    ("om_workers.services",),
+    ("om_workers.services", "om_workers.doctor"),
     ("om_workers.celery",),
     ("om_workers",),
     # om_api, the edge: the wire format, the client over it, the server and what builds on the

@@ -28,10 +28,12 @@ import typer
 from om_api.cli import (
     admin_commands,
     client_commands,
+    doctor_command,
     erasure_commands,
     mcp_command,
     portability_commands,
     settings_command,
+    usage_commands,
 )
 from om_api.cli.common import (
     HOST,
@@ -447,6 +449,8 @@ sessions_app.command("export")(portability_commands.sessions_export)
 sessions_app.command("import")(portability_commands.sessions_import)
 tenants_app.command("export")(portability_commands.tenants_export)
 app.command(name="audit")(erasure_commands.audit)
+app.command(name="usage")(usage_commands.usage)
+app.command(name="doctor")(doctor_command.doctor)
 sessions_app.command("erase")(erasure_commands.sessions_erase)
 subjects_app.command("erase")(erasure_commands.subjects_erase)
 for _command in (

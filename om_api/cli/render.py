@@ -215,6 +215,13 @@ def show_job(job: JobOut) -> None:
     for line in (job.reason, job.error):
         if line:
             typer.echo(f"  {line}")
+    usage = job.usage
+    if usage is not None and usage.calls:
+        cost = "" if usage.cost is None else f", cost {usage.cost:.6f}"
+        typer.echo(
+            f"  model usage: {usage.calls} calls, {usage.input_tokens} input and "
+            f"{usage.output_tokens} output tokens{cost}"
+        )
 
 
 def show_context(result: ContextOut) -> None:

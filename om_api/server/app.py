@@ -35,6 +35,7 @@ from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollect
 from om_api.server.routes import (
     admin,
     admin_erasure,
+    admin_usage,
     erasure,
     jobs,
     memory,
@@ -297,6 +298,7 @@ def create_app(
         ops.router,
         admin.router,
         admin_erasure.router,
+        admin_usage.router,
     ):
         app.include_router(router)
     if resolved.api.mcp_enabled:

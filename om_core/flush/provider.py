@@ -47,10 +47,25 @@ class ProviderRequest(Frozen):
     credential: str | None = Field(default=None, repr=False, exclude=True)
 
 
+class TokenUsage(Frozen):
+    """The tokens one call used, as the provider's own answer reports them.
+
+    ``input_tokens`` are the prompt's (OpenAI ``usage.prompt_tokens``, Anthropic
+    ``usage.input_tokens``), ``output_tokens`` the answer's (``completion_tokens`` /
+    ``output_tokens``). Never an estimate: a provider that reports nothing gives no usage.
+    """
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+
+
 class ProviderResponse(Frozen):
-    """One provider answer: an assistant message; only its ``tool_calls`` matter to workers."""
+    """One provider answer: an assistant message (only its ``tool_calls`` matter to workers)
+    and the call's :class:`TokenUsage` when the provider reported one (``None``: no model was
+    billed, as with the offline extractive provider, or the answer said nothing)."""
 
     message: Message
+    usage: TokenUsage | None = None
 
 
 @runtime_checkable

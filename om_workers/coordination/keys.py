@@ -155,6 +155,12 @@ POOL_DEPARTED: Final = f"{POOL}:departed"
 advertisement expired; cleared by its ``departed`` step."""
 RECONCILE_SOON: Final = f"{PREFIX}reconcile:soon"
 """Present for a few seconds after an early reconciler pass was asked for."""
+RECONCILE_LAST: Final = f"{PREFIX}reconcile:last"
+"""JSON ``{"redis_ms", "local_ms"}`` of the newest reconciler pass: when it ran on Redis's clock
+(so ``om doctor`` can tell whether beat keeps it running) and on the clock of the worker that
+ran it (that worker's skew). Expires after :data:`RECONCILE_LAST_TTL_S`."""
+RECONCILE_LAST_TTL_S: Final = 7 * 24 * 3600
+"""A week: a marker this old says as much as none."""
 LOST_RUN_WATCH: Final = f"{PREFIX}reconcile:lost-watch"
 """Present while one process's look for runs of dead workers counts for the cluster."""
 THROTTLED: Final = f"{PREFIX}throttled"

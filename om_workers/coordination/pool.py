@@ -42,6 +42,18 @@ def advertise(client: redis.Redis, worker_id: str, slots: int, ttl_s: float = TT
     return int(cast(int, live))
 
 
+def live_slots(client: redis.Redis) -> dict[str, int]:
+    """Each live worker process (its advertisement not expired on Redis's clock) and its task
+    slots. Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be
+    reached."""
+    with translate_errors("reading the worker pool"):
+        seconds, micros = client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        workers = [str(w) for w in client.zrangebyscore(keys.POOL, now_ms, "+inf")]
+        slots = client.hmget(keys.POOL_SLOTS, workers) if workers else []
+    return {worker: int(n or 0) for worker, n in zip(workers, slots, strict=True)}
+
+
 class PoolAdvert:
     """Keeps one worker process's slots advertised until :meth:`stop`. ``joined`` runs after
     the first advertisement that succeeds, and again after one that follows a failure (Redis

@@ -42,6 +42,7 @@ from om_workers.errors import (
     OMWorkersError,
 )
 from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.metering import UsageMeter
 from om_workers.jobs.running import Finished, RunningJob
 from om_workers.metrics import METRICS
 from om_workers.store.records import FlushJob, StartedJob
@@ -232,7 +233,7 @@ def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime
     """The flush's runtime over the job's memory unit of work; records held back are written
     before each provider call, so no model work starts while a step's records are not durable."""
     models = deps.worker_models
-    provider = _WritingFirst(deps.provider(), running.memory.write_held)
+    provider = _WritingFirst(deps.provider(), running.memory.write_held, running.meter)
     return ObservationalMemoryRuntime(
         running.memory,
         settings=dict(deps.memory_settings),
@@ -259,16 +260,22 @@ def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None)
 
 class _WritingFirst:
     """The flush's provider, writing the records held back before each call, so a step's
-    records are durable before the next step's model work starts."""
+    records are durable before the next step's model work starts, and counting each
+    answer's reported usage on the job's meter."""
 
-    def __init__(self, provider: Provider, write_held: Callable[[], None]) -> None:
+    def __init__(
+        self, provider: Provider, write_held: Callable[[], None], meter: UsageMeter
+    ) -> None:
         self._provider = provider
         self._write_held = write_held
+        self._meter = meter
 
     def generate(self, request: ProviderRequest) -> ProviderResponse:
         """Write what is held (fencing errors propagate and fail the step), then call."""
         self._write_held()
-        return self._provider.generate(request)
+        response = self._provider.generate(request)
+        self._meter.count(request.model, response.usage)
+        return response
 
 
 def _counts(result: FlushResult) -> dict[str, int]:

@@ -32,6 +32,7 @@ whatever is already pending, and a duplicate publish is skipped by the job row's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,10 +40,11 @@ from datetime import timedelta
 import redis
 
 from om_workers.coordination import coalesce, keys, liveness, timing
+from om_workers.coordination.clock import record_reconcile_pass
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.coordination.timing import RECONCILE_SOON_WINDOW_S
-from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
+from om_workers.errors import CoordinationError, FlushJobNotFoundError, InvalidJobStateError
 from om_workers.jobs.deps import PublishJob
 from om_workers.jobs.requests import request_flush
 from om_workers.metrics import METRICS
@@ -57,6 +59,8 @@ from om_workers.store import (
     sessions_over_unobserved,
 )
 from om_workers.store.unit_of_work import utc_now
+
+log = logging.getLogger(__name__)
 
 LOST_JOB_ERROR = "worker lost: its session lock expired or its holder died; swept by the reconciler"
 PublishErasure = Callable[[str], None]
@@ -137,7 +141,8 @@ def reconcile_once(
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
     failures (seconds); ``publish_erasure``: sends ``om.erase`` again for erasure jobs without
     progress for ``erase_retry_after_s`` seconds (``None`` skips step 5). Also sets the
-    pending-flush gauges from its scan.
+    pending-flush gauges from its scan, and leaves the pass's marker
+    (:func:`~om_workers.coordination.clock.record_reconcile_pass`) for ``om doctor``.
 
     Raises :class:`~om_workers.errors.RedisUnavailableError` or a store error; the next pass
     retries everything (each step is idempotent).
@@ -178,6 +183,10 @@ def reconcile_once(
         erasures = store.erasure.unfinished_jobs(stalled_before, scan_limit)
         for job_id in erasures:
             publish_erasure(job_id)
+    try:
+        record_reconcile_pass(client)
+    except CoordinationError as exc:  # only om doctor reads it: never fail a pass for it
+        log.warning("the reconciler's pass marker was not written: %s", exc)
     return ReconcileReport(
         tuple(republished), failed, tuple(requested), tuple(backed_off), erasures
     )

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from om_core.errors import FencedOutError
-from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError, StaleEpochError
+from om_workers.errors import StaleEpochError
 from om_workers.jobs.deps import FlushDeps
+from om_workers.jobs.metering import UsageMeter
 from om_workers.metrics import METRICS
 from om_workers.store import SqlMemoryUnitOfWork
 from om_workers.store.records import FlushJob, JobFinish, StartedJob
@@ -48,6 +49,8 @@ class RunningJob:
     ) -> None:
         self.job: FlushJob = started.job
         self._deps = deps
+        # Every provider answer of the job is counted here; the totals go with its finish.
+        self.meter = UsageMeter(self.job.tenant_id)
         self.memory = SqlMemoryUnitOfWork(
             deps.store,
             self.job.tenant_id,
@@ -76,7 +79,14 @@ class RunningJob:
         counts = dict(counts or {})
         if self.memory.fenced is None:
             finish = JobFinish(
-                self.job.id, state, counts, error, self._deps.secrets, reason, version
+                self.job.id,
+                state,
+                counts,
+                error,
+                self._deps.secrets,
+                reason,
+                version,
+                self.meter.totals(),
             )
             try:
                 row = self.memory.finish(finish)
@@ -103,24 +113,25 @@ class RunningJob:
         version: str | None = None,
     ) -> Finished:
         """Finish the row ``failed`` with ``error`` (redacted when stored), writing nothing
-        held. ``version`` is the prompt version of a job that got as far as the pipeline.
+        held but the job's model usage. ``version`` is the prompt version of a job that got as
+        far as the pipeline.
 
         Raises :class:`~om_workers.errors.StoreUnavailableError` when the database cannot be
         reached (the message is then retried); a row already finished keeps its state.
         """
         counts = dict(counts or {})
-        try:
-            row = self._deps.store.finish_job(
-                self.job.tenant_id,
-                self.job.id,
-                "failed",
-                counts=counts,
-                error=error,
-                secrets=self._deps.secrets,
-                prompt_version=version,
-            )
-        except (InvalidJobStateError, FlushJobNotFoundError) as exc:
-            log.warning("flush job %s not finished as failed: %s", self.job.id, exc)
+        finish = JobFinish(
+            self.job.id,
+            "failed",
+            counts,
+            error,
+            self._deps.secrets,
+            prompt_version=version,
+            usage=self.meter.totals(),
+        )
+        row = self._deps.store.finish_job_if_open(self.job.tenant_id, finish)
+        if row is None:
+            log.warning("flush job %s not finished as failed: finished or gone", self.job.id)
             return Finished("failed", error, None, counts)
         return Finished("failed", row.error, row.reason, counts)
 

@@ -32,6 +32,8 @@ class AnthropicProvider(JsonApiProvider):
 
     DEFAULT_BASE_URL = "https://api.anthropic.com"
     PATH = "/v1/messages"
+    MODELS_PATH = "/v1/models"
+    USAGE_FIELDS = ("input_tokens", "output_tokens")
 
     def headers(self, key: str | None) -> dict[str, str]:
         """The API version, and the key as ``x-api-key``."""

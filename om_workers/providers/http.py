@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 import httpx
 
-from om_core.flush.provider import ProviderRequest, ProviderResponse
+from om_core.flush.provider import ProviderRequest, ProviderResponse, TokenUsage
 from om_core.ledger.models import Message
 from om_core.policy.backoff import RetryPolicy, next_delay_s, parse_retry_after
 from om_core.policy.redaction import normalize_secrets, redact
@@ -146,6 +146,11 @@ def _error(
     return kind(bounded(text, secrets), status=status, retryable=retryable)
 
 
+def _count(value: Any) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else 0
+
+
 def bounded(text: str, secrets: Iterable[str]) -> str:
     """``text`` with known secrets redacted, cut to :data:`MAX_ERROR_CHARS` characters."""
     redacted = redact(text, secrets)
@@ -175,6 +180,11 @@ class JsonApiProvider(ABC):
 
     DEFAULT_BASE_URL: str
     PATH: str
+    MODELS_PATH: str
+    """The vendor's model list (``GET``): answers only with a valid key, so it checks one
+    without spending tokens (``om doctor``)."""
+    USAGE_FIELDS: tuple[str, str]
+    """The names of the input and output token counts in the answer's ``usage`` object."""
 
     def __init__(
         self,
@@ -205,7 +215,21 @@ class JsonApiProvider(ABC):
         headers = {"content-type": "application/json", **self.headers(key)}
         secrets = (*self._secrets, *((key,) if key else ()))
         answer = self._poster.post(self.PATH, self.body(request), headers, secrets)
-        return ProviderResponse(message=self.message(answer, secrets))
+        return ProviderResponse(message=self.message(answer, secrets), usage=self.usage(answer))
+
+    def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
+        """The call's tokens from the answer's ``usage`` object, read under the vendor's
+        :attr:`USAGE_FIELDS` (input, output); ``None`` when the answer has no ``usage``
+        object. A field that is missing or not a non-negative integer counts as 0: a
+        malformed figure must not fail a flush whose work was done."""
+        reported = answer.get("usage")
+        if not isinstance(reported, dict):
+            return None
+        input_field, output_field = self.USAGE_FIELDS
+        return TokenUsage(
+            input_tokens=_count(reported.get(input_field)),
+            output_tokens=_count(reported.get(output_field)),
+        )
 
     @abstractmethod
     def headers(self, key: str | None) -> dict[str, str]:

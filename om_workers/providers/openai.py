@@ -30,6 +30,8 @@ class OpenAICompatibleProvider(JsonApiProvider):
 
     DEFAULT_BASE_URL = "https://api.openai.com/v1"
     PATH = "/chat/completions"
+    MODELS_PATH = "/models"
+    USAGE_FIELDS = ("prompt_tokens", "completion_tokens")
 
     def __init__(
         self,

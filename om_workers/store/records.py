@@ -177,6 +177,29 @@ class FlushJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """What one job's calls of one ``model`` used: ``calls`` answers that reported usage,
+    and their ``input_tokens`` and ``output_tokens`` as the provider reported them."""
+
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    """A tenant's model usage on one UTC ``day`` (``YYYY-MM-DD``) for one ``model``."""
+
+    tenant_id: str
+    day: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobFinish:
     """How a flush job ends: its final ``state``, counts, an error that is stored with every
     exact value of ``secrets`` redacted, and the ``reason`` a job that recorded nothing did
@@ -190,6 +213,9 @@ class JobFinish:
     secrets: tuple[str, ...] = ()
     reason: str | None = None
     prompt_version: str | None = None
+    usage: tuple[ModelUsage, ...] = ()
+    """The job's model usage, written with its finish: counted even when the row had already
+    finished (the calls were made and billed all the same)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,3 +281,31 @@ audit_events = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_audit_events_tenant_id_created_at", "tenant_id", "created_at"),
 )
+
+# What the model calls of each flush job used, as the provider reported it: one row per job
+# and model, written in the transaction that finishes the job. Counts only, never text. The
+# tenant's erasure deletes its rows (cascade); a session's erasure keeps them, unlinked
+# (``session_pk`` set NULL), so a tenant's totals stay true and nothing names the session.
+# ``job_id`` is a random id, not a key: the job's row goes with its session.
+model_usage = Table(
+    "model_usage",
+    metadata,
+    Column("pk", SurrogateKey, primary_key=True, autoincrement=True),
+    tenant_id_column(),
+    Column(
+        "session_pk",
+        SurrogateKey,
+        ForeignKey("sessions.pk", ondelete="SET NULL"),
+        nullable=True,
+        index=True,
+    ),
+    Column("job_id", String(64), nullable=False, index=True),
+    Column("model", String(ID_LENGTH), nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    # The UTC day of created_at (YYYY-MM-DD): per-day totals group by it on either database.
+    Column("day", String(10), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_model_usage_tenant_id_day", "tenant_id", "day"),
+)

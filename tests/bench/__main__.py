@@ -23,6 +23,7 @@ from . import (
     bench_scopes,
     bench_search,
     bench_turns,
+    bench_usage,
     bench_workers,
 )
 from .common import Section, write_results
@@ -42,6 +43,7 @@ BENCHMARKS = [
     bench_scopes,
     bench_search,
     bench_mcp,
+    bench_usage,
 ]
 
 

@@ -10,6 +10,10 @@ that fault on every call, any other session a correct answer:
 - ``ratelimit`` / ``servererror``: HTTP 429 / 500 whose body echoes the request's
   ``authorization`` header, so a stored error that is not redacted would show the API key;
 - ``malformed``: HTTP 200 with a tool call whose arguments are not JSON.
+
+Every correct answer reports ``usage`` (``prompt_tokens``, ``completion_tokens``) the way
+OpenAI does, figures that differ per request; ``usage`` sums what the server reported per
+session cache key, the truth usage accounting is checked against.
 """
 
 from __future__ import annotations
@@ -57,6 +61,13 @@ def _as_request(body: dict[str, Any]) -> ProviderRequest:
     )
 
 
+def _usage(body: dict[str, Any], calls: int) -> dict[str, int]:
+    """Figures that follow the request (so a miscount shows): a quarter of the prompt's
+    characters, and a few tokens per tool call answered."""
+    chars = sum(len(str(m.get("content") or "")) for m in body["messages"])
+    return {"prompt_tokens": chars // 4 + 11, "completion_tokens": 7 + 13 * calls}
+
+
 def _answer(body: dict[str, Any]) -> dict[str, Any]:
     message = ExtractiveProvider().generate(_as_request(body)).message
     calls = [
@@ -70,7 +81,8 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
     wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
     if calls:
         wire["tool_calls"] = calls
-    return {"choices": [{"index": 0, "message": wire, "finish_reason": "stop"}]}
+    choice = {"index": 0, "message": wire, "finish_reason": "stop"}
+    return {"choices": [choice], "usage": _usage(body, len(calls))}
 
 
 class LlmServer:
@@ -79,6 +91,8 @@ class LlmServer:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
+        self.usage: dict[str, tuple[int, int]] = {}
+        self._usage_lock = threading.Lock()
         self._stop = threading.Event()
         server = self
 
@@ -105,7 +119,9 @@ class LlmServer:
                     message = {"role": "assistant", "content": None, "tool_calls": [call]}
                     self._send(200, {"choices": [{"message": message}]})
                 else:
-                    self._send(200, _answer(body))
+                    answer = _answer(body)
+                    server.count_usage(key, answer["usage"])
+                    self._send(200, answer)
 
             def _send(self, status: int, payload: Any) -> None:
                 data = json.dumps(payload).encode()
@@ -118,6 +134,19 @@ class LlmServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def count_usage(self, key: str, usage: dict[str, int]) -> None:
+        with self._usage_lock:
+            used_in, used_out = self.usage.get(key, (0, 0))
+            self.usage[key] = (
+                used_in + usage["prompt_tokens"],
+                used_out + usage["completion_tokens"],
+            )
+
+    def usage_for(self, session: str) -> tuple[int, int]:
+        """Input and output tokens reported to the session's calls (cache key ``om:<id>``)."""
+        with self._usage_lock:
+            return self.usage.get(f"om:{session}", (0, 0))
 
     def calls_for(self, session: str) -> int:
         return sum(n for key, n in self.calls.items() if session in key)

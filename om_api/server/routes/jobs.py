@@ -18,6 +18,7 @@ from om_api.server.convert import erasure_job_out, job_out
 from om_api.server.logging import bind_log_context, redact_text
 from om_api.server.routes import JobPath, SessionPath, error_answers
 from om_api.server.state import State
+from om_api.server.usage_wire import job_usage_out
 from om_workers.errors import CoordinationError, FlushJobNotFoundError
 from om_workers.jobs.requests import request_flush
 
@@ -73,7 +74,8 @@ def flush(
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
 def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
     """A flush or erasure job's state (queued, running, succeeded, failed, skipped), timings,
-    counts and redacted error. 404 for an unknown job or another tenant's."""
+    counts and redacted error; a flush job's model usage (written when it finished) and its
+    cost at ``OM_PRICES``. 404 for an unknown job or another tenant's."""
     try:
         job = state.store.get_job(tenant_id, job_id)
     except FlushJobNotFoundError:
@@ -81,4 +83,5 @@ def get_job(state: State, tenant_id: TenantId, job_id: JobPath) -> JobOut:
         error = redact_text(erasure.error, state.secrets) if erasure.error is not None else None
         return erasure_job_out(erasure, error)
     error = redact_text(job.error, state.secrets) if job.error is not None else None
-    return job_out(job, error)
+    usage = job_usage_out(state.store.usage.of_job(tenant_id, job.id), state.settings.llm.prices)
+    return job_out(job, error).model_copy(update={"usage": usage})

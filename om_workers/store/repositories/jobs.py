@@ -24,6 +24,7 @@ from om_workers.store.records import (
     as_utc,
     as_utc_or_none,
 )
+from om_workers.store.repositories.usage import UsageRepository
 from om_workers.store.schema import flush_jobs, sessions
 
 MAX_ERROR_CHARS = 4000
@@ -188,7 +189,8 @@ class JobRepository:
 
     def finish(self, tenant_id: str, finish: JobFinish, *, now: datetime) -> FlushJob | None:
         """Finish a job that has not finished; the job as finished, ``None`` when it does not
-        exist or already finished (nothing is written then).
+        exist or already finished (only ``finish.usage`` is written then: the calls were
+        made). The usage rows are written in this transaction either way.
 
         The error has every exact secret replaced and is cut to ``MAX_ERROR_CHARS``. Raises
         :class:`InvalidJobStateError` for a non-final state.
@@ -207,6 +209,7 @@ class JobRepository:
             "new_prompt_version": finish.prompt_version,
         }
         row = self._connection.execute(_FINISH, params).first()
+        UsageRepository(self._connection).record(tenant_id, finish.job_id, finish.usage, now=now)
         return None if row is None else _to_job(row)
 
     def why_not_updated(self, tenant_id: str, job_id: str) -> Exception:
