@@ -43,6 +43,7 @@ from om_workers.store.service import UnitsOfWork
 from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
 from om_workers.store.sessions import SessionService
 from om_workers.store.unit_of_work import utc_now
+from om_workers.store.webhooks import WebhookService
 
 __all__ = ["MAX_PAGE_LIMIT", "SqlStore"]
 
@@ -71,6 +72,7 @@ class SqlStore:
         self._portability = PortabilityService(units)
         self._erasure = ErasureService(units)
         self._search = SearchService(units)
+        self._webhooks = WebhookService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -90,6 +92,11 @@ class SqlStore:
         """Erasure: hiding sessions at once, deleting them for good, the audit trail
         (:mod:`om_workers.store.erasure`)."""
         return self._erasure
+
+    @property
+    def webhooks(self) -> WebhookService:
+        """Webhook endpoints and their deliveries (:mod:`om_workers.store.webhooks`)."""
+        return self._webhooks
 
     @property
     def engine(self) -> Engine:

@@ -3,7 +3,7 @@
 ``with uow:`` opens the transaction; inside it ``uow.sessions``, ``uow.entries``,
 ``uow.memory`` (snapshot, items, the flush's view, the context state), ``uow.jobs``,
 ``uow.tombstones``, ``uow.links`` (the funnel), ``uow.erasure`` and ``uow.erased_rows``
-(erasure) run their statements on its connection;
+(erasure), ``uow.webhooks`` run their statements on its connection;
 ``uow.commit()`` ends it. Leaving the block without a commit rolls the transaction back, so an
 operation that raises part-way writes nothing. :class:`SqlReadUnitOfWork` is the form for
 reads: it cannot commit, and on SQLite it never waits for the writers' queue (WAL readers go on
@@ -46,6 +46,7 @@ from om_workers.store.repositories import (
     SearchRepository,
     SessionRepository,
     TombstoneRepository,
+    WebhookRepository,
 )
 from om_workers.store.snapshot import SnapshotCache
 from om_workers.store.tail_cache import TailCache
@@ -106,6 +107,7 @@ class SqlReadUnitOfWork:
     erasure: ErasureRepository
     erased_rows: ErasedRowsRepository
     search: SearchRepository
+    webhooks: WebhookRepository
 
     def __init__(
         self,
@@ -146,6 +148,7 @@ class SqlReadUnitOfWork:
         self.erasure = ErasureRepository(connection)
         self.erased_rows = ErasedRowsRepository(connection)
         self.search = SearchRepository(connection)
+        self.webhooks = WebhookRepository(connection)
         return self
 
     def __exit__(

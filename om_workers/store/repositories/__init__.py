@@ -1,5 +1,5 @@
 """Repositories: small classes bound to one unit of work's connection, each over the rows of one
-concern (sessions, entries, memory, jobs, tombstones, links, search). They run prebuilt
+concern (sessions, entries, memory, jobs, tombstones, links, search, webhooks). They run prebuilt
 statements and never begin, commit or end a transaction:
 :class:`~om_workers.store.unit_of_work.SqlUnitOfWork` does.
 """
@@ -13,6 +13,7 @@ from om_workers.store.repositories.memory import MemoryRepository
 from om_workers.store.repositories.search import SearchRepository
 from om_workers.store.repositories.sessions import LockedSession, SessionHead, SessionRepository
 from om_workers.store.repositories.tombstones import TombstoneRepository, tombstone_scope
+from om_workers.store.repositories.webhooks import WebhookRepository
 
 __all__ = [
     "EntryRepository",
@@ -26,5 +27,6 @@ __all__ = [
     "SessionHead",
     "SessionRepository",
     "TombstoneRepository",
+    "WebhookRepository",
     "tombstone_scope",
 ]
