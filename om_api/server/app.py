@@ -34,6 +34,7 @@ from om_api.server.metrics import UNMATCHED_ROUTE, ApiMetrics, TenantLoadCollect
 from om_api.server.routes import (
     admin,
     admin_erasure,
+    admin_webhooks,
     erasure,
     jobs,
     memory,
@@ -296,6 +297,7 @@ def create_app(
         ops.router,
         admin.router,
         admin_erasure.router,
+        admin_webhooks.router,
     ):
         app.include_router(router)
     app.add_middleware(
