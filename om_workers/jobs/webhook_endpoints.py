@@ -34,13 +34,14 @@ def register_endpoint(
     it), :class:`~om_core.errors.CapExceededError` past :data:`MAX_ENDPOINTS_PER_TENANT` and
     :class:`~om_workers.errors.TenantNotFoundError` for an unknown tenant.
     """
-    check_url(url, allow_private=allow_private)
+    # The tenant first: an unknown one is a 404 before any name is resolved.
+    if len(store.webhooks.endpoints(tenant_id)) >= MAX_ENDPOINTS_PER_TENANT:
+        raise CapExceededError(f"a tenant has at most {MAX_ENDPOINTS_PER_TENANT} webhook endpoints")
     if secret is None:
         secret = secret_from_bytes(random_source.token_bytes(GENERATED_SECRET_BYTES))
     else:
         secret_key(secret)
-    if len(store.webhooks.endpoints(tenant_id)) >= MAX_ENDPOINTS_PER_TENANT:
-        raise CapExceededError(f"a tenant has at most {MAX_ENDPOINTS_PER_TENANT} webhook endpoints")
+    check_url(url, allow_private=allow_private)
     kinds = tuple(dict.fromkeys(event_types))
     return store.webhooks.add_endpoint(tenant_id, url, secret, kinds)
 
