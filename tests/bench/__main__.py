@@ -22,6 +22,7 @@ from . import (
     bench_scopes,
     bench_search,
     bench_turns,
+    bench_webhooks,
     bench_workers,
 )
 from .common import Section, write_results
@@ -40,6 +41,7 @@ BENCHMARKS = [
     bench_turns,
     bench_scopes,
     bench_search,
+    bench_webhooks,
 ]
 
 
