@@ -1,13 +1,15 @@
 """Signed webhooks end to end: a real ``celery worker`` sends the events its jobs end with to
 a real HTTP receiver on localhost, which verifies each with the ``standardwebhooks`` package;
 a tampered request fails verification; a receiver that is down gets every event once it is
-back, once each by id; the reconciler sends a delivery whose message was lost."""
+back, once each by id; the reconciler sends a delivery whose message was lost; a private
+address is refused again before each attempt."""
 
 from __future__ import annotations
 
 import base64
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -19,6 +21,7 @@ from om_workers.celery.webhooks import webhook_publisher
 from om_workers.config import WebhookSettings
 from om_workers.jobs.reconcile import reconcile_once
 from om_workers.jobs.webhook_endpoints import register_endpoint
+from om_workers.jobs.webhooks import WebhookPolicy, attempt_delivery
 from om_workers.store import SqlStore
 from tests.e2e.support import add_chat, wait_for
 from tests.e2e.webhook_receiver import Receiver, serve_receiver
@@ -186,3 +189,23 @@ def test_a_receiver_down_for_60_s_gets_every_event_afterwards_once_each(
     for d in deliveries:
         assert d.attempts == receiver.refused[d.id] + 1
     assert receiver.forged == 0
+
+
+def test_a_private_address_is_refused_again_at_delivery_time(
+    store: SqlStore, tenant: str, receiver: Receiver
+) -> None:
+    # Registered while private addresses were allowed; the operator has since refused them.
+    _register(store, tenant, receiver)
+    store.create_session(tenant, "s3")
+    job = store.create_job(tenant, "s3")
+    store.finish_job(tenant, job.id, "succeeded")
+    (delivery_id,) = store.webhooks.pending_of(job.id)
+    policy = WebhookPolicy(allow_private=False, backoff_base_s=30, max_attempts=3)
+    with httpx.Client() as http:
+        result = attempt_delivery(store, http, delivery_id, policy)
+    assert (result.outcome, result.status) == ("retry", None)
+    assert result.retry_in_s is not None and result.retry_in_s > 0
+    assert receiver.raw == []
+    (delivery,) = store.webhooks.deliveries(tenant, limit=10)
+    assert delivery.last_error is not None and "loopback address" in delivery.last_error
+    assert SECRET not in delivery.last_error and delivery.state == "pending"
