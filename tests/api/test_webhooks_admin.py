@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 
+from om_api.client import InvalidRequest, NotFound, OMClient
 from om_core.policy.webhooks import secret_from_bytes, secret_key
 from om_workers.jobs.webhook_endpoints import MAX_ENDPOINTS_PER_TENANT
-from tests.api.server import LiveApi
+from tests.api.server import ADMIN_TOKEN, LiveApi
 
 PUBLIC_URL = "https://93.184.216.34/hooks/om"  # an address literal: no DNS needed
 
@@ -177,3 +178,21 @@ def test_an_overlong_url_is_a_422(api: LiveApi) -> None:
         assert admin.post(_hooks(tenant_id), json={"url": long_url}).status_code == 201
         answer = admin.post(_hooks(tenant_id), json={"url": long_url + "a"})
         assert answer.status_code == 422
+
+
+def test_the_client_registers_lists_and_removes_webhooks(api: LiveApi) -> None:
+    tenant_id = _tenant(api)
+    with OMClient(api.url, admin_token=ADMIN_TOKEN) as om:
+        created = om.add_webhook(tenant_id, PUBLIC_URL, event_types=["session.erased"])
+        assert created.secret is not None and created.event_types == ["session.erased"]
+        (listed,) = om.list_webhooks(tenant_id).endpoints
+        assert (listed.id, listed.secret) == (created.id, None)
+        assert om.webhook_deliveries(tenant_id, failing=True).deliveries == []
+        with pytest.raises(InvalidRequest, match="loopback"):
+            om.add_webhook(tenant_id, "http://127.0.0.1/hook")
+        with pytest.raises(NotFound):
+            om.redeliver_webhook(tenant_id, "msg_missing")
+        om.remove_webhook(tenant_id, created.id)
+        assert om.list_webhooks(tenant_id).endpoints == []
+        with pytest.raises(NotFound):
+            om.remove_webhook(tenant_id, created.id)
