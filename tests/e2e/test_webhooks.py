@@ -56,6 +56,10 @@ def _flush(store: SqlStore, client: redis.Redis, app: Any, tenant: str, session:
     return enqueue_flush(store, client, tenant, session, app=app, fair=False).job_id
 
 
+def _all_delivered(store: SqlStore, tenant: str) -> bool:
+    return all(d.state == "delivered" for d in store.webhooks.deliveries(tenant, limit=100))
+
+
 def attempts_during_an_outage(outage_s: float) -> int:
     """Attempts the default schedule makes at a receiver that is down for ``outage_s``
     seconds, at worst (every wait shortened by its full jitter): the next one is after it."""
@@ -91,6 +95,8 @@ def test_events_arrive_signed_and_a_tampered_one_fails_verification(
     (event,) = receiver.of_type("flush.succeeded")
     assert event["data"]["job_id"] == job_id and event["data"]["session_id"] == "s1"
     assert event["data"]["state"] == "succeeded" and receiver.forged == 0
+    # The receiver answered before the worker recorded it: wait for the record.
+    wait_for(lambda: _all_delivered(store, tenant), 60, "the delivery recorded")
     (delivery,) = store.webhooks.deliveries(tenant, limit=10)
     assert (delivery.state, delivery.attempts, delivery.last_status) == ("delivered", 1, 204)
 
@@ -178,6 +184,7 @@ def test_a_receiver_down_for_60_s_gets_every_event_afterwards_once_each(
         "every event after the outage",
         lambda: (len(receiver.accepted), store.webhooks.deliveries(tenant, limit=100)),
     )
+    wait_for(lambda: _all_delivered(store, tenant), 60, "every delivery recorded")
     deliveries = store.webhooks.deliveries(tenant, limit=100)
     assert {d.id for d in deliveries} == set(receiver.accepted) and expected <= set(
         receiver.accepted
