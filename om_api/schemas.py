@@ -938,3 +938,72 @@ class UsageReportOut(WireModel):
     output_tokens: int
     cost: float | None = None
     unpriced_models: list[str] = Field(default_factory=list)
+
+
+WebhookEventType = Literal["flush.succeeded", "flush.failed", "session.erased"]
+_WEBHOOK_EVENT_TYPES: Final[tuple[WebhookEventType, ...]] = (
+    "flush.succeeded",
+    "flush.failed",
+    "session.erased",
+)
+MAX_WEBHOOK_URL_CHARS: Final = 2048
+MAX_WEBHOOK_DELIVERIES: Final = 1000
+"""Most deliveries one listing answers."""
+WEBHOOK_SECRET_PATTERN: Final = r"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$"
+
+
+class CreateWebhookRequest(RequestModel):
+    """``POST /v1/admin/tenants/{id}/webhooks``: the receiver's ``url`` (http or https, a
+    public address unless the operator allows private ones), the ``event_types`` it wants
+    (default: all), and its ``secret`` (``whsec_`` + base64 of 24 to 64 bytes; generated when
+    absent)."""
+
+    url: str = Field(min_length=1, max_length=MAX_WEBHOOK_URL_CHARS)
+    event_types: list[WebhookEventType] = Field(
+        default_factory=lambda: list(_WEBHOOK_EVENT_TYPES),
+        min_length=1,
+        max_length=3,
+    )
+    secret: str | None = Field(default=None, pattern=WEBHOOK_SECRET_PATTERN, repr=False)
+
+
+class WebhookEndpointOut(WireModel):
+    """A webhook endpoint. ``secret`` is in the creating answer only, never in a listing."""
+
+    id: str
+    tenant_id: str
+    url: str
+    event_types: list[WebhookEventType]
+    enabled: bool
+    created_at: datetime
+    secret: str | None = Field(default=None, repr=False)
+
+
+class WebhookEndpointsOut(WireModel):
+    """A tenant's webhook endpoints, oldest first (no secrets)."""
+
+    endpoints: list[WebhookEndpointOut]
+
+
+class WebhookDeliveryOut(WireModel):
+    """One event for one endpoint: ``id`` is its ``webhook-id``; ``state`` pending, delivered
+    or failed (its attempts used up); the last attempt's HTTP ``last_status`` or
+    ``last_error``; when it is due again (``next_attempt_at``). Never the payload."""
+
+    id: str
+    endpoint_id: str
+    event_type: WebhookEventType
+    session_id: str | None
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class WebhookDeliveriesOut(WireModel):
+    """A tenant's newest webhook deliveries, newest first."""
+
+    deliveries: list[WebhookDeliveryOut]

@@ -22,6 +22,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   │   InvalidSearchQueryError, InvalidUsageWindowError
     │   ├── WorkerLimitError, InvalidTriggerError, ToolError (the model's refused call)
     │   ├── InvalidEntryError             an append the plan refuses (empty, ids, parents)
+    │   ├── InvalidWebhookUrlError        a webhook URL the service will not call (SSRF)
     │   ├── ImportLineError               a line of an import refused (its number, why)
     │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
     │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
@@ -30,7 +31,8 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     ├── NotFoundError (LookupError)       no such thing (or another tenant's): check the id
     │   ├── UnknownScopeError
     │   ├── TenantNotFoundError [w], SessionNotFoundError [w], EntryNotFoundError [w],
-    │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w], ErasureJobNotFoundError [w]
+    │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w], ErasureJobNotFoundError [w],
+    │   │   WebhookEndpointNotFoundError [w], WebhookDeliveryNotFoundError [w]
     │   └── NotFound [c]
     ├── ConflictError                     clashes with the stored state: read it again, decide
     │   ├── WrongSessionError
@@ -301,3 +303,8 @@ class UnknownMemoryRefError(ScopeError, InvalidInputError, LookupError):
 
 class ScopeOwnershipError(ScopeError, WrongSessionError):
     """Entries that belong to another session, or an append that landed off this branch."""
+
+
+class InvalidWebhookUrlError(InvalidInputError):
+    """A webhook endpoint URL the service will not call: not ``http(s)``, unresolvable, or
+    resolving to a private, loopback or link-local address while those are not allowed."""

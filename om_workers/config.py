@@ -272,6 +272,47 @@ class DeliverySettings(BaseModel):
     )
 
 
+class WebhookSettings(BaseModel):
+    """Signed webhooks (Standard Webhooks) to the endpoints tenants register: each attempt's
+    timeout, the retry schedule, and whether private addresses may be called."""
+
+    model_config = _group("Webhooks")
+
+    timeout_s: float = setting(
+        "OM_WEBHOOK_TIMEOUT_S",
+        10.0,
+        gt=0,
+        le=120,
+        description="Seconds one delivery attempt may take (connect, send, answer).",
+    )
+    max_attempts: int = setting(
+        "OM_WEBHOOK_MAX_ATTEMPTS",
+        12,
+        ge=1,
+        le=100,
+        description="Attempts of one delivery before it is failed (an admin can redeliver it).",
+    )
+    backoff_base_s: float = setting(
+        "OM_WEBHOOK_BACKOFF_BASE_S",
+        5.0,
+        gt=0,
+        description="Seconds before the first retry of a failed delivery; each later retry "
+        "waits twice as long, up to OM_WEBHOOK_BACKOFF_CAP_S (less up to a quarter, jitter).",
+    )
+    backoff_cap_s: float = setting(
+        "OM_WEBHOOK_BACKOFF_CAP_S",
+        3600.0,
+        gt=0,
+        description="Longest wait between two attempts of one delivery, seconds.",
+    )
+    allow_private: bool = setting(
+        "OM_WEBHOOK_ALLOW_PRIVATE",
+        False,
+        description="Allow endpoints whose host resolves to a private, loopback or "
+        "link-local address (refused by default: no server-side request forgery).",
+    )
+
+
 class WorkerProcessSettings(BaseModel):
     """What one om worker process runs and serves."""
 
@@ -487,6 +528,7 @@ class Settings(BaseSettings):
     locks: LockSettings = Field(default_factory=LockSettings)
     erasure: ErasureSettings = Field(default_factory=ErasureSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     worker: WorkerProcessSettings = Field(default_factory=WorkerProcessSettings)
     fair_queue: FairQueueSettings = Field(default_factory=FairQueueSettings)
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)

@@ -78,6 +78,14 @@ class ErasureJobNotFoundError(StoreError, NotFoundError):
     """No erasure job with this id for this tenant (or it belongs to another tenant)."""
 
 
+class WebhookEndpointNotFoundError(StoreError, NotFoundError):
+    """No such webhook endpoint of the tenant (or another tenant's)."""
+
+
+class WebhookDeliveryNotFoundError(StoreError, NotFoundError):
+    """No such webhook delivery of the tenant (or another tenant's)."""
+
+
 class AlreadyExistsError(StoreError, ConflictError):
     """A create call for an id that is already taken."""
 

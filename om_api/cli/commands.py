@@ -34,6 +34,7 @@ from om_api.cli import (
     portability_commands,
     settings_command,
     usage_commands,
+    webhook_commands,
 )
 from om_api.cli.common import (
     HOST,
@@ -81,6 +82,15 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
 app.add_typer(eval_app, name="eval")
 app.add_typer(search_app, name="search")
+webhooks_app = typer.Typer(
+    help="A tenant's signed webhooks (in the database: --database-url).", no_args_is_help=True
+)
+app.add_typer(webhooks_app, name="webhooks")
+webhooks_app.command("add")(webhook_commands.webhooks_add)
+webhooks_app.command("list")(webhook_commands.webhooks_list)
+webhooks_app.command("remove")(webhook_commands.webhooks_remove)
+webhooks_app.command("deliveries")(webhook_commands.webhooks_deliveries)
+webhooks_app.command("redeliver")(webhook_commands.webhooks_redeliver)
 
 
 def _celery_app() -> Any:

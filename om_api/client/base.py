@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from om_api.client import calls
+from om_api.client import calls, webhook_calls
 from om_api.client.core import DEFAULT_TIMEOUT_S, NDJSON, Call, auth_headers
 from om_core.policy.backoff import RetryPolicy
 
@@ -163,3 +163,9 @@ class ClientBase(ABC, Generic[TransportT, HttpT]):
     create_key = Endpoint(calls.create_key)
     list_keys = Endpoint(calls.list_keys)
     revoke_key = Endpoint(calls.revoke_key)
+    # Webhooks (admin) ----------------------------------------------------------------------
+    add_webhook = Endpoint(webhook_calls.add_webhook)
+    list_webhooks = Endpoint(webhook_calls.list_webhooks)
+    remove_webhook = Endpoint(webhook_calls.remove_webhook)
+    webhook_deliveries = Endpoint(webhook_calls.webhook_deliveries)
+    redeliver_webhook = Endpoint(webhook_calls.redeliver_webhook)

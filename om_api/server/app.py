@@ -36,6 +36,7 @@ from om_api.server.routes import (
     admin,
     admin_erasure,
     admin_usage,
+    admin_webhooks,
     erasure,
     jobs,
     memory,
@@ -299,6 +300,7 @@ def create_app(
         admin.router,
         admin_erasure.router,
         admin_usage.router,
+        admin_webhooks.router,
     ):
         app.include_router(router)
     if resolved.api.mcp_enabled:

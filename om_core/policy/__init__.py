@@ -1,2 +1,2 @@
-"""Policies: worker limits and hard caps, exact-value redaction, retry backoff, rate limits and
-fair queueing across tenants. Pure rules, each tested with tables."""
+"""Policies: worker limits and hard caps, exact-value redaction, retry backoff, rate limits,
+fair queueing across tenants and webhook signing. Pure rules, each tested with tables."""

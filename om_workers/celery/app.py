@@ -20,6 +20,7 @@ from om_workers.celery.config import create_celery_app
 from om_workers.celery.healing import reconcile_on_reconnect
 from om_workers.celery.limits import broker_of, broker_url, time_limits
 from om_workers.celery.tasks import RECONCILE_TASK, RETENTION_TASK, publisher, register
+from om_workers.celery.webhooks import register_webhooks
 from om_workers.config import get_settings
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
@@ -32,7 +33,7 @@ from om_workers.store import SqlStore
 @lru_cache(maxsize=1)
 def get_app() -> Any:
     """The process's Celery app with ``om.flush``, ``om.erase``, ``om.reconcile``,
-    ``om.retention`` and the beat schedule.
+    ``om.retention``, ``om.webhook`` and the beat schedule.
 
     The broker is ``OM_BROKER_URL`` when set, else ``OM_REDIS_URL`` (see
     :mod:`om_workers.celery.config` for what each gets). Raises :class:`ConfigError` when
@@ -66,6 +67,7 @@ def get_app() -> Any:
         },
     }
     register(app, worker_deps)
+    register_webhooks(app, worker_deps)
     app.steps["consumer"].add(reconcile_on_reconnect(lambda: worker_deps().redis))
     startup.connect(worker_deps)
     return app

@@ -23,6 +23,7 @@ from om_workers.celery.limits import (
     stuck_job_age_s,
     unobserved_threshold,
 )
+from om_workers.celery.webhooks import PublishWebhook, announce, webhook_publisher
 from om_workers.config import get_settings
 from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.deferred import DEFERRED
@@ -81,14 +82,16 @@ def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
 
     # Registered by call, not as decorators: Celery is untyped, and the plain functions stay
     # typed and importable.
+    webhooks = webhook_publisher(app)
+
     def flush(self: Any, tenant_id: str, session_id: str, job_id: str, force: bool = False) -> str:
-        return flush_task(self, deps(), tenant_id, session_id, job_id, force)
+        return flush_task(self, deps(), tenant_id, session_id, job_id, force, webhooks=webhooks)
 
     def erase(job_id: str) -> str:
-        return erase_task(deps(), job_id)
+        return erase_task(deps(), job_id, webhooks=webhooks)
 
     def reconcile() -> dict[str, list[str]]:
-        return reconcile_task(deps(), erase_publisher(app))
+        return reconcile_task(deps(), erase_publisher(app), webhooks=webhooks)
 
     app.task(name=FLUSH_TASK, bind=True)(flush)
 
@@ -101,10 +104,18 @@ def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
 
 
 def flush_task(
-    task: Any, deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool = False
+    task: Any,
+    deps: FlushDeps,
+    tenant_id: str,
+    session_id: str,
+    job_id: str,
+    force: bool = False,
+    *,
+    webhooks: PublishWebhook | None = None,
 ) -> str:
     """``om.flush``: run one flush job (see :func:`om_workers.jobs.flush.run_flush_job`);
-    ``task`` is the bound Celery task (its ``request.retries`` and ``retry``).
+    ``task`` is the bound Celery task (its ``request.retries`` and ``retry``); ``webhooks``
+    publishes the webhook deliveries the job's end wrote.
 
     Its place in the fair queue is marked running when the message starts and freed when the
     message is finished with, whatever the outcome, except when Celery retries it (the retried
@@ -124,6 +135,8 @@ def flush_task(
         retrying = False
         try:
             outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
+            if webhooks is not None:
+                announce(deps.store, outcome.ran_job_id, webhooks)
             retry = _retry(deps, outcome, tenant_id, session_id, task.request.retries)
             if retry is not None:
                 countdown_s, max_retries = retry
@@ -213,9 +226,10 @@ def _redelivered_into_a_held_lock(
     return min(ceiling, max(1, math.ceil(wait_ms / 1000)))
 
 
-def erase_task(deps: FlushDeps, job_id: str) -> str:
+def erase_task(deps: FlushDeps, job_id: str, *, webhooks: PublishWebhook | None = None) -> str:
     """``om.erase``: run one erasure job (:func:`om_workers.jobs.erase.run_erasure_job`) with
-    this process's store and Redis; its outcome and counts, for Flower (ids and numbers only)."""
+    this process's store and Redis; its outcome and counts, for Flower (ids and numbers only).
+    ``webhooks`` publishes the ``session.erased`` deliveries it wrote."""
     erasure = get_settings().erasure
     with log_context(job_id=job_id):
         run = run_erasure_job(
@@ -226,6 +240,8 @@ def erase_task(deps: FlushDeps, job_id: str) -> str:
             pause_s=erasure.pause_s,
             secrets=deps.secrets,
         )
+        if webhooks is not None:
+            announce(deps.store, job_id, webhooks)
     counts = ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))
     return f"{run.outcome}: {counts}" if counts else run.outcome
 
@@ -239,10 +255,15 @@ def retention_task(deps: FlushDeps, publish_erasure: PublishErasure) -> dict[str
 
 
 def reconcile_task(
-    deps: FlushDeps, publish_erasure: PublishErasure | None = None
+    deps: FlushDeps,
+    publish_erasure: PublishErasure | None = None,
+    *,
+    webhooks: PublishWebhook | None = None,
 ) -> dict[str, list[str]]:
     """``om.reconcile``: one :func:`~om_workers.jobs.reconcile.reconcile_once` pass with this
-    process's settings; what it republished, failed and requested, for Flower."""
+    process's settings; what it republished, failed and requested, for Flower. ``webhooks``
+    publishes due webhook deliveries again."""
+    publish_webhook = None if webhooks is None else (lambda delivery: webhooks(delivery, 0.0))
     settings = get_settings()
     report = reconcile_once(
         deps.store,
@@ -254,12 +275,14 @@ def reconcile_task(
         unobserved_threshold=unobserved_threshold(settings),
         publish_erasure=publish_erasure,
         erase_retry_after_s=settings.erasure.retry_after_s,
+        publish_webhook=publish_webhook,
     )
     return {
         "erasures": list(report.erasures),
         "republished": list(report.republished),
         "failed_jobs": list(report.failed_jobs),
         "requested": list(report.requested),
+        "webhooks": list(report.webhooks),
     }
 
 

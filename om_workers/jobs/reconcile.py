@@ -25,6 +25,9 @@ held by jobs whose message was lost), then heals, in order:
 
 5. erasure jobs that made no progress for ``erase_retry_after_s`` (their worker died, or their
    message was lost): ``om.erase`` is published again, and the job finishes what is left.
+6. webhook deliveries that are due (their message was lost, their retry was too far off to
+   wait in a worker, or the worker sending them died past its claim): ``om.webhook`` is
+   published again; the claim lets only one attempt through.
 
 Every re-request goes through :func:`om_workers.jobs.requests.request_flush`, so it coalesces with
 whatever is already pending, and a duplicate publish is skipped by the job row's state.
@@ -65,6 +68,8 @@ log = logging.getLogger(__name__)
 LOST_JOB_ERROR = "worker lost: its session lock expired or its holder died; swept by the reconciler"
 PublishErasure = Callable[[str], None]
 """Publishes ``om.erase`` for an erasure job id."""
+PublishWebhook = Callable[[str], None]
+"""Publishes ``om.webhook`` for a webhook delivery id."""
 DEFAULT_SCAN_LIMIT = 500
 """Sessions over the threshold requested per pass; the rest wait for the next pass, so one pass
 never floods the queue after an outage."""
@@ -78,7 +83,8 @@ class ReconcileReport:
     a swept one, published again; ``failed_jobs``: job ids swept as
     failed; ``requested``: job ids of new jobs published for swept or backlogged sessions
     (coalesced requests add none); ``backed_off``: backlogged session ids left for a later
-    pass because their jobs keep failing; ``erasures``: erasure job ids published again.
+    pass because their jobs keep failing; ``erasures``: erasure job ids published again;
+    ``webhooks``: webhook delivery ids published again.
     """
 
     republished: tuple[str, ...]
@@ -86,6 +92,7 @@ class ReconcileReport:
     requested: tuple[str, ...] = ()
     backed_off: tuple[str, ...] = ()
     erasures: tuple[str, ...] = ()
+    webhooks: tuple[str, ...] = ()
 
 
 def request_reconcile_soon(
@@ -126,8 +133,9 @@ def reconcile_once(
     failure_backoff_cap_s: float = timing.FAILURE_BACKOFF_POLICY.cap_s,
     publish_erasure: PublishErasure | None = None,
     erase_retry_after_s: float = 120.0,
+    publish_webhook: PublishWebhook | None = None,
 ) -> ReconcileReport:
-    """Run the four healing steps of the module docstring once.
+    """Run the healing steps of the module docstring once.
 
     ``stale_pending_s``: age in seconds after which an unlocked marker, or a queued job that no
     marker names, is published again;
@@ -140,7 +148,8 @@ def reconcile_once(
     no marker and no lock is requested again (``None`` skips step 4); ``scan_limit``: rows
     steps 2 and 4 look at per pass; ``failure_backoff_*``: step 4's wait after repeated
     failures (seconds); ``publish_erasure``: sends ``om.erase`` again for erasure jobs without
-    progress for ``erase_retry_after_s`` seconds (``None`` skips step 5). Also sets the
+    progress for ``erase_retry_after_s`` seconds (``None`` skips step 5); ``publish_webhook``:
+    sends ``om.webhook`` for due deliveries (``None`` skips step 6). Also sets the
     pending-flush gauges from its scan, and leaves the pass's marker
     (:func:`~om_workers.coordination.clock.record_reconcile_pass`) for ``om doctor``.
 
@@ -183,12 +192,17 @@ def reconcile_once(
         erasures = store.erasure.unfinished_jobs(stalled_before, scan_limit)
         for job_id in erasures:
             publish_erasure(job_id)
+    webhooks: tuple[str, ...] = ()
+    if publish_webhook is not None:
+        webhooks = store.webhooks.due(scan_limit)
+        for delivery_id in webhooks:
+            publish_webhook(delivery_id)
     try:
         record_reconcile_pass(client)
     except CoordinationError as exc:  # only om doctor reads it: never fail a pass for it
         log.warning("the reconciler's pass marker was not written: %s", exc)
     return ReconcileReport(
-        tuple(republished), failed, tuple(requested), tuple(backed_off), erasures
+        tuple(republished), failed, tuple(requested), tuple(backed_off), erasures, webhooks
     )
 
 

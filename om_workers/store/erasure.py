@@ -15,8 +15,9 @@ audit trail. A tenant's erasure also revokes its keys.
    so a flush that read the copies before cannot write what it made of them; one transaction
    per workspace;
 2. the session's entries, a chunk a transaction (``chunk`` entries);
-3. its memory items, snapshot, flush jobs, its row and its target row: one transaction (its
-   tombstones went with the hiding, so a new session of the same id keeps its own).
+3. its memory items, snapshot, flush jobs, its row, its target row and its webhook deliveries:
+   one transaction (its tombstones went with the hiding, so a new session of the same id keeps
+   its own), which also writes the ``session.erased`` webhook event.
 
 Every step is idempotent (a step done finds nothing to do again), so a retried or reconciled
 job finishes what a killed worker left. Job rows and audit rows hold ids only, never content.
@@ -39,6 +40,7 @@ from om_workers.store.repositories.erasure import (
     ErasureTarget,
     hide_all,
 )
+from om_workers.store.repositories.webhooks import delete_session_deliveries, enqueue_event
 from om_workers.store.service import Service
 from om_workers.store.unit_of_work import SqlUnitOfWork
 
@@ -48,6 +50,23 @@ DEFAULT_ERASE_CHUNK = 2000
 
 def _new_job_id() -> str:
     return f"er-{uuid.uuid4().hex}"
+
+
+def _announce_erased(uow: SqlUnitOfWork, target: ErasureTarget) -> None:
+    """In the transaction that deletes the session's last rows: its earlier webhook
+    deliveries go too, and a ``session.erased`` event (its id and the job's) is written."""
+    connection = uow.erasure.connection
+    delete_session_deliveries(connection, target.tenant_id, target.session_id)
+    data = {"session_id": target.session_id, "erasure_job_id": target.job_id}
+    enqueue_event(
+        connection,
+        target.tenant_id,
+        "session.erased",
+        session_id=target.session_id,
+        source_id=target.job_id,
+        data=data,
+        now=uow.now(),
+    )
 
 
 class ErasureService(Service):
@@ -173,6 +192,7 @@ class ErasureService(Service):
         with self._units.write() as uow:
             uow.erased_rows.delete_session(target.session_pk)
             uow.erasure.drop_target(target)
+            _announce_erased(uow, target)
             uow.commit()
         return {"sessions": 1, "entries": entries, "workspace_entries": blanked}
 

@@ -309,3 +309,50 @@ model_usage = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_model_usage_tenant_id_day", "tenant_id", "day"),
 )
+
+# A tenant's webhook endpoints (om_workers/store/webhooks.py). The secret is kept as given
+# (the HMAC needs it) and never leaves the store but to sign.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    tenant_id_column(index=True),
+    Column("url", Text, nullable=False),
+    Column("secret", String(128), nullable=False),
+    Column("event_types", Json, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# The outbox: one row per (event, endpoint), written in the transaction that ends the job the
+# event reports; its id is the Standard Webhooks ``webhook-id``, the same on every attempt.
+# ``session_id`` finds an erased session's rows; ``source_id`` (the job id) finds what a job
+# just wrote, to publish it; ``next_attempt_at`` is when it is due (NULL: nothing more to do).
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
+    Column(
+        "endpoint_id",
+        String(32),
+        ForeignKey("webhook_endpoints.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event_type", String(32), nullable=False),
+    Column("session_id", String(ID_LENGTH), nullable=True),
+    Column("source_id", String(64), nullable=False),
+    Column("payload", Text, nullable=False),
+    # pending | delivered | failed
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Index("ix_webhook_deliveries_endpoint_id_created_at", "endpoint_id", "created_at"),
+    Index("ix_webhook_deliveries_next_attempt_at", "next_attempt_at"),
+    Index("ix_webhook_deliveries_tenant_id_session_id", "tenant_id", "session_id"),
+    Index("ix_webhook_deliveries_source_id", "source_id"),
+)

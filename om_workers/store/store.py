@@ -44,6 +44,7 @@ from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
 from om_workers.store.sessions import SessionService
 from om_workers.store.unit_of_work import utc_now
 from om_workers.store.usage import UsageService
+from om_workers.store.webhooks import WebhookService
 
 __all__ = ["MAX_PAGE_LIMIT", "SqlStore"]
 
@@ -73,6 +74,7 @@ class SqlStore:
         self._erasure = ErasureService(units)
         self._search = SearchService(units)
         self._usage = UsageService(units)
+        self._webhooks = WebhookService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -98,6 +100,11 @@ class SqlStore:
         """Model usage: a flush job's, and totals per tenant per day
         (:mod:`om_workers.store.usage`)."""
         return self._usage
+
+    @property
+    def webhooks(self) -> WebhookService:
+        """Webhook endpoints and their deliveries (:mod:`om_workers.store.webhooks`)."""
+        return self._webhooks
 
     @property
     def engine(self) -> Engine:

@@ -3,7 +3,7 @@
 ``with uow:`` opens the transaction; inside it ``uow.sessions``, ``uow.entries``,
 ``uow.memory`` (snapshot, items, the flush's view, the context state), ``uow.jobs``,
 ``uow.tombstones``, ``uow.links`` (the funnel), ``uow.erasure`` and ``uow.erased_rows``
-(erasure) run their statements on its connection;
+(erasure), ``uow.webhooks`` run their statements on its connection;
 ``uow.commit()`` ends it. Leaving the block without a commit rolls the transaction back, so an
 operation that raises part-way writes nothing. :class:`SqlReadUnitOfWork` is the form for
 reads: it cannot commit, and on SQLite it never waits for the writers' queue (WAL readers go on
@@ -47,6 +47,7 @@ from om_workers.store.repositories import (
     SessionRepository,
     TombstoneRepository,
     UsageRepository,
+    WebhookRepository,
 )
 from om_workers.store.snapshot import SnapshotCache
 from om_workers.store.tail_cache import TailCache
@@ -108,6 +109,7 @@ class SqlReadUnitOfWork:
     erased_rows: ErasedRowsRepository
     search: SearchRepository
     usage: UsageRepository
+    webhooks: WebhookRepository
 
     def __init__(
         self,
@@ -149,6 +151,7 @@ class SqlReadUnitOfWork:
         self.erased_rows = ErasedRowsRepository(connection)
         self.search = SearchRepository(connection)
         self.usage = UsageRepository(connection)
+        self.webhooks = WebhookRepository(connection)
         return self
 
     def __exit__(

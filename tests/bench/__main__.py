@@ -24,6 +24,7 @@ from . import (
     bench_search,
     bench_turns,
     bench_usage,
+    bench_webhooks,
     bench_workers,
 )
 from .common import Section, write_results
@@ -44,6 +45,7 @@ BENCHMARKS = [
     bench_search,
     bench_mcp,
     bench_usage,
+    bench_webhooks,
 ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from om_core.policy.redaction import redact
+from om_core.policy.webhooks import EventType
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
 from om_workers.store.records import (
     FINAL_JOB_STATES,
@@ -25,6 +26,7 @@ from om_workers.store.records import (
     as_utc_or_none,
 )
 from om_workers.store.repositories.usage import UsageRepository
+from om_workers.store.repositories.webhooks import enqueue_event
 from om_workers.store.schema import flush_jobs, sessions
 
 MAX_ERROR_CHARS = 4000
@@ -112,6 +114,39 @@ _OUTCOMES = (
     .order_by(flush_jobs.c.finished_at.desc())
     .limit(bindparam("limit"))
 )
+
+
+_JOB_REFS = (
+    select(flush_jobs.c.id, sessions.c.tenant_id, sessions.c.id.label("session_id"))
+    .select_from(_JOB_SESSION)
+    .where(flush_jobs.c.id.in_(bindparam("ids", expanding=True)))
+)
+
+
+def _announce(
+    connection: Connection,
+    job_id: str,
+    tenant_id: str,
+    session_id: str,
+    state: str,
+    counts: dict[str, int],
+    now: datetime,
+) -> None:
+    """The job's end as a webhook event in the finishing transaction (ids, state and counts
+    only: an error message may quote the session)."""
+    if state not in ("succeeded", "failed"):
+        return
+    event: EventType = "flush.succeeded" if state == "succeeded" else "flush.failed"
+    data = {"job_id": job_id, "session_id": session_id, "state": state, "counts": counts}
+    enqueue_event(
+        connection,
+        tenant_id,
+        event,
+        session_id=session_id,
+        source_id=job_id,
+        data=data,
+        now=now,
+    )
 
 
 def _to_job(row: Row[Any]) -> FlushJob:
@@ -210,7 +245,11 @@ class JobRepository:
         }
         row = self._connection.execute(_FINISH, params).first()
         UsageRepository(self._connection).record(tenant_id, finish.job_id, finish.usage, now=now)
-        return None if row is None else _to_job(row)
+        if row is None:
+            return None
+        job = _to_job(row)
+        _announce(self._connection, job.id, tenant_id, job.session_id, job.state, job.counts, now)
+        return job
 
     def why_not_updated(self, tenant_id: str, job_id: str) -> Exception:
         """Why a job was not started or finished: it does not exist
@@ -233,7 +272,13 @@ class JobRepository:
         """Mark those of the jobs (of any tenant) still ``running`` failed with ``error``; the
         ids it marked, sorted."""
         params = {"ids": list(job_ids), "now": now, "new_error": error}
-        return tuple(sorted(self._connection.execute(_FAIL_RUNNING, params).scalars()))
+        failed = tuple(sorted(self._connection.execute(_FAIL_RUNNING, params).scalars()))
+        if failed:
+            for ref in self._connection.execute(_JOB_REFS, {"ids": list(failed)}):
+                _announce(
+                    self._connection, ref.id, ref.tenant_id, ref.session_id, "failed", {}, now
+                )
+        return failed
 
     def running_since_before(self, started_before: datetime) -> tuple[str, ...]:
         """Ids of every job (of any tenant) still ``running`` that started before the time."""

@@ -14,7 +14,7 @@ from alembic import op
 from om_workers.store.migrations.parts import KEY, TIMESTAMP, owned_by
 
 revision: str = "0014"
-down_revision: str | None = "0012"
+down_revision: str | None = "0013"
 
 
 def upgrade() -> None:
