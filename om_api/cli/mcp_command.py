@@ -26,8 +26,8 @@ def mcp(
     ] = None,
 ) -> None:
     """Serve the memory of one tenant (the API key's) as MCP tools over stdio: context,
-    recall, search, sessions, entries, append, flush and status. For MCP over HTTP, point the host at
-    the API's /mcp with its own API key instead.
+    recall, search, sessions, entries, append, flush and status. For MCP over HTTP, point the
+    host at the API's /mcp with its own API key instead.
 
     Exit code 2 when the MCP SDK is missing or no API key is given.
     """
