@@ -251,7 +251,9 @@ def create_app(
         raise ValueError("pass services= or settings/store/redis, not both")
     resolved = services.settings
     services.memory()  # invalid memory settings fail here, not at the first request
-    registry = SecretRegistry([resolved.api.admin_token, *services.secrets])
+    registry = SecretRegistry(
+        [resolved.api.admin_token, resolved.metrics.token, *services.secrets]
+    )
     metrics = ApiMetrics()
     metrics.registry.register(
         TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics.top_tenants)
