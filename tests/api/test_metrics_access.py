@@ -32,9 +32,9 @@ def test_metrics_refused_without_the_token(api: LiveApi) -> None:
 def test_metrics_absent_without_a_configured_token(
     api_redis_server: EmbeddedRedis, api: LiveApi
 ) -> None:
-    settings = make_settings(api.store.engine.url.render_as_string(hide_password=False), api_redis_server.url).model_copy(
-        update={"metrics_token": None}
-    )
+    settings = make_settings(
+        api.store.engine.url.render_as_string(hide_password=False), api_redis_server.url
+    ).model_copy(update={"metrics_token": None})
     client: redis.Redis = connect(api_redis_server.url)
     try:
         with serve(settings, api.store, client, Published()) as live, live.anonymous() as anonymous:
