@@ -26,6 +26,7 @@ its ``pending`` marker and its ``queued`` row, which the reconciler publishes ag
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Literal, cast
 
 import redis
@@ -33,6 +34,7 @@ import redis
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
 from om_workers.coordination import keys, timing
 from om_workers.coordination.connection import translate_errors
+from om_workers.telemetry import tracing
 
 Step = Literal["add", "start", "done", "return", "sweep", "fill", "reap", "departed"]
 
@@ -179,14 +181,18 @@ class FairQueue:
         return int(cast(int, reply[0])) == 1, admitted
 
 
-def send_admitted(admitted: Sequence[QueuedJob], send: Send, queue: FairQueue) -> None:
+def send_admitted(
+    admitted: Sequence[QueuedJob], send: Send, queue: FairQueue, own_job_id: str = ""
+) -> None:
     """Publish every admitted job; one the broker refuses goes back to the head of its
     tenant's line (the next finished job or reconcile pass admits it again). Raises the first
-    broker error after trying the rest."""
+    broker error after trying the rest. Only ``own_job_id`` (the job of the caller's request)
+    is published inside the caller's trace; others start their own."""
     failure: Exception | None = None
     for job in admitted:
         try:
-            send(job.tenant_id, job.session_id, job.job_id)
+            with nullcontext() if job.job_id == own_job_id else tracing.detached():
+                send(job.tenant_id, job.session_id, job.job_id)
         except Exception as exc:
             failure = failure or exc
             queue.give_back(job)
@@ -209,10 +215,12 @@ class FairPublisher:
         again (its message may have been dropped at a busy lock; a duplicate is harmless).
         Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be
         reached, and the broker's error when a send fails (that job waits again)."""
-        duplicate, admitted = self.queue.add(tenant_id, session_id, job_id)
+        with tracing.span("fair_queue add", attributes={"om.job_id": job_id}):
+            duplicate, admitted = self.queue.add(tenant_id, session_id, job_id)
+            tracing.set_attributes({"om.fair_queue.admitted": len(admitted)})
         if duplicate:
             self._send(tenant_id, session_id, job_id)
-        send_admitted(admitted, self._send, self.queue)
+        send_admitted(admitted, self._send, self.queue, own_job_id=job_id)
 
     def started(self, job_id: str, worker_id: str, liveness_ttl_s: float = 0.0) -> None:
         """The worker process ``worker_id`` took the job's message (see :meth:`FairQueue.start`

@@ -33,6 +33,8 @@ from om_workers.errors import (
     ProviderTransportError,
 )
 from om_workers.providers.retry import PROVIDER_RETRY_POLICY, is_retryable_status
+from om_workers.telemetry import tracing
+from om_workers.telemetry.genai import usage_attributes
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_CHARS = 1024
@@ -205,6 +207,8 @@ class JsonApiProvider(ABC):
         headers = {"content-type": "application/json", **self.headers(key)}
         secrets = (*self._secrets, *((key,) if key else ()))
         answer = self._poster.post(self.PATH, self.body(request), headers, secrets)
+        if tracing.enabled():
+            tracing.set_attributes(usage_attributes(answer))
         return ProviderResponse(message=self.message(answer, secrets))
 
     @abstractmethod

@@ -70,7 +70,23 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
     wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
     if calls:
         wire["tool_calls"] = calls
-    return {"choices": [{"index": 0, "message": wire, "finish_reason": "stop"}]}
+    return {
+        "model": body["model"],
+        "choices": [{"index": 0, "message": wire, "finish_reason": "stop"}],
+        "usage": _usage(body, wire),
+    }
+
+
+def _usage(body: dict[str, Any], answer: dict[str, Any]) -> dict[str, int]:
+    """Token counts as a vendor reports them; here a deterministic stand-in (a token per four
+    characters of the request's messages and of the answer)."""
+    prompt = len(json.dumps(body["messages"])) // 4 + 1
+    completion = len(json.dumps(answer)) // 4 + 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 class LlmServer:
