@@ -459,7 +459,8 @@ class ApiSettings(BaseModel):
 
 
 class MetricsSettings(BaseModel):
-    """The Prometheus metrics the API serves at /metrics (worker metrics: Workers)."""
+    """The Prometheus metrics the API serves at /metrics to a scraper holding the metrics token
+    (worker metrics: Workers)."""
 
     model_config = _group("Metrics")
 
@@ -469,6 +470,13 @@ class MetricsSettings(BaseModel):
         ge=1,
         le=1000,
         description="Tenants named in per-tenant metrics; the rest are summed as (others).",
+    )
+    token: str | None = setting(
+        "OM_METRICS_TOKEN",
+        secret=True,
+        description="Bearer token a scraper sends to the API's /metrics; unset: the API "
+        "answers 404 there (its per-tenant series name every busy tenant). Worker metrics "
+        "are on their own port (OM_WORKER_METRICS_PORT).",
     )
 
 

@@ -3,7 +3,8 @@
 The API, the workers, beat and Flower all write the same shape: ``time``, ``level``,
 ``logger``, ``message``, the context of the work at hand (``request_id``, ``job_id``,
 ``tenant_id``, ``session_id``: whichever are known, bound with :func:`log_context`, or with
-:func:`bind_log_context` once they become known inside a block) and any ``extra=`` fields.
+:func:`bind_log_context` once they become known inside a block; ``trace_id`` and ``span_id``
+of the current span when tracing is on) and any ``extra=`` fields.
 Known secrets are replaced in the rendered line with :func:`om_core.policy.redaction.redact`, the
 one
 redaction function of the system, so a secret echoed inside an exception message or traceback
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from om_core.policy.redaction import redact
+from om_workers.telemetry.tracing import current_ids
 
 MIN_SECRET_CHARS: Final = 6
 """Shorter values are not treated as secrets: redacting ``"a"`` everywhere would garble logs."""
@@ -88,6 +90,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **_CONTEXT.get({}),
         }
+        ids = current_ids()
+        if ids is not None:
+            payload["trace_id"], payload["span_id"] = ids
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 payload[key] = value

@@ -104,6 +104,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # om_workers, the adapters: each adapter, then the job bodies, the composition root, and
     # the Celery wiring that runs the jobs in a worker process.
     ("om_workers.errors", "om_workers.config", "om_workers.settings_env"),
+    # Traces: below every adapter, which each open spans; imports no other adapter.
+    ("om_workers.telemetry",),
     (
         "om_workers.settings_reference",
         "om_workers.logs",

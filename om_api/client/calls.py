@@ -375,7 +375,9 @@ def readyz() -> Call[HealthOut]:
 
 
 def metrics() -> Call[str]:
-    """Prometheus metrics text."""
+    """Prometheus metrics text. Needs a client whose key is the service's
+    ``OM_METRICS_TOKEN``: :class:`Unauthorized` with a tenant's key, :class:`NotFound` when
+    the service serves no metrics on its port."""
     return Call("GET", "/metrics", str)
 
 

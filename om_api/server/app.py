@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import redis
 from fastapi import Depends, FastAPI, HTTPException, Request
+from opentelemetry.trace import SpanKind
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
@@ -55,6 +56,7 @@ from om_workers.jobs.reconcile import PublishErasure
 from om_workers.logs import CONTEXT_FIELDS, log_context
 from om_workers.services import Services, build_services
 from om_workers.store import SqlStore
+from om_workers.telemetry import tracing
 
 log = logging.getLogger("om_api")
 
@@ -130,18 +132,26 @@ class RequestMiddleware:
                     raise _BodyTooLarge(self.max_body_bytes)
             return message
 
-        try:
-            declared = headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        method = str(scope.get("method", ""))
+        # A server span, continuing the caller's trace when it sent W3C trace context.
+        with tracing.continued(
+            headers, method, kind=SpanKind.SERVER, attributes={"http.request.method": method}
+        ):
+            try:
+                if self._declared_too_large(headers):
+                    await self._too_large(send_wrapped, request_id)
+                else:
+                    await self.app(scope, receive_limited, send_wrapped)
+            except _BodyTooLarge:
+                if outcome["started"]:
+                    raise
                 await self._too_large(send_wrapped, request_id)
-            else:
-                await self.app(scope, receive_limited, send_wrapped)
-        except _BodyTooLarge:
-            if outcome["started"]:
-                raise
-            await self._too_large(send_wrapped, request_id)
-        finally:
-            self._record(scope, request_id, outcome["status"], time.perf_counter() - started)
+            finally:
+                self._record(scope, request_id, outcome["status"], time.perf_counter() - started)
+
+    def _declared_too_large(self, headers: dict[str, str]) -> bool:
+        declared = headers.get("content-length")
+        return declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes
 
     async def _too_large(self, send: Send, request_id: str) -> None:
         body = ErrorBody(
@@ -163,6 +173,8 @@ class RequestMiddleware:
         template = getattr(route, "path", None) or UNMATCHED_ROUTE
         method = str(scope.get("method", ""))
         self.metrics.observe_request(method, template, status, seconds)
+        tracing.rename_current(f"{method} {template}")
+        tracing.set_attributes({"http.route": template, "http.response.status_code": status})
         log.info(
             "request",
             extra={
@@ -254,7 +266,7 @@ def create_app(
         raise ValueError("pass services= or settings/store/redis, not both")
     resolved = services.settings
     services.memory()  # invalid memory settings fail here, not at the first request
-    registry = SecretRegistry([resolved.api.admin_token, *services.secrets])
+    registry = SecretRegistry([resolved.api.admin_token, resolved.metrics.token, *services.secrets])
     metrics = ApiMetrics()
     metrics.registry.register(
         TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics.top_tenants)
@@ -278,6 +290,7 @@ def create_app(
         keys=KeyCache(services.accounts, resolved.api.key_cache_s),
     )
     configure_logging(registry, resolved.log_level)
+    tracing.configure_tracing("om-api")
     app = _Api(
         title="Observational memory API",
         version=API_VERSION,

@@ -1,6 +1,6 @@
 """A worker process's start-up and shutdown, as Celery signal handlers: the Prometheus metrics
-server, JSON logs, the task slots it advertises to the fair queue while it lives, and its watch
-for runs of dead workers."""
+server, traces, JSON logs, the task slots it advertises to the fair queue while it lives, and
+its watch for runs of dead workers."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.lost_runs import LostRunWatch
 from om_workers.logs import configure_json_logging
 from om_workers.providers.setup import provider_secrets
+from om_workers.telemetry.tracing import configure_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,23 @@ def start_worker_metrics(**_: Any) -> None:
         metrics.serve(settings.worker.metrics_port, settings.worker.metrics_host)
     except OSError:
         log.exception("worker metrics port %d not served", settings.worker.metrics_port)
+
+
+def start_tracing(**_: Any) -> None:
+    """``worker_init`` and ``worker_process_init`` handler: traces on when the ``OTEL_*``
+    environment asks (:mod:`om_workers.telemetry.tracing`; a prefork child starts its own
+    exporter). A refused ``OTEL_*`` value is logged, not fatal: a worker without traces still
+    flushes."""
+    try:
+        configure_tracing("om-worker")
+    except ValueError:
+        log.exception("tracing not started: an OTEL_* setting was refused")
+
+
+def stop_tracing(**_: Any) -> None:
+    """``worker_shutdown`` and ``worker_process_shutdown`` handler: export the spans still
+    buffered before the process ends."""
+    shutdown_tracing()
 
 
 def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
@@ -91,6 +109,8 @@ def connect(deps: Callable[[], FlushDeps]) -> None:
     from celery.signals import (  # type: ignore[import-untyped]
         setup_logging,
         worker_init,
+        worker_process_init,
+        worker_process_shutdown,
         worker_ready,
         worker_shutdown,
     )
@@ -103,6 +123,10 @@ def connect(deps: Callable[[], FlushDeps]) -> None:
     setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
     worker_ready.connect(ready, weak=False, dispatch_uid="om-pool-join")
     worker_shutdown.connect(leave_pool, weak=False, dispatch_uid="om-pool-leave")
+    worker_init.connect(start_tracing, weak=False, dispatch_uid="om-tracing")
+    worker_process_init.connect(start_tracing, weak=False, dispatch_uid="om-tracing-child")
+    worker_shutdown.connect(stop_tracing, weak=False, dispatch_uid="om-tracing-stop")
+    worker_process_shutdown.connect(stop_tracing, weak=False, dispatch_uid="om-tracing-child-stop")
 
 
 __all__ = [
@@ -110,6 +134,8 @@ __all__ = [
     "join_pool",
     "leave_pool",
     "setup_json_logging",
+    "start_tracing",
     "start_worker_metrics",
+    "stop_tracing",
     "watch_lost_runs",
 ]

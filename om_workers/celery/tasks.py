@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 from typing import Any, Final
 
+from opentelemetry.trace import SpanKind
+
 from om_workers.celery.config import QUEUE
 from om_workers.celery.limits import (
     broker_of,
@@ -37,6 +39,7 @@ from om_workers.jobs.retention import run_retention_pass
 from om_workers.logs import log_context
 from om_workers.store import AccountStore
 from om_workers.store.unit_of_work import utc_now
+from om_workers.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +56,33 @@ MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
 def publisher(app: Any) -> PublishJob:
-    """A :data:`~om_workers.jobs.deps.PublishJob` that sends ``om.flush`` through ``app``."""
+    """A :data:`~om_workers.jobs.deps.PublishJob` that sends ``om.flush`` through ``app``;
+    with tracing on, the publish is a producer span whose W3C context rides in the message's
+    headers, so the worker's span continues the trace."""
 
     def publish(tenant_id: str, session_id: str, job_id: str) -> None:
-        app.send_task(FLUSH_TASK, args=[tenant_id, session_id, job_id, False], queue=QUEUE)
+        with tracing.span(
+            f"{FLUSH_TASK} publish", kind=SpanKind.PRODUCER, attributes=_job_attributes(job_id)
+        ):
+            app.send_task(
+                FLUSH_TASK,
+                args=[tenant_id, session_id, job_id, False],
+                queue=QUEUE,
+                headers=tracing.inject_headers() or None,
+            )
 
     return publish
+
+
+def _job_attributes(job_id: str) -> dict[str, str]:
+    return {"messaging.system": "celery", "messaging.destination.name": QUEUE, "om.job_id": job_id}
+
+
+def _trace_headers(request: Any) -> dict[str, str]:
+    """The W3C trace-context headers a message arrived with (Celery sets each custom
+    header as an attribute of the task's request)."""
+    found = {name: getattr(request, name, None) for name in tracing.PROPAGATION_HEADERS}
+    return {name: value for name, value in found.items() if isinstance(value, str)}
 
 
 def erase_publisher(app: Any) -> PublishErasure:
@@ -120,8 +144,13 @@ def flush_task(
     Its place in the fair queue is marked running when the message starts and freed when the
     message is finished with, whatever the outcome, except when Celery retries it (the retried
     message keeps the place). Returns what Flower shows: the outcome, and why a flush did
-    nothing."""
-    with log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
+    nothing. With tracing on, the job is a consumer span continuing the publisher's trace."""
+    span = tracing.continued(
+        _trace_headers(task.request),
+        f"{FLUSH_TASK} process",
+        attributes={**_job_attributes(job_id), "om.tenant_id": tenant_id},
+    )
+    with span, log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
         fair = fair_publisher(deps)
         if fair is not None:
             # A prefork child is not in the pool its parent advertises: its own liveness key
@@ -145,7 +174,9 @@ def flush_task(
         finally:
             if fair is not None and not retrying:
                 _free_place(fair, job_id, deps.lock_ttl_s)
-    log.debug("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
+        tracing.set_attributes({"om.outcome": outcome.outcome})
+        # Inside the job's log context and span: the line names the job and its trace.
+        log.info("flush %s of %s/%s: %s", job_id, tenant_id, session_id, outcome.outcome)
     return f"{outcome.outcome}: {outcome.reason}" if outcome.reason else outcome.outcome
 
 

@@ -25,14 +25,18 @@ its ``pending`` marker and its ``queued`` row, which the reconciler publishes ag
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, cast
 
 import redis
+from opentelemetry.trace import SpanKind
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
 from om_workers.coordination import keys, timing
 from om_workers.coordination.connection import translate_errors
+from om_workers.telemetry import tracing
 
 Step = Literal["add", "start", "done", "return", "sweep", "fill", "reap", "departed"]
 
@@ -110,6 +114,26 @@ class FairQueue:
         would come back only after the visibility timeout); otherwise nothing."""
         return self._step("departed")[1]
 
+    def remember_trace(self, job_id: str, carrier: dict[str, str]) -> None:
+        """Keep the W3C trace context of the request whose job now waits (for
+        :data:`~om_workers.coordination.keys.TRACE_CONTEXT_TTL_S`). Telemetry only: a Redis
+        failure is ignored."""
+        traceparent = carrier.get("traceparent")
+        if traceparent:
+            with contextlib.suppress(redis.RedisError):
+                key = keys.trace_context_key(job_id)
+                self._client.set(key, traceparent, ex=keys.TRACE_CONTEXT_TTL_S)
+
+    def recall_trace(self, job_id: str) -> dict[str, str]:
+        """The trace context :meth:`remember_trace` kept for the job, once (it is deleted);
+        empty when none was kept or Redis cannot be reached."""
+        with contextlib.suppress(redis.RedisError):
+            kept = self._client.getdel(keys.trace_context_key(job_id))
+            if kept:
+                text = kept.decode() if isinstance(kept, bytes) else str(kept)
+                return {"traceparent": text}
+        return {}
+
     def load(self) -> tuple[int, list[TenantLoad]]:
         """The backlog (every job the queue holds, waiting, admitted or running: what KEDA
         scales on) and each tenant with jobs in the queue or requests refused by a rate limit:
@@ -179,19 +203,36 @@ class FairQueue:
         return int(cast(int, reply[0])) == 1, admitted
 
 
-def send_admitted(admitted: Sequence[QueuedJob], send: Send, queue: FairQueue) -> None:
+def send_admitted(
+    admitted: Sequence[QueuedJob], send: Send, queue: FairQueue, own_job_id: str = ""
+) -> None:
     """Publish every admitted job; one the broker refuses goes back to the head of its
     tenant's line (the next finished job or reconcile pass admits it again). Raises the first
-    broker error after trying the rest."""
+    broker error after trying the rest. Only ``own_job_id`` (the job of the caller's request)
+    is published inside the caller's trace; another job joins the trace of the request that
+    queued it (:meth:`FairQueue.recall_trace`), or starts its own."""
     failure: Exception | None = None
     for job in admitted:
         try:
-            send(job.tenant_id, job.session_id, job.job_id)
+            with _trace_of(job.job_id, own_job_id, queue):
+                send(job.tenant_id, job.session_id, job.job_id)
         except Exception as exc:
             failure = failure or exc
             queue.give_back(job)
     if failure is not None:
         raise failure
+
+
+def _trace_of(job_id: str, own_job_id: str, queue: FairQueue) -> AbstractContextManager[None]:
+    """The trace a job's publish belongs to (see :func:`send_admitted`)."""
+    if job_id == own_job_id or not tracing.enabled():
+        return nullcontext()
+    carrier = queue.recall_trace(job_id)
+    if not carrier:
+        return tracing.detached()
+    return tracing.continued(
+        carrier, "fair_queue admitted", kind=SpanKind.INTERNAL, attributes={"om.job_id": job_id}
+    )
 
 
 class FairPublisher:
@@ -209,10 +250,15 @@ class FairPublisher:
         again (its message may have been dropped at a busy lock; a duplicate is harmless).
         Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be
         reached, and the broker's error when a send fails (that job waits again)."""
-        duplicate, admitted = self.queue.add(tenant_id, session_id, job_id)
+        with tracing.span("fair_queue add", attributes={"om.job_id": job_id}):
+            duplicate, admitted = self.queue.add(tenant_id, session_id, job_id)
+            tracing.set_attributes({"om.fair_queue.admitted": len(admitted)})
+            waits = not duplicate and all(job.job_id != job_id for job in admitted)
+            if waits and tracing.enabled():
+                self.queue.remember_trace(job_id, tracing.inject_headers())
         if duplicate:
             self._send(tenant_id, session_id, job_id)
-        send_admitted(admitted, self._send, self.queue)
+        send_admitted(admitted, self._send, self.queue, own_job_id=job_id)
 
     def started(self, job_id: str, worker_id: str, liveness_ttl_s: float = 0.0) -> None:
         """The worker process ``worker_id`` took the job's message (see :meth:`FairQueue.start`

@@ -175,6 +175,21 @@ def fair_line_key(tenant_id: str) -> str:
     return f"{PREFIX}fair:line:{_part(tenant_id)}"
 
 
+TRACE_CONTEXT_TTL_S: Final = PENDING_TTL_S
+"""Lifetime of a waiting flush job's trace context, whole seconds: as long as a ``pending``
+marker; a job admitted later than that starts a trace of its own."""
+
+
+def trace_context_key(job_id: str) -> str:
+    """Key of the W3C trace context (``traceparent``) of the request whose flush job
+    ``job_id`` waits in the fair queue, with tracing on; read and deleted when the job is
+    admitted, so its publish and its worker's spans join that request's trace.
+
+    Raises ``ValueError`` for an empty id.
+    """
+    return f"{PREFIX}fair:trace:{_part(job_id)}"
+
+
 def fair_queue_keys(tenant_id: str | None = None) -> list[str]:
     """The ``KEYS`` of ``fair_queue.lua``, in its order; with a tenant, its line last (the
     ``add`` and ``return`` steps need it).

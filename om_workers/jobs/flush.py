@@ -46,6 +46,8 @@ from om_workers.jobs.metering import UsageMeter
 from om_workers.jobs.running import Finished, RunningJob
 from om_workers.metrics import METRICS
 from om_workers.store.records import FlushJob, StartedJob
+from om_workers.telemetry import tracing
+from om_workers.telemetry.genai import TracedProvider
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,10 @@ def _run(
     lock = SessionLock(
         deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc
     )
-    if not lock.acquire(claim_pending=True):
+    with tracing.span("session lock acquire", attributes={"om.job_id": job_id}):
+        acquired = lock.acquire(claim_pending=True)
+        tracing.set_attributes({"om.lock.acquired": acquired})
+    if not acquired:
         # Drop the message and leave ``pending`` alone: the holder's release publishes it.
         # Never re-set a claimed marker here: later requests would coalesce onto a job that
         # already read the session. On Redis a message redelivered after its worker crashed
@@ -233,7 +238,9 @@ def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime
     """The flush's runtime over the job's memory unit of work; records held back are written
     before each provider call, so no model work starts while a step's records are not durable."""
     models = deps.worker_models
-    provider = _WritingFirst(deps.provider(), running.memory.write_held, running.meter)
+    provider = _WritingFirst(
+        TracedProvider(deps.provider()), running.memory.write_held, running.meter
+    )
     return ObservationalMemoryRuntime(
         running.memory,
         settings=dict(deps.memory_settings),

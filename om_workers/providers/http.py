@@ -33,6 +33,8 @@ from om_workers.errors import (
     ProviderTransportError,
 )
 from om_workers.providers.retry import PROVIDER_RETRY_POLICY, is_retryable_status
+from om_workers.telemetry import tracing
+from om_workers.telemetry.genai import usage_attributes
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_CHARS = 1024
@@ -215,7 +217,10 @@ class JsonApiProvider(ABC):
         headers = {"content-type": "application/json", **self.headers(key)}
         secrets = (*self._secrets, *((key,) if key else ()))
         answer = self._poster.post(self.PATH, self.body(request), headers, secrets)
-        return ProviderResponse(message=self.message(answer, secrets), usage=self.usage(answer))
+        usage = self.usage(answer)
+        if tracing.enabled():
+            tracing.set_attributes(usage_attributes(usage, answer.get("model")))
+        return ProviderResponse(message=self.message(answer, secrets), usage=usage)
 
     def usage(self, answer: dict[str, Any]) -> TokenUsage | None:
         """The call's tokens from the answer's ``usage`` object, read under the vendor's

@@ -51,6 +51,7 @@ from om_workers.store.repositories import (
 )
 from om_workers.store.snapshot import SnapshotCache
 from om_workers.store.tail_cache import TailCache
+from om_workers.telemetry import tracing
 
 
 def utc_now() -> datetime:
@@ -126,14 +127,21 @@ class SqlReadUnitOfWork:
         self._stack: ExitStack | None = None
         self._transaction: RootTransaction | None = None
 
+    _SPAN = "db transaction read"
+
     def _connect(self, stack: ExitStack) -> Connection:
         return stack.enter_context(self._engine.connect())
+
+    def _span_attributes(self) -> dict[str, str]:
+        return {"db.system.name": self._engine.dialect.name}
 
     def __enter__(self) -> Self:
         if self._stack is not None:
             raise RuntimeError("this unit of work is already open")
         stack = ExitStack()
         try:
+            # The span covers the whole transaction, the wait for SQLite's writers included.
+            stack.enter_context(tracing.span(self._SPAN, attributes=self._span_attributes()))
             with translate_errors():
                 connection = self._connect(stack)
                 self._transaction = connection.begin()
@@ -192,6 +200,8 @@ class SqlUnitOfWork(SqlReadUnitOfWork):
     block is rolled back unless :meth:`commit` ran. Raises what :class:`SqlReadUnitOfWork`
     raises; a lost unique-constraint race is a :class:`WriteRace`.
     """
+
+    _SPAN = "db transaction write"
 
     def _connect(self, stack: ExitStack) -> Connection:
         return stack.enter_context(writer_connection(self._engine))

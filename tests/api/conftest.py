@@ -14,7 +14,7 @@ from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, upgrade
-from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
+from tests.api.server import ADMIN_TOKEN, METRICS_TOKEN, LiveApi, Published, serve
 from tests.conftest import BACKENDS, fresh_database
 
 MAX_BODY_BYTES = 256 * 1024
@@ -31,6 +31,7 @@ def make_settings(database_url: str, redis_url: str) -> Settings:
         database_url=database_url,
         redis_url=redis_url,
         admin_token=ADMIN_TOKEN,
+        metrics_token=METRICS_TOKEN,
         max_body_bytes=MAX_BODY_BYTES,
     )
 

@@ -19,6 +19,7 @@ from om_workers.config import Settings
 from om_workers.store import AccountStore, SqlStore
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
+METRICS_TOKEN = "metrics-token-for-tests-9876543210"
 START_TIMEOUT_S = 10.0
 
 
@@ -53,6 +54,12 @@ class LiveApi:
         """A client carrying the admin token."""
         return httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
+        )
+
+    def scraper(self) -> httpx.Client:
+        """A client carrying the metrics token (what Prometheus sends)."""
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30
         )
 
     def anonymous(self) -> httpx.Client:

@@ -28,7 +28,9 @@ def test_health_ready_metrics(api: LiveApi) -> None:
         assert ready.json()["checks"] == {"redis": True, "database": True}
         _, client = api.tenant()
         client.get("/v1/sessions/abc")
-        metrics = anonymous.get("/metrics")
+        assert anonymous.get("/metrics").status_code == 401
+        with api.scraper() as scraper:
+            metrics = scraper.get("/metrics")
         assert metrics.status_code == 200
         assert metrics.headers["content-type"].startswith("text/plain")
         text = metrics.text
@@ -100,7 +102,8 @@ def test_redis_down_flush_is_503_with_retry_after(
         assert tenant.get("/v1/sessions/s/status").json()["in_flight"] is False
         ready = httpx.get(f"{live.url}/readyz")
         assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False
-        metrics = httpx.get(f"{live.url}/metrics").text
+        with live.scraper() as scraper:
+            metrics = scraper.get("/metrics").text
         assert 'om_api_flush_enqueue_total{outcome="unavailable"} 1.0' in metrics
         # Back up: the flush is accepted.
         private_redis.start()

@@ -130,12 +130,12 @@ def test_another_tenants_key_and_unlimited_routes_are_unaffected(limited: LiveAp
     assert _append(client, tenant_id, 99).status_code == 429
     other_id, other = _new_tenant(limited)
     assert _append(other, other_id, 0).status_code == 201
-    # Admin routes and health/metrics take no API key and are never limited.
-    with limited.admin() as admin, limited.anonymous() as anonymous:
+    # Admin routes, health and metrics take no API key and are never limited.
+    with limited.admin() as admin, limited.anonymous() as anonymous, limited.scraper() as scraper:
         for _ in range(READS_BURST + 2):
             assert admin.get(f"/v1/admin/tenants/{tenant_id}/keys").status_code == 200
             assert anonymous.get("/healthz").status_code == 200
-            assert anonymous.get("/metrics").status_code == 200
+            assert scraper.get("/metrics").status_code == 200
 
 
 def test_two_api_replicas_share_one_budget(limited: LiveApi, replica: LiveApi) -> None:
@@ -208,7 +208,8 @@ def test_redis_down_fails_open_with_a_metric(tmp_path: Path) -> None:
                 assert _append(client, tenant_id, n).status_code == 201
             for _ in range(READS_BURST + 2):
                 assert client.get("/v1/sessions/s").status_code == 200
-            metrics = httpx.get(f"{live.url}/metrics").text
+            with live.scraper() as scraper:
+                metrics = scraper.get("/metrics").text
     finally:
         down.close()
         store.close()

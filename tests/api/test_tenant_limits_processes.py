@@ -26,6 +26,7 @@ from tests.api.processes import start_api
 
 BURST = 3
 ADMIN_TOKEN = "admin-token-for-the-two-processes"
+METRICS_TOKEN = "metrics-token-for-the-two-processes"
 
 
 @pytest.fixture
@@ -40,6 +41,7 @@ def two_apis(
         "OM_RATE_FLUSHES_BURST": str(BURST),
         "OM_RATE_LIMIT_CACHE_S": "0",
         "OM_ADMIN_TOKEN": ADMIN_TOKEN,
+        "OM_METRICS_TOKEN": METRICS_TOKEN,
     }
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
@@ -58,7 +60,8 @@ def two_apis(
 
 
 def _samples(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    scrape = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    text = httpx.get(f"{url}/metrics", headers=scrape, timeout=10).text
     found = {}
     for line in text.splitlines():
         match = re.fullmatch(r"(om_(?:tenant|flush)_\S+) (\S+)", line)

@@ -22,6 +22,7 @@ from . import (
     bench_portability,
     bench_scopes,
     bench_search,
+    bench_tracing,
     bench_turns,
     bench_usage,
     bench_webhooks,
@@ -46,6 +47,7 @@ BENCHMARKS = [
     bench_mcp,
     bench_usage,
     bench_webhooks,
+    bench_tracing,
 ]
 
 

@@ -13,7 +13,7 @@ from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import SqlStore, upgrade
-from tests.api.server import ADMIN_TOKEN, LiveApi, Published, serve
+from tests.api.server import ADMIN_TOKEN, METRICS_TOKEN, LiveApi, Published, serve
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,10 @@ def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveApi]:
     with EmbeddedRedis() as server:
         client: redis.Redis = connect(server.url)
         settings = Settings(
-            database_url=database_url, redis_url=server.url, admin_token=ADMIN_TOKEN
+            database_url=database_url,
+            redis_url=server.url,
+            admin_token=ADMIN_TOKEN,
+            metrics_token=METRICS_TOKEN,
         )
         with serve(settings, store, client, Published()) as live:
             yield live

@@ -26,10 +26,15 @@ from om_api.client import (
 )
 from om_api.schemas import EntryIn, MessageWire
 from om_workers.coordination.embedded import free_port
-from tests.api.server import ADMIN_TOKEN
+from tests.api.server import ADMIN_TOKEN, METRICS_TOKEN
 from tests.cli.conftest import Tenant
 
 FAST = RetryPolicy(attempts=4, base_s=0.01, cap_s=0.05)
+
+
+def test_metrics_with_the_metrics_token(tenant: Tenant) -> None:
+    with OMClient(tenant.api.url, METRICS_TOKEN, retry=FAST) as scraper:
+        assert "om_api_requests_total" in scraper.metrics()
 
 
 def test_integration_path_append_flush_context(tenant: Tenant) -> None:
@@ -67,7 +72,9 @@ def test_integration_path_append_flush_context(tenant: Tenant) -> None:
         assert om.recall("s-1", "0123456789ab").found is False
         page = om.messages("s-1", appended.appended_ids[0])
         assert [i.entry_id for i in page.items] == appended.appended_ids[1:]
-        assert om.readyz().status == "ok" and "om_" in om.metrics()
+        assert om.readyz().status == "ok"
+        with pytest.raises(Unauthorized):  # a tenant's key does not read the metrics
+            om.metrics()
         found = om.search("gateway attempts", session_id="s-1", limit=1)
         assert [h.id for h in found.hits] == [appended.appended_ids[0]]
         assert found.next_cursor is not None

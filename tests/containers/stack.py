@@ -75,6 +75,7 @@ class ComposeStack:
             "POSTGRES_PASSWORD": secrets.token_urlsafe(18),
             "REDIS_PASSWORD": secrets.token_urlsafe(18),
             "OM_ADMIN_TOKEN": secrets.token_urlsafe(24),
+            "OM_METRICS_TOKEN": secrets.token_urlsafe(24),
             "OM_FLOWER_BASIC_AUTH": f"om:{secrets.token_urlsafe(18)}",
             "OM_PROVIDER_API_KEY": f"sk-containers-{secrets.token_hex(16)}",
         }

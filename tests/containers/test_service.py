@@ -88,7 +88,9 @@ def test_flower_answers_with_its_auth_and_lists_both_workers(stack: ComposeStack
 
 
 def test_metrics_on_the_api_and_on_every_worker(stack: ComposeStack) -> None:
-    api = httpx.get(f"{stack.api_url}/metrics", timeout=10)
+    assert httpx.get(f"{stack.api_url}/metrics", timeout=10).status_code == 401
+    scrape = {"Authorization": f"Bearer {stack.secrets['OM_METRICS_TOKEN']}"}
+    api = httpx.get(f"{stack.api_url}/metrics", headers=scrape, timeout=10)
     assert api.status_code == 200
     assert "om_api_requests_total" in api.text and "om_flush_backlog" in api.text
     handled = 0.0

@@ -89,7 +89,13 @@ def test_env_example_names_only_read_or_documented_variables() -> None:
 
 
 def test_secrets_come_only_from_the_env_file() -> None:
-    for secret in ("POSTGRES_PASSWORD", "REDIS_PASSWORD", "OM_ADMIN_TOKEN", "OM_FLOWER_BASIC_AUTH"):
+    for secret in (
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "OM_ADMIN_TOKEN",
+        "OM_FLOWER_BASIC_AUTH",
+        "OM_METRICS_TOKEN",
+    ):
         assert read_env_file(ENV_EXAMPLE)[secret] == "", f"{secret} must have no example value"
         env = example_env()
         del env[secret]

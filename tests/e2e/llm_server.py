@@ -82,7 +82,7 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
     if calls:
         wire["tool_calls"] = calls
     choice = {"index": 0, "message": wire, "finish_reason": "stop"}
-    return {"choices": [choice], "usage": _usage(body, len(calls))}
+    return {"model": body["model"], "choices": [choice], "usage": _usage(body, len(calls))}
 
 
 class LlmServer:
