@@ -46,6 +46,7 @@ from om_workers.store.repositories import (
     SearchRepository,
     SessionRepository,
     TombstoneRepository,
+    VectorRepository,
 )
 from om_workers.store.snapshot import SnapshotCache
 from om_workers.store.tail_cache import TailCache
@@ -106,6 +107,7 @@ class SqlReadUnitOfWork:
     erasure: ErasureRepository
     erased_rows: ErasedRowsRepository
     search: SearchRepository
+    vectors: VectorRepository
 
     def __init__(
         self,
@@ -146,6 +148,7 @@ class SqlReadUnitOfWork:
         self.erasure = ErasureRepository(connection)
         self.erased_rows = ErasedRowsRepository(connection)
         self.search = SearchRepository(connection)
+        self.vectors = VectorRepository(connection)
         return self
 
     def __exit__(

@@ -13,6 +13,7 @@ from om_workers.store.repositories.memory import MemoryRepository
 from om_workers.store.repositories.search import SearchRepository
 from om_workers.store.repositories.sessions import LockedSession, SessionHead, SessionRepository
 from om_workers.store.repositories.tombstones import TombstoneRepository, tombstone_scope
+from om_workers.store.repositories.vectors import VectorRepository
 
 __all__ = [
     "EntryRepository",
@@ -26,5 +27,6 @@ __all__ = [
     "SessionHead",
     "SessionRepository",
     "TombstoneRepository",
+    "VectorRepository",
     "tombstone_scope",
 ]
