@@ -21,6 +21,7 @@ from . import (
     bench_portability,
     bench_scopes,
     bench_search,
+    bench_semantic,
     bench_turns,
     bench_workers,
 )
@@ -40,6 +41,7 @@ BENCHMARKS = [
     bench_turns,
     bench_scopes,
     bench_search,
+    bench_semantic,
 ]
 
 
