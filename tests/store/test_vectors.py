@@ -11,6 +11,7 @@ from sqlalchemy import func, select, update
 from store_factories import message, observations
 
 from om_core.errors import InvalidSearchQueryError
+from om_core.ledger.funnel import funnel_copy_id
 from om_core.read.search import SearchHit
 from om_workers.embeddings.local import LocalEmbedder
 from om_workers.errors import SessionNotFoundError
@@ -210,3 +211,26 @@ def test_bad_queries_are_refused_before_any_vector_is_read(
     for q in ("", "   ", "***", "a" * 501):
         with pytest.raises(InvalidSearchQueryError):
             store.search(tenant, q, session_id=session_id, semantic=semantic)
+
+
+def test_erasing_a_funnelled_child_deletes_its_copies_vectors_in_the_workspace(
+    store: SqlStore, tenant: str, embedder: LocalEmbedder
+) -> None:
+    store.create_session(tenant, "ws")
+    store.append_entries(tenant, "ws", message("w0", "ws", "parent asks for a survey"))
+    store.create_session(tenant, "child", workspace="ws")
+    store.append_entries(tenant, "child", message("c1", "child", "the tool said zebra-quartz"))
+    store.append_entries(tenant, "ws", message("w1", "ws", "after the child"))
+    _embed(store, embedder, tenant, "ws", "child")
+    copy_id = funnel_copy_id("ws", "child", "c1")
+    with store.engine.connect() as connection:
+        embedded = set(connection.execute(select(search_vectors.c.item_id)).scalars())
+    assert {"w0", copy_id, "w1", "c1"} <= embedded
+    job = store.erasure.erase_session(tenant, "child", None)
+    started = store.erasure.start_job(job.id)
+    assert started is not None
+    for target in started[1]:
+        store.erasure.erase_target(target, chunk=3)
+    with store.engine.connect() as connection:
+        left = set(connection.execute(select(search_vectors.c.item_id)).scalars())
+    assert left == {"w0", "w1"}
