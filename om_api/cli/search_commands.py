@@ -46,7 +46,7 @@ def query(
     ] = None,
     mode: Annotated[
         str | None,
-        typer.Option("--mode", help="lexical or hybrid; unset: the server's default."),
+        typer.Option("--mode", help="lexical (default) or hybrid."),
     ] = None,
     as_json: JsonOutput = False,
     api_url: ApiUrl = None,

@@ -252,10 +252,9 @@ def search(
     """Full-text search of one session's messages and memory, or of every session of the
     tenant (no ``session_id``): hits best first, ``next_cursor`` for the next page. Any word
     of ``q`` matches; quotes and operators are plain text. ``mode`` ``lexical`` or ``hybrid``
-    (full text and vectors fused; the server's embeddings must be on); unset: the server's
-    default (hybrid when its embeddings are on). :class:`InvalidRequest` for an empty ``q``,
-    one over ``MAX_QUERY_CHARS`` characters, a ``limit`` outside ``1..MAX_SEARCH_LIMIT`` or
-    another ``mode``."""
+    (full text and vectors fused; the server's embeddings must be on); unset: lexical.
+    :class:`InvalidRequest` for an empty ``q``, one over ``MAX_QUERY_CHARS`` characters, a
+    ``limit`` outside ``1..MAX_SEARCH_LIMIT`` or another ``mode``."""
     if not isinstance(q, str) or not q.strip():
         raise refused("q", "the search query is empty")
     if len(q) > MAX_QUERY_CHARS:

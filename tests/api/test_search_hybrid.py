@@ -1,7 +1,7 @@
 """Hybrid search over HTTP, on each backend, with embeddings from a real local
-OpenAI-compatible server: ``mode`` chooses, hybrid is the default when embeddings are on, a
+OpenAI-compatible server: ``mode`` chooses, a
 server without embeddings answers 422 for ``mode=hybrid``, a down endpoint 503, and every
-rule a read obeys still holds."""
+rule a read obeys still holds. Lexical stays the default with embeddings on."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _ids(answer: httpx.Response) -> list[str]:
     return [hit["id"] for hit in answer.json()["hits"]]
 
 
-def test_hybrid_is_the_default_and_finds_what_lexical_does_not(
+def test_hybrid_finds_what_lexical_does_not_and_lexical_stays_the_default(
     hybrid_api: LiveApi, embedding_server: EmbeddingsServer
 ) -> None:
     prefix, client = _session(
@@ -90,8 +90,8 @@ def test_hybrid_is_the_default_and_finds_what_lexical_does_not(
     )
     params = {"q": "Contract, rent?"}
     lexical = _ids(client.get("/v1/sessions/s/search", params={**params, "mode": "lexical"}))
-    hybrid = _ids(client.get("/v1/sessions/s/search", params=params))
-    assert lexical == [f"{prefix}0"]
+    hybrid = _ids(client.get("/v1/sessions/s/search", params={**params, "mode": "hybrid"}))
+    assert lexical == [f"{prefix}0"] == _ids(client.get("/v1/sessions/s/search", params=params))
     assert hybrid[0] == f"{prefix}0" and set(hybrid) == {f"{prefix}0", f"{prefix}1"}
     assert _ids(client.get("/v1/search", params={**params, "mode": "hybrid"}))[0] == f"{prefix}0"
 
@@ -107,7 +107,8 @@ def test_tombstoned_entries_and_other_tenants_stay_hidden_in_hybrid(
     assert _ids(other.get("/v1/search", params={"q": "walrus", "mode": "hybrid"})) == []
     answer = client.post("/v1/sessions/s/revocations", json={"entry_ids": [f"{prefix}0"]})
     assert answer.status_code == 200, answer.text
-    assert _ids(client.get("/v1/sessions/s/search", params={"q": "walrus"})) == [f"{prefix}1"]
+    hybrid = {"q": "walrus", "mode": "hybrid"}
+    assert _ids(client.get("/v1/sessions/s/search", params=hybrid)) == [f"{prefix}1"]
 
 
 def test_the_query_reaches_the_embedder_redacted_and_bad_input_is_a_422(
@@ -115,10 +116,11 @@ def test_the_query_reaches_the_embedder_redacted_and_bad_input_is_a_422(
 ) -> None:
     _, client = _session(hybrid_api, embedding_server, ["nothing to see"])
     key = client.headers["authorization"].removeprefix("Bearer ")
-    assert _ids(client.get("/v1/sessions/s/search", params={"q": f"find {key}"})) is not None
+    found = client.get("/v1/sessions/s/search", params={"q": f"find {key}", "mode": "hybrid"})
+    assert found.status_code == 200
     assert all(key not in text for text in embedding_server.inputs)
     for params in ({"q": ""}, {"q": "***"}, {"q": "x", "mode": "vector"}, {"q": "a" * 501}):
-        answer = client.get("/v1/sessions/s/search", params=params)
+        answer = client.get("/v1/sessions/s/search", params={"mode": "hybrid", **params})
         assert answer.status_code == 422, (params, answer.text)
 
 
@@ -128,7 +130,7 @@ def test_a_down_embeddings_endpoint_is_a_503_and_lexical_still_answers(
     prefix, client = _session(hybrid_api, embedding_server, ["the heron waits"])
     embedding_server.failing = True
     try:
-        answer = client.get("/v1/sessions/s/search", params={"q": "heron"})
+        answer = client.get("/v1/sessions/s/search", params={"q": "heron", "mode": "hybrid"})
         assert answer.status_code == 503 and KEY not in answer.text
         lexical = client.get("/v1/sessions/s/search", params={"q": "heron", "mode": "lexical"})
         assert _ids(lexical) == [f"{prefix}0"]

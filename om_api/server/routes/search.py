@@ -41,9 +41,8 @@ SearchCursor = Annotated[str | None, Query(description="`next_cursor` of the pre
 SearchMode = Annotated[
     Literal["lexical", "hybrid"] | None,
     Query(
-        description="`lexical` (full text) or `hybrid` (full text and nearest vectors fused by "
-        "reciprocal rank; needs OM_EMBEDDINGS_PROVIDER). Unset: hybrid when embeddings are "
-        "on, else lexical."
+        description="`lexical` (full text, the default) or `hybrid` (full text and nearest "
+        "vectors fused by reciprocal rank; needs OM_EMBEDDINGS_PROVIDER)."
     ),
 ]
 
@@ -56,7 +55,7 @@ def _semantic(state: ApiState, q: str | None, mode: str | None) -> Semantic | No
         raise EmbeddingsOffError(
             "hybrid search needs embeddings: this server runs with OM_EMBEDDINGS_PROVIDER=none"
         )
-    if mode == "lexical" or embedder is None:
+    if mode != "hybrid" or embedder is None:
         return None
     parse_query(q)
     vector = embedder.embed_query(redact(str(q), state.secrets))
