@@ -167,9 +167,9 @@ def top_by_cosine(
 
 
 def vector_backend(engine: Engine) -> str:
-    """Which vector index the database could offer, in one line for an operator:
-    ``sqlite-vec`` when Python's ``sqlite3`` can load it, ``pgvector`` when the extension is
-    available on the server, else why not (the search then scores exactly, in Python)."""
+    """One line for an operator on the vector index the database could offer (whether
+    Python's ``sqlite3`` can load extensions such as ``sqlite-vec``; whether the server has
+    ``pgvector``) and that the search scores by exact cosine either way."""
     if engine.dialect.name == "sqlite":
         return _sqlite_vec()
     with engine.connect() as connection:
@@ -194,7 +194,10 @@ def _sqlite_vec() -> str:
                 "sqlite-vec cannot be loaded: this Python's sqlite3 was built without "
                 "extension loading; vectors are scored by exact cosine in the API process"
             )
-        return "sqlite-vec could be loaded; vectors are still scored by exact cosine"
+        return (
+            "this Python's sqlite3 can load extensions, but sqlite-vec is not used: vectors "
+            "are scored by exact cosine in the API process"
+        )
     finally:
         connection.close()
 
