@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev,embeddings]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,7 +34,7 @@ up: $(STAMP)
 
 # Benchmarks write tests/bench/results.md and results.png; not part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[server,integrations,dev,embeddings,bench]'
 	$(BIN)/python -m tests.bench
 
 # The compose topology as local processes (PostgreSQL on 127.0.0.1:5432 needed), one worker

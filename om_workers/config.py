@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -458,6 +458,42 @@ class ApiSettings(BaseModel):
     )
 
 
+class EmbeddingSettings(BaseModel):
+    """Optional semantic search: the embedder workers run after a flush, and the query side of
+    ``mode=hybrid`` searches (off by default)."""
+
+    model_config = _group("Semantic search")
+
+    provider: Literal["none", "local", "openai"] = setting(
+        "OM_EMBEDDINGS_PROVIDER",
+        "none",
+        description="none (off: lexical search only), local (the bundled e5-small model of the "
+        "embeddings extra, offline) or openai (an OpenAI-compatible /embeddings endpoint).",
+    )
+    model: str = setting(
+        "OM_EMBEDDINGS_MODEL",
+        "",
+        description="Model name; unset: multilingual-e5-small (local) or "
+        "text-embedding-3-small (openai). Vectors of another model are not compared.",
+    )
+    url: str | None = setting(
+        "OM_EMBEDDINGS_URL",
+        description="Base URL of the OpenAI-compatible API (its /embeddings route is called); "
+        "unset: the vendor's own.",
+    )
+    api_key: SecretStr | None = setting(
+        "OM_EMBEDDINGS_API_KEY",
+        description="Key of the embeddings API; redacted from every log line and error.",
+    )
+    batch_size: int = setting(
+        "OM_EMBEDDINGS_BATCH_SIZE",
+        32,
+        ge=1,
+        le=2048,
+        description="Texts embedded per call (and per transaction of vectors written).",
+    )
+
+
 class MetricsSettings(BaseModel):
     """The Prometheus metrics the API serves at /metrics to a scraper holding the metrics token
     (worker metrics: Workers)."""
@@ -542,6 +578,7 @@ class Settings(BaseSettings):
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     flower: FlowerSettings = Field(default_factory=FlowerSettings)
     cli: CliSettings = Field(default_factory=CliSettings)
     memory_settings: dict[str, Any] = setting(

@@ -29,6 +29,8 @@ from om_core.settings import ObservationalMemorySettings, resolve_settings
 from om_workers.config import REDIS_REQUIRED, Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.fairness import FairPublisher, FairQueue
+from om_workers.embeddings.port import Embedder
+from om_workers.embeddings.setup import build_embedder, embedding_secrets
 from om_workers.errors import ConfigError
 from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.prompts import load_prompts
@@ -84,6 +86,13 @@ class Services:
     prompts: PromptSet
     _provider: _Once[Callable[[], Provider]] = field(repr=False, compare=False)
     _memory: _Once[ObservationalMemorySettings] = field(repr=False, compare=False)
+    _embedder: _Once[Embedder | None] = field(repr=False, compare=False)
+
+    def embedder(self) -> Embedder | None:
+        """The semantic search's embedder per ``OM_EMBEDDINGS_PROVIDER`` (``None``: off),
+        built on the first call and shared (see
+        :func:`om_workers.embeddings.setup.build_embedder`, and its errors)."""
+        return self._embedder.get()
 
     def provider_factory(self) -> Callable[[], Provider]:
         """The callable returning the provider for one job, per ``OM_PROVIDER`` (see
@@ -126,6 +135,8 @@ class Services:
             secrets=self.secrets,
             worker_models=dict(self.worker_models),
             prompts=self.prompts,
+            embedder=self.embedder(),
+            embed_batch=self.settings.embeddings.batch_size,
         )
 
     def publisher(self, send: PublishJob) -> PublishJob:
@@ -183,11 +194,12 @@ def build_services(
         accounts=AccountStore(store.engine),
         redis=redis,
         memory_settings=MappingProxyType(raw_memory),
-        secrets=provider_secrets(settings),
+        secrets=provider_secrets(settings) + embedding_secrets(settings),
         worker_models=MappingProxyType(dict(worker_models(settings))),
         prompts=prompts,
         _provider=_Once(lambda: provider_factory(settings)),
         _memory=_Once(lambda: resolve_settings(dict(raw_memory) or None)),
+        _embedder=_Once(lambda: build_embedder(settings)),
     )
 
 

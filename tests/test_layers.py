@@ -114,6 +114,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "om_workers.coordination",
         "om_workers.store",
         "om_workers.providers",
+        "om_workers.embeddings",
     ),
     ("om_workers.reads", "om_workers.jobs"),
     ("om_workers.services", "om_workers.doctor"),

@@ -1,5 +1,6 @@
-"""``om search``: search a running API (``query``), and rebuild the full-text index
-(``reindex``, on the database directly).
+"""``om search``: search a running API (``query``), rebuild the full-text index
+(``reindex``) and fill in the vectors of the semantic search (``embed``), both on the
+database directly.
 
 ``query`` talks to ``--api``/``--key`` (else OM_API_URL, OM_API_KEY) like the other client
 commands. ``reindex`` uses --database-url, else OM_DATABASE_URL, like ``om db upgrade``; run it once
@@ -43,6 +44,10 @@ def query(
     cursor: Annotated[
         str | None, typer.Option("--cursor", help="Continue after an earlier page.")
     ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="lexical (default) or hybrid."),
+    ] = None,
     as_json: JsonOutput = False,
     api_url: ApiUrl = None,
     key: ApiKey = None,
@@ -50,7 +55,7 @@ def query(
     """Search the messages and memory of the key's tenant (or one session), best first. Any
     word matches; recall a memory hit by id (om recall) for its exact sources."""
     with api_client(api_url, key) as client:
-        page = client.search(text, session_id=session, limit=limit, cursor=cursor)
+        page = client.search(text, session_id=session, limit=limit, cursor=cursor, mode=mode)
     show(page, as_json, show_hits)
 
 
@@ -81,3 +86,48 @@ def reindex(database_url: DatabaseUrl = None) -> None:
     finally:
         engine.dispose()
     typer.echo("search index rebuilt")
+
+
+@search_app.command("embed")
+def embed(
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Embed this tenant's sessions only.")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Give every session's messages and memory the vectors they lack (semantic search),
+    printing progress per session; safe to rerun (what has a vector is skipped).
+
+    Uses OM_EMBEDDINGS_* like the workers; exits 2 when embeddings are off."""
+    from om_core.errors import ObservationalMemoryError
+    from om_workers.embeddings.setup import build_embedder, embedding_secrets
+    from om_workers.providers.setup import provider_secrets
+    from om_workers.store.store import SqlStore
+    from om_workers.store.vectors import vector_backend
+
+    settings = get_settings()
+    embedder = build_embedder(settings)
+    if embedder is None:
+        fail("embeddings are off: set OM_EMBEDDINGS_PROVIDER to local or openai", 2)
+    try:
+        store = SqlStore.from_url(database_url or settings.store.url)
+    except ObservationalMemoryError as exc:
+        fail(str(exc), 2)
+    try:
+        typer.echo(vector_backend(store.engine), err=True)
+        targets = store.vectors.sessions(tenant)
+        written = 0
+        for done, (tenant_id, session_id) in enumerate(targets, start=1):
+            written += store.vectors.embed_session(
+                tenant_id,
+                session_id,
+                embedder,
+                batch_size=settings.embeddings.batch_size,
+                secrets=provider_secrets(settings) + embedding_secrets(settings),
+            )
+            typer.echo(f"[{done}/{len(targets)}] {session_id}: {written} vectors", err=True)
+    except ObservationalMemoryError as exc:
+        fail(f"embedding stopped (what was written stays): {exc}")
+    finally:
+        store.close()
+    typer.echo(f"{written} vectors written")

@@ -247,12 +247,14 @@ def search(
     session_id: str | None = None,
     limit: int = 20,
     cursor: str | None = None,
+    mode: str | None = None,
 ) -> Call[SearchPage]:
     """Full-text search of one session's messages and memory, or of every session of the
     tenant (no ``session_id``): hits best first, ``next_cursor`` for the next page. Any word
-    of ``q`` matches; quotes and operators are plain text. :class:`InvalidRequest` for an
-    empty ``q``, one over ``MAX_QUERY_CHARS`` characters or a ``limit`` outside
-    ``1..MAX_SEARCH_LIMIT``."""
+    of ``q`` matches; quotes and operators are plain text. ``mode`` ``lexical`` or ``hybrid``
+    (full text and vectors fused; the server's embeddings must be on); unset: lexical.
+    :class:`InvalidRequest` for an empty ``q``, one over ``MAX_QUERY_CHARS`` characters, a
+    ``limit`` outside ``1..MAX_SEARCH_LIMIT`` or another ``mode``."""
     if not isinstance(q, str) or not q.strip():
         raise refused("q", "the search query is empty")
     if len(q) > MAX_QUERY_CHARS:
@@ -260,6 +262,10 @@ def search(
     params: dict[str, Any] = {"q": q, "limit": checks.int_in("limit", limit, 1, MAX_SEARCH_LIMIT)}
     if cursor is not None:
         params["cursor"] = cursor
+    if mode is not None:
+        if mode not in ("lexical", "hybrid"):
+            raise refused("mode", "lexical or hybrid")
+        params["mode"] = mode
     path = f"{_session(session_id)}/search" if session_id is not None else "/v1/search"
     return Call("GET", path, SearchPage, params=params)
 

@@ -1,5 +1,5 @@
-"""The Celery tasks ``om.flush``, ``om.erase`` and ``om.reconcile``: adapters of the job bodies in
-:mod:`om_workers.jobs`, and what to do with a message whose job could not run.
+"""The Celery tasks ``om.flush``, ``om.erase``, ``om.embed`` and ``om.reconcile``: adapters of
+the job bodies in :mod:`om_workers.jobs`, and what to do with a message whose job could not run.
 
 Each task takes the process's :class:`~om_workers.jobs.deps.FlushDeps` from the factory it was
 registered with (:func:`register`), so this module needs no configuration to import. A flush
@@ -32,6 +32,7 @@ from om_workers.coordination.deferred import DEFERRED
 from om_workers.coordination.fairness import FairPublisher
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.jobs.deps import FlushDeps, PublishJob
+from om_workers.jobs.embed import run_embed_job
 from om_workers.jobs.erase import run_erasure_job
 from om_workers.jobs.flush import FlushOutcome, run_flush_job
 from om_workers.jobs.reconcile import PublishErasure, reconcile_once
@@ -47,6 +48,7 @@ FLUSH_TASK: Final = "om.flush"
 ERASE_TASK: Final = "om.erase"
 RETENTION_TASK: Final = "om.retention"
 RECONCILE_TASK: Final = "om.reconcile"
+EMBED_TASK: Final = "om.embed"
 RETRY_COUNTDOWN_S: Final = 5.0
 """Wait before retrying a flush whose Redis or database was unreachable; far below any
 visibility timeout, because on Redis ``self.retry(countdown=...)`` parks the message unacked in
@@ -123,6 +125,11 @@ def register(app: Any, deps: Callable[[], FlushDeps]) -> None:
         return retention_task(deps(), erase_publisher(app))
 
     app.task(name=ERASE_TASK)(erase)
+
+    def embed(tenant_id: str, session_id: str) -> str:
+        return embed_task(deps(), tenant_id, session_id)
+
+    app.task(name=EMBED_TASK)(embed)
     app.task(name=RETENTION_TASK)(retention)
     app.task(name=RECONCILE_TASK)(reconcile)
 
@@ -166,6 +173,13 @@ def flush_task(
             outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
             if webhooks is not None:
                 announce(deps.store, outcome.ran_job_id, webhooks)
+            if outcome.outcome == "succeeded" and deps.embedder is not None:
+                _quietly(
+                    "queueing the embedding of a flushed session",
+                    lambda: task.app.send_task(
+                        EMBED_TASK, args=[tenant_id, session_id], queue=QUEUE
+                    ),
+                )
             retry = _retry(deps, outcome, tenant_id, session_id, task.request.retries)
             if retry is not None:
                 countdown_s, max_retries = retry
@@ -277,6 +291,21 @@ def erase_task(deps: FlushDeps, job_id: str, *, webhooks: PublishWebhook | None 
     return f"{run.outcome}: {counts}" if counts else run.outcome
 
 
+def embed_task(deps: FlushDeps, tenant_id: str, session_id: str) -> str:
+    """``om.embed``: give a flushed session's messages and memory their vectors
+    (:func:`om_workers.jobs.embed.run_embed_job`); the outcome and the count, for Flower."""
+    with log_context(tenant_id=tenant_id, session_id=session_id):
+        run = run_embed_job(
+            deps.store,
+            deps.embedder,
+            tenant_id,
+            session_id,
+            batch_size=deps.embed_batch,
+            secrets=deps.secrets,
+        )
+    return f"{run.outcome}: vectors={run.vectors}"
+
+
 def retention_task(deps: FlushDeps, publish_erasure: PublishErasure) -> dict[str, str]:
     """``om.retention``: one retention pass (:func:`om_workers.jobs.retention.run_retention_pass`);
     tenant id -> the erasure job opened for it, for Flower."""
@@ -318,10 +347,12 @@ def reconcile_task(
 
 
 __all__ = [
+    "EMBED_TASK",
     "ERASE_TASK",
     "FLUSH_TASK",
     "RECONCILE_TASK",
     "RETENTION_TASK",
+    "embed_task",
     "erase_publisher",
     "erase_task",
     "fair_publisher",

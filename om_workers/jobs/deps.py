@@ -13,6 +13,7 @@ from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.flush.provider import Provider
 from om_workers.coordination import keys
+from om_workers.embeddings.port import Embedder
 from om_workers.store import SqlStore
 
 PublishJob = Callable[[str, str, str], None]
@@ -29,7 +30,8 @@ class FlushDeps:
     ``secrets`` are redacted from every stored error and prompt (the provider API key among
     them); ``worker_models`` maps ``observer``/``reflector``/``dropper`` to a model that
     overrides the memory settings' and ``model`` for that worker; ``prompts`` the
-    observer/reflector instructions (their version is recorded on each job row).
+    observer/reflector instructions (their version is recorded on each job row);
+    ``embedder`` the semantic search's (``None``: off), ``embed_batch`` texts per call.
     """
 
     store: SqlStore
@@ -43,6 +45,8 @@ class FlushDeps:
     secrets: tuple[str, ...] = ()
     worker_models: Mapping[str, str] = field(default_factory=dict)
     prompts: PromptSet = DEFAULT_PROMPTS
+    embedder: Embedder | None = None
+    embed_batch: int = 32
 
 
 __all__ = ["FlushDeps", "PublishJob"]

@@ -211,6 +211,8 @@ class ErasureService(Service):
                 blank = entries_to_blank(stored, copy_ids)
                 placeholders = [erased_placeholder(by_id[entry_id]) for entry_id in blank]
                 uow.erased_rows.blank(workspace_pk, placeholders)
+                # The copies' vectors were made from the erased text; memory is rebuilt.
+                uow.vectors.forget_entries(workspace_pk, blank)
                 uow.erased_rows.rebuild_memory(workspace_pk, now=uow.now())
                 uow.erased_rows.forget_tombstones(target.tenant_id, copy_ids)
                 uow.commit()

@@ -37,7 +37,9 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -184,6 +186,22 @@ memory_items = Table(
     Column("pending", Boolean, nullable=False),
     Column("dropped_ord", BigInteger, nullable=True),
     Index("ix_memory_items_active", "session_pk", "kind", "dropped_ord", "ord"),
+)
+
+# Vectors of the optional semantic search (migration 0015): a message entry's (source 0,
+# position its seq) or a memory item's (source 1, position its ord), of one model.
+search_vectors = Table(
+    "search_vectors",
+    metadata,
+    session_pk_column(primary_key=True),
+    Column("source", SmallInteger, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("tenant_id", String(TENANT_ID_LENGTH), nullable=False),
+    Column("item_id", String(ID_LENGTH), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("dimension", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    Index("ix_search_vectors_tenant_id_model", "tenant_id", "model"),
 )
 
 flush_jobs = Table(

@@ -10,11 +10,15 @@ reflection resting on a withheld observation), and snippets are cut from redacte
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from om_core.ledger.models import SessionEntry
+from om_core.read.fusion import fuse
 from om_core.read.search import (
+    MAX_SEARCH_LIMIT,
     HitKind,
     SearchHit,
+    SearchKey,
     SearchPage,
     SearchQuery,
     check_limit,
@@ -27,6 +31,7 @@ from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.service import Service
 from om_workers.store.snapshot import OBSERVATION
 from om_workers.store.unit_of_work import SqlReadUnitOfWork
+from om_workers.store.vectors import top_by_cosine
 
 _ROW_SHIFT = 4294967296
 
@@ -51,6 +56,10 @@ class _Withheld:
             scope = tombstone_scope(session_id)
             self._ids[session_id] = self._uow.tombstones.withheld(self._tenant_id, scope)
         return self._ids[session_id]
+
+    def entry(self, row: SearchRow) -> bool:
+        """Whether a message candidate's entry is tombstoned."""
+        return row.entry_id in self._of(row.session_id)
 
     def memory(self, row: SearchRow) -> bool:
         blocked = self._of(row.session_id)
@@ -93,6 +102,43 @@ def _hit(row: SearchRow, query: SearchQuery, secrets: Iterable[str]) -> SearchHi
     )
 
 
+FUSION_DEPTH = MAX_SEARCH_LIMIT
+"""Candidates each engine gives a hybrid search: full-text matches and nearest vectors."""
+
+
+@dataclass(frozen=True)
+class Semantic:
+    """The vector side of a hybrid search: the query's vector and the model that made it."""
+
+    vector: tuple[float, ...]
+    model: str
+
+
+def _fused(
+    uow: SqlReadUnitOfWork,
+    tenant_id: str,
+    query: SearchQuery,
+    pk: int | None,
+    semantic: Semantic,
+    after: SearchKey | None,
+) -> list[SearchRow]:
+    """The fused candidates after ``after``, best first, each keyed by its fused score; a
+    vector of a tombstoned entry is dropped here (the full-text side filters them in SQL)."""
+    lexical = uow.search.candidates(tenant_id, query, session_pk=pk, after=None, limit=FUSION_DEPTH)
+    scanned = uow.vectors.scan(tenant_id, semantic.model, pk)
+    nearest = uow.vectors.rows(top_by_cosine(scanned, semantic.vector, FUSION_DEPTH))
+    withheld = _Withheld(uow, tenant_id)
+    nearest = [r for r in nearest if r.key.source != 0 or not withheld.entry(r)]
+    by_place = {(r.key.source, r.key.row): r for r in (*nearest, *lexical)}
+    fused = fuse([[(r.key.source, r.key.row) for r in ranked] for ranked in (lexical, nearest)])
+    # Ordered by key, not by fusion's tie rule, so a cursor (a key) continues the same order.
+    rows = sorted(
+        (replace(by_place[place], key=SearchKey(-score, *place)) for place, score in fused),
+        key=lambda r: r.key,
+    )
+    return [r for r in rows if after is None or r.key > after]
+
+
 class SearchService(Service):
     """Full-text search over a store's units of work (see :meth:`search`)."""
 
@@ -105,8 +151,14 @@ class SearchService(Service):
         limit: int = 20,
         cursor: str | None = None,
         secrets: Iterable[str] = (),
+        semantic: Semantic | None = None,
     ) -> SearchPage:
         """One page of hits for ``q`` in the tenant's sessions, or in ``session_id`` alone.
+
+        With ``semantic`` (the query's vector and its model) the search is hybrid: the best
+        :data:`FUSION_DEPTH` full-text candidates and the :data:`FUSION_DEPTH` nearest vectors
+        are fused by reciprocal rank (:func:`om_core.read.fusion.fuse`), and pages follow the
+        fused order (so a hybrid search ends after at most twice that many hits).
 
         Messages of every branch of a session and the memory of its current branch are
         searched; tombstoned entries and revoked memory are never hits; snippets are redacted
@@ -120,9 +172,13 @@ class SearchService(Service):
         after = decode_cursor(cursor)
         with self._units.read() as uow:
             pk = uow.sessions.head(tenant_id, session_id).pk if session_id is not None else None
-            rows = uow.search.candidates(
-                tenant_id, query, session_pk=pk, after=after, limit=limit + 1
-            )
+            rows: Sequence[SearchRow]
+            if semantic is not None:
+                rows = _fused(uow, tenant_id, query, pk, semantic, after)[: limit + 1]
+            else:
+                rows = uow.search.candidates(
+                    tenant_id, query, session_pk=pk, after=after, limit=limit + 1
+                )
             page = rows[:limit]
             withheld = _Withheld(uow, tenant_id)
             visible = [r for r in page if r.key.source == 0 or not withheld.memory(r)]

@@ -38,12 +38,13 @@ from om_workers.store.records import (
     StoredPage,
     StoredTombstone,
 )
-from om_workers.store.search import SearchService
+from om_workers.store.search import SearchService, Semantic
 from om_workers.store.service import UnitsOfWork
 from om_workers.store.session_reads import MAX_PAGE_LIMIT, SessionReads
 from om_workers.store.sessions import SessionService
 from om_workers.store.unit_of_work import utc_now
 from om_workers.store.usage import UsageService
+from om_workers.store.vectors import VectorService
 from om_workers.store.webhooks import WebhookService
 
 __all__ = ["MAX_PAGE_LIMIT", "SqlStore"]
@@ -75,6 +76,7 @@ class SqlStore:
         self._search = SearchService(units)
         self._usage = UsageService(units)
         self._webhooks = WebhookService(units)
+        self._vectors = VectorService(units)
 
     @classmethod
     def from_url(cls, database_url: str, **engine_kwargs: Any) -> SqlStore:
@@ -88,6 +90,12 @@ class SqlStore:
         if in_memory_sqlite(store.url):  # one shared connection: no pool to size
             return cls.from_url(store.url)
         return cls.from_url(store.url, pool_size=store.pool_size, max_overflow=store.pool_size)
+
+    @property
+    def vectors(self) -> VectorService:
+        """Vectors of the optional semantic search (embedding sessions, see
+        :mod:`om_workers.store.vectors`)."""
+        return self._vectors
 
     @property
     def erasure(self) -> ErasureService:
@@ -407,11 +415,19 @@ class SqlStore:
         limit: int = 20,
         cursor: str | None = None,
         secrets: Iterable[str] = (),
+        semantic: Semantic | None = None,
     ) -> SearchPage:
-        """Full-text search of the tenant's sessions, or of ``session_id`` alone (see
-        :meth:`~om_workers.store.search.SearchService.search` for the rules and errors)."""
+        """Full-text (or, with ``semantic``, hybrid) search of the tenant's sessions, or of
+        ``session_id`` alone (see :meth:`~om_workers.store.search.SearchService.search` for
+        the rules and errors)."""
         return self._search.search(
-            tenant_id, q, session_id=session_id, limit=limit, cursor=cursor, secrets=secrets
+            tenant_id,
+            q,
+            session_id=session_id,
+            limit=limit,
+            cursor=cursor,
+            secrets=secrets,
+            semantic=semantic,
         )
 
     # Flush jobs -------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from om_workers.store.repositories import (
     SessionRepository,
     TombstoneRepository,
     UsageRepository,
+    VectorRepository,
     WebhookRepository,
 )
 from om_workers.store.snapshot import SnapshotCache
@@ -111,6 +112,7 @@ class SqlReadUnitOfWork:
     search: SearchRepository
     usage: UsageRepository
     webhooks: WebhookRepository
+    vectors: VectorRepository
 
     def __init__(
         self,
@@ -160,6 +162,7 @@ class SqlReadUnitOfWork:
         self.search = SearchRepository(connection)
         self.usage = UsageRepository(connection)
         self.webhooks = WebhookRepository(connection)
+        self.vectors = VectorRepository(connection)
         return self
 
     def __exit__(

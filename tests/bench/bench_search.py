@@ -19,8 +19,10 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import insert
 
@@ -186,20 +188,13 @@ def _append(section: Section, folder: str) -> None:
     bare.close()
 
 
-def _retrieval(section: Section, folder: str) -> None:
-    import bm25s
-
+def locomo_sessions(store: SqlStore, tenant: str) -> list[tuple[str, list[Any], Any]]:
+    """Every LoCoMo conversation appended as a session of its turns: ``(session id, turns,
+    conversation)`` each (an empty list when there is no data)."""
     from om_api.evaluation import load_conversations
 
-    files = sorted(DATA.glob("*.json"))
-    if not files:
-        section.notes.append(f"retrieval skipped: no LoCoMo data in {DATA}")
-        return
-    store, tenant = _store(folder, "locomo.db")
-    ours = {5: 0, 10: 0}
-    theirs = {5: 0, 10: 0}
-    asked = 0
-    for path in files:
+    loaded: list[tuple[str, list[Any], Any]] = []
+    for path in sorted(DATA.glob("*.json")):
         for conversation in load_conversations(path):
             session_id = f"locomo-{path.stem}"
             store.create_session(tenant, session_id)
@@ -219,23 +214,50 @@ def _retrieval(section: Section, folder: str) -> None:
                     store.append_entries(tenant, session_id, entries[-BATCH:])
             if len(entries) % BATCH:
                 store.append_entries(tenant, session_id, entries[-(len(entries) % BATCH) :])
-            corpus = [t.text or "(empty)" for t in turns]
-            retriever = bm25s.BM25()
-            retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False))
-            known = conversation.dia_ids
-            for question in conversation.questions:
-                evidence = {f"{session_id}-{d}" for d in question.evidence if d in known}
-                if not evidence:
-                    continue
-                asked += 1
-                hits = store.search(tenant, question.question, session_id=session_id, limit=10)
-                ranked = [h.id for h in hits.hits]
-                tokens = bm25s.tokenize([question.question], stopwords="en", show_progress=False)
-                found, _ = retriever.retrieve(tokens, k=min(10, len(corpus)), show_progress=False)
-                baseline = [f"{session_id}-{turns[int(i)].dia_id}" for i in found[0]]
-                for k in ours:
-                    ours[k] += bool(evidence & set(ranked[:k]))
-                    theirs[k] += bool(evidence & set(baseline[:k]))
+            loaded.append((session_id, turns, conversation))
+    return loaded
+
+
+def bm25_ranker(turns: list[Any], session_id: str) -> Callable[[str], list[str]]:
+    """The ``bm25s`` baseline over the session's turns: a question's top 10 entry ids."""
+    import bm25s
+
+    corpus = [t.text or "(empty)" for t in turns]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False))
+
+    def rank(question: str) -> list[str]:
+        tokens = bm25s.tokenize([question], stopwords="en", show_progress=False)
+        found, _ = retriever.retrieve(tokens, k=min(10, len(corpus)), show_progress=False)
+        return [f"{session_id}-{turns[int(i)].dia_id}" for i in found[0]]
+
+    return rank
+
+
+def _retrieval(section: Section, folder: str) -> None:
+    store, tenant = _store(folder, "locomo.db")
+    loaded = locomo_sessions(store, tenant)
+    if not loaded:
+        section.notes.append(f"retrieval skipped: no LoCoMo data in {DATA}")
+        store.close()
+        return
+    ours = {5: 0, 10: 0}
+    theirs = {5: 0, 10: 0}
+    asked = 0
+    for session_id, turns, conversation in loaded:
+        baseline_of = bm25_ranker(turns, session_id)
+        known = conversation.dia_ids
+        for question in conversation.questions:
+            evidence = {f"{session_id}-{d}" for d in question.evidence if d in known}
+            if not evidence:
+                continue
+            asked += 1
+            hits = store.search(tenant, question.question, session_id=session_id, limit=10)
+            ranked = [h.id for h in hits.hits]
+            baseline = baseline_of(question.question)
+            for k in ours:
+                ours[k] += bool(evidence & set(ranked[:k]))
+                theirs[k] += bool(evidence & set(baseline[:k]))
     for k in (5, 10):
         section.add(
             f"LoCoMo evidence in top {k} ({asked} questions)",

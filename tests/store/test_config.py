@@ -4,6 +4,7 @@ name; PostgreSQL pins psycopg 3."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from pydantic import SecretStr, ValidationError
@@ -39,6 +40,9 @@ def _sample(leaf: Leaf) -> tuple[str, object]:
     text, default = str(leaf.field.annotation), leaf.field.default
     if "SecretStr" in text:
         return "s3cret", "s3cret"
+    if "Literal" in text:
+        choice = next(c for c in get_args(leaf.field.annotation) if c != default)
+        return str(choice), choice
     if "dict" in text:
         return '{"observation": {"messageTokens": 2000}}', {"observation": {"messageTokens": 2000}}
     if "bool" in text:

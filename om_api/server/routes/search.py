@@ -9,7 +9,7 @@ the reason.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -17,8 +17,11 @@ from om_api.schemas import SearchHitOut, SearchPage
 from om_api.server.auth import TenantId
 from om_api.server.routes import SessionPath, error_answers
 from om_api.server.state import ApiState, State
-from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
+from om_core.policy.redaction import redact
+from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, parse_query
 from om_core.read.search import SearchPage as CorePage
+from om_workers.embeddings import EmbeddingsOffError
+from om_workers.store.search import Semantic
 
 router = APIRouter(prefix="/v1", tags=["search"])
 ERRORS = error_answers(401, 404, 422)
@@ -35,6 +38,30 @@ SearchLimit = Annotated[int, Query(description=f"Hits per page (1..{MAX_SEARCH_L
 SearchCursor = Annotated[str | None, Query(description="`next_cursor` of the previous page.")]
 
 
+SearchMode = Annotated[
+    Literal["lexical", "hybrid"] | None,
+    Query(
+        description="`lexical` (full text, the default) or `hybrid` (full text and nearest "
+        "vectors fused by reciprocal rank; needs OM_EMBEDDINGS_PROVIDER)."
+    ),
+]
+
+
+def _semantic(state: ApiState, q: str | None, mode: str | None) -> Semantic | None:
+    """The query's vector for a hybrid search (``None``: lexical). The query is checked
+    first, so a bad one costs no model call, and embedded with the known secrets redacted."""
+    embedder = state.services.embedder()
+    if mode == "hybrid" and embedder is None:
+        raise EmbeddingsOffError(
+            "hybrid search needs embeddings: this server runs with OM_EMBEDDINGS_PROVIDER=none"
+        )
+    if mode != "hybrid" or embedder is None:
+        return None
+    parse_query(q)
+    vector = embedder.embed_query(redact(str(q), state.secrets))
+    return Semantic(vector=vector, model=embedder.name)
+
+
 def _page(
     state: ApiState,
     tenant_id: str,
@@ -42,9 +69,16 @@ def _page(
     q: str | None,
     limit: int,
     cursor: str | None,
+    mode: str | None = None,
 ) -> SearchPage:
     found: CorePage = state.store.search(
-        tenant_id, q, session_id=session_id, limit=limit, cursor=cursor, secrets=state.secrets
+        tenant_id,
+        q,
+        session_id=session_id,
+        limit=limit,
+        cursor=cursor,
+        secrets=state.secrets,
+        semantic=_semantic(state, q, mode),
     )
     hits = [
         SearchHitOut(
@@ -69,12 +103,14 @@ def search_session(
     q: SearchText = None,
     limit: SearchLimit = 20,
     cursor: SearchCursor = None,
+    mode: SearchMode = None,
 ) -> SearchPage:
     """Search one session's messages (every branch) and memory (current branch), best first.
     Tombstoned entries and the memory they support are never hits. 422: empty query, no word
-    in it, longer than the limit, a limit out of range or a cursor no search returned; 404: no
-    such session."""
-    return _page(state, tenant_id, session_id, q, limit, cursor)
+    in it, longer than the limit, a limit out of range, a cursor no search returned, or
+    `mode=hybrid` with embeddings off; 404: no such session; 503: the embeddings endpoint is
+    down (hybrid)."""
+    return _page(state, tenant_id, session_id, q, limit, cursor, mode)
 
 
 @router.get("/search", response_model=SearchPage, responses=ERRORS)
@@ -84,7 +120,8 @@ def search_tenant(
     q: SearchText = None,
     limit: SearchLimit = 20,
     cursor: SearchCursor = None,
+    mode: SearchMode = None,
 ) -> SearchPage:
     """Search every session of the tenant, as the session search does (same rules, same
     422s)."""
-    return _page(state, tenant_id, None, q, limit, cursor)
+    return _page(state, tenant_id, None, q, limit, cursor, mode)

@@ -1,6 +1,6 @@
 """Repositories: small classes bound to one unit of work's connection, each over the rows of one
-concern (sessions, entries, memory, jobs, tombstones, links, search, usage, webhooks). They run
-prebuilt statements and never begin, commit or end a transaction:
+concern (sessions, entries, memory, jobs, tombstones, links, search, vectors, usage, webhooks). They
+run prebuilt statements and never begin, commit or end a transaction:
 :class:`~om_workers.store.unit_of_work.SqlUnitOfWork` does.
 """
 
@@ -14,6 +14,7 @@ from om_workers.store.repositories.search import SearchRepository
 from om_workers.store.repositories.sessions import LockedSession, SessionHead, SessionRepository
 from om_workers.store.repositories.tombstones import TombstoneRepository, tombstone_scope
 from om_workers.store.repositories.usage import UsageRepository
+from om_workers.store.repositories.vectors import VectorRepository
 from om_workers.store.repositories.webhooks import WebhookRepository
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "SessionRepository",
     "TombstoneRepository",
     "UsageRepository",
+    "VectorRepository",
     "WebhookRepository",
     "tombstone_scope",
 ]

@@ -180,6 +180,20 @@ def _time(value: Any) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def row_from_result(row: Any) -> SearchRow:
+    """A candidate from a result row holding the columns of a page statement (``source``,
+    ``row``, ``rank``, the session id and the entry's or memory item's columns)."""
+    return SearchRow(
+        key=SearchKey(float(row.rank), int(row.source), int(row.row)),
+        session_id=row.session_id,
+        entry_id=row.entry_id,
+        created_at=_time(row.created_at),
+        entry_payload=_json(row.entry_payload),
+        memory_kind=row.memory_kind,
+        memory_payload=_json(row.memory_payload),
+    )
+
+
 class SearchRepository:
     """Ranked full-text candidates of a tenant, on one unit of work's connection."""
 
@@ -218,18 +232,7 @@ class SearchRepository:
         if after is not None:
             params.update(after_rank=after.rank, after_source=after.source, after_row=after.row)
         rows = self._connection.execute(text(sql), params)
-        return [
-            SearchRow(
-                key=SearchKey(float(row.rank), int(row.source), int(row.row)),
-                session_id=row.session_id,
-                entry_id=row.entry_id,
-                created_at=_time(row.created_at),
-                entry_payload=_json(row.entry_payload),
-                memory_kind=row.memory_kind,
-                memory_payload=_json(row.memory_payload),
-            )
-            for row in rows
-        ]
+        return [row_from_result(row) for row in rows]
 
     def observation_sources(self, session_pk: int, ids: Sequence[str]) -> dict[str, list[str]]:
         """The source entry ids of the session's observations among ``ids`` (unknown ids are
