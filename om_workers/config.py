@@ -401,6 +401,14 @@ class ApiSettings(BaseModel):
         ge=MIN_CONTEXT_TOKENS,
         description="Token budget of a context read that names none (a quarter of a 128k window).",
     )
+    console_session_ttl_s: int = setting(
+        "OM_CONSOLE_SESSION_TTL_S",
+        8 * 3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How long a web-console sign-in (/console) lasts, seconds (8 hours); then "
+        "the console asks for the API key or admin token again.",
+    )
 
 
 class MetricsSettings(BaseModel):

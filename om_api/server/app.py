@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
+from om_api.server import console
 from om_api.server.errors import install_error_handlers
 from om_api.server.key_cache import KeyCache
 from om_api.server.limits import ApiRateLimits
@@ -298,6 +299,7 @@ def create_app(
         admin_erasure.router,
     ):
         app.include_router(router)
+    console.install(app)
     app.add_middleware(
         RequestMiddleware, max_body_bytes=resolved.api.max_body_bytes, metrics=metrics
     )
