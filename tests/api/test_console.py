@@ -142,6 +142,27 @@ def test_session_page_shows_context_memory_links_and_jobs(world: World) -> None:
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
+def test_the_session_page_never_shows_a_stale_context(world: World) -> None:
+    browser = sign_in(world.live, world.owner.key)
+    prefix, session = f"{world.prefix}st-", f"stale-{world.prefix}"
+    seeded_session(world.owner.api, session, prefix)
+    path = f"/console/tenants/{world.owner.id}/sessions/{session}"
+    assert "fresh words" not in browser.get(path).text
+    answer = world.owner.api.post(
+        f"/v1/sessions/{session}/entries",
+        json={"entries": [message(f"{prefix}fresh", "user", "fresh words arrived")]},
+    )
+    assert answer.status_code == 201
+    assert "fresh words arrived" in browser.get(path).text
+    assert f"/memory/{OBS_ID}" in browser.get(path).text
+    revoked = world.owner.api.post(
+        f"/v1/sessions/{session}/revocations", json={"entry_ids": [f"{prefix}0"]}
+    )
+    assert revoked.status_code == 200
+    page = browser.get(path).text
+    assert f"/memory/{OBS_ID}" not in page and f"/memory/{REF_ID}" not in page
+
+
 def test_recall_links_each_source_to_its_place_in_the_branch(world: World) -> None:
     browser = sign_in(world.live, world.owner.key)
     base = f"/console/tenants/{world.owner.id}/sessions/{world.session}"

@@ -11,6 +11,7 @@ import time
 
 from . import (
     bench_coalesce,
+    bench_console,
     bench_context,
     bench_erase,
     bench_fairness,
@@ -40,6 +41,7 @@ BENCHMARKS = [
     bench_turns,
     bench_scopes,
     bench_search,
+    bench_console,
 ]
 
 

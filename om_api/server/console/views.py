@@ -11,10 +11,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from om_api.schemas import ContextOut
+from om_api.server.console.cache import ContextCache
 from om_api.server.convert import context_out
 from om_api.server.state import ApiState
 from om_core import RecallResult
-from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_core.ledger.models import (
+    Observation,
+    ObservationalMemoryLedger,
+    Reflection,
+    SessionEntry,
+)
 from om_core.ledger.projection import invalidated_memory
 from om_core.policy.redaction import normalize_secrets, redact, redact_value
 from om_core.read.recall import redact_entry
@@ -42,7 +48,6 @@ class MemoryRow:
     text: str
     when: str | None
     sources: int
-    dropped: bool
 
 
 @dataclass(frozen=True)
@@ -108,10 +113,31 @@ def entry_row(entry: SessionEntry, secrets: tuple[str, ...]) -> EntryRow:
     return EntryRow(clean.id, clean.parent_id, clean.kind, role, text, clean.created_at)
 
 
-def _window(rows: list[MemoryRow], offset: int) -> MemoryPage:
-    newest_first = rows[::-1]
-    start = max(0, min(offset, len(newest_first)))
-    return MemoryPage(newest_first[start : start + MEMORY_PAGE], len(newest_first), start)
+def _window(
+    items: list[Observation] | list[Reflection], offset: int, secrets: tuple[str, ...]
+) -> MemoryPage:
+    # Only the window shown is redacted and built: a pool may hold thousands of items.
+    start = max(0, min(offset, len(items)))
+    shown = items[::-1][start : start + MEMORY_PAGE]
+    rows = [
+        MemoryRow(
+            i.id,
+            "observation",
+            redact(i.text, secrets),
+            i.observed_at,
+            len(i.source_entry_ids),
+        )
+        if isinstance(i, Observation)
+        else MemoryRow(
+            i.id,
+            "reflection",
+            redact(i.text, secrets),
+            i.reflected_at,
+            len(i.observation_ids),
+        )
+        for i in shown
+    ]
+    return MemoryPage(rows, len(items), start)
 
 
 def memory_pages(
@@ -125,60 +151,53 @@ def memory_pages(
     bad_observations, bad_reflections = invalidated_memory(ledger, invalidated)
     dropped = ledger.dropped
     observations = [
-        MemoryRow(
-            o.id,
-            "observation",
-            redact(o.text, secrets),
-            o.observed_at,
-            len(o.source_entry_ids),
-            o.id in dropped,
-        )
-        for o in ledger.observations
-        if o.id not in bad_observations and o.id not in dropped
+        o for o in ledger.observations if o.id not in bad_observations and o.id not in dropped
     ]
-    reflections = [
-        MemoryRow(
-            r.id,
-            "reflection",
-            redact(r.text, secrets),
-            r.reflected_at,
-            len(r.observation_ids),
-            False,
-        )
-        for r in ledger.reflections
-        if r.id not in bad_reflections
-    ]
-    return _window(observations, offset), _window(reflections, offset)
+    reflections = [r for r in ledger.reflections if r.id not in bad_reflections]
+    return _window(observations, offset, secrets), _window(reflections, offset, secrets)
 
 
-def session_page(
-    state: ApiState, tenant_id: str, session_id: str, *, memory_offset: int = 0
-) -> SessionPage:
-    """The session page of ``tenant_id``'s session. Raises
-    :class:`~om_workers.errors.SessionNotFoundError` (a 404) for a missing, erased or another
-    tenant's session, before anything else is read."""
-    store = state.store
-    info = store.get_session(tenant_id, session_id)
-    secrets = normalize_secrets(state.secrets)
+def _context(state: ApiState, tenant_id: str, session_id: str) -> ContextOut:
     # The context exactly as GET .../context answers it (default scope and budget); viewing
     # it asks for no flush, unlike the route: a page view must not cost model calls.
     context = session_context(
-        store,
+        state.store,
         tenant_id,
         session_id,
         settings=state.memory_settings,
-        secrets=secrets,
+        secrets=state.secrets,
         max_tokens=state.settings.api.context_max_tokens,
     )
-    context_state = store.read_context_state(tenant_id, session_id)
+    return context_out(context)
+
+
+def session_page(
+    state: ApiState,
+    cache: ContextCache,
+    tenant_id: str,
+    session_id: str,
+    *,
+    memory_offset: int = 0,
+) -> SessionPage:
+    """The session page of ``tenant_id``'s session, its context from ``cache`` when nothing
+    it depends on changed. Raises :class:`~om_workers.errors.SessionNotFoundError` (a 404)
+    for a missing, erased or another tenant's session, before anything else is read."""
+    store = state.store
+    info = store.get_session(tenant_id, session_id)
+    secrets = normalize_secrets(state.secrets)
     invalidated = state.invalidated_ids(tenant_id, session_id)
+    version = (info.leaf_id, info.entry_count, info.updated_at, invalidated, secrets)
+    context = cache.get(
+        tenant_id, session_id, version, lambda: _context(state, tenant_id, session_id)
+    )
+    context_state = store.read_context_state(tenant_id, session_id)
     observations, reflections = memory_pages(
         context_state.ledger, invalidated, secrets, memory_offset
     )
     return SessionPage(
         info=info,
         metadata=redact_value(dict(info.metadata), secrets),
-        context=context_out(context),
+        context=context,
         observations=observations,
         reflections=reflections,
         scopes=context_state.scope_map,
