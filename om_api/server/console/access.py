@@ -8,6 +8,7 @@ from typing import Final
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from om_api.server.auth import MAX_KEY_CHARS
 from om_api.server.console.render import SECURITY_HEADERS, page
@@ -104,7 +105,7 @@ async def login(request: Request, state: State) -> Response:
     credential that is neither a live API key nor the admin token (never echoed)."""
     form = await read_form(request)
     check_form_token(form.get("form_token"), request.cookies.get(LOGIN_COOKIE, ""))
-    cookie = _sign_in(state, form.get("credential", "").strip())
+    cookie = await run_in_threadpool(_sign_in, state, form.get("credential", "").strip())
     if cookie is None:
         return _login_page(401, "That is neither a valid API key nor the admin token.")
     answer = RedirectResponse("/console/", status_code=303, headers=SECURITY_HEADERS)
@@ -124,10 +125,10 @@ async def login(request: Request, state: State) -> Response:
 @router.post("/logout")
 async def logout(request: Request, state: State) -> Response:
     """Sign out: the sign-in is ended in Redis and its cookie cleared."""
-    viewer = current_viewer(request, state)
+    viewer = await run_in_threadpool(current_viewer, request, state)
     form = await read_form(request)
     check_form_token(form.get("form_token"), viewer.form_token)
-    signins(state).end(viewer.cookie)
+    await run_in_threadpool(signins(state).end, viewer.cookie)
     answer = RedirectResponse("/console/login", status_code=303)
     answer.delete_cookie(COOKIE, path=COOKIE_PATH)
     return answer
