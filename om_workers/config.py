@@ -456,6 +456,14 @@ class ApiSettings(BaseModel):
         description="Serve the MCP tools at /mcp (streamable HTTP, each caller with its own "
         "API key); false: /mcp answers 404.",
     )
+    console_session_ttl_s: int = setting(
+        "OM_CONSOLE_SESSION_TTL_S",
+        8 * 3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How long a web-console sign-in (/console) lasts, seconds (8 hours); then "
+        "the console asks for the API key or admin token again.",
+    )
 
 
 class EmbeddingSettings(BaseModel):

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_api.schemas import ErrorBody
+from om_api.server import console
 from om_api.server.errors import install_error_handlers
 from om_api.server.key_cache import KeyCache
 from om_api.server.limits import ApiRateLimits
@@ -318,6 +319,7 @@ def create_app(
         app.include_router(router)
     if resolved.api.mcp_enabled:
         mount_mcp(app, state)
+    console.install(app)
     app.add_middleware(
         RequestMiddleware, max_body_bytes=resolved.api.max_body_bytes, metrics=metrics
     )

@@ -23,7 +23,10 @@ operator can list everything this service owns with ``SCAN MATCH om:*``:
   pass, so processes asking at the same moment get one pass between them
   (:func:`om_workers.jobs.reconcile.request_reconcile_soon`); ``om:reconcile:lost-watch``: set
   by the worker process that looks for runs of dead workers this turn
-  (:mod:`om_workers.jobs.lost_runs`), so the cluster looks once per turn.
+  (:mod:`om_workers.jobs.lost_runs`), so the cluster looks once per turn;
+- ``om:console:{sha256 of the cookie}``: a web-console sign-in (tenant and API key id, or
+  admin, and its form token; never the API key), expiring after ``OM_CONSOLE_SESSION_TTL_S``
+  (:mod:`om_workers.coordination.console_signin`).
 
 There is deliberately no Redis fence key: Redis here runs without persistence, so a counter
 kept in it would restart from zero after a Redis restart and could not fence anything. The fence
@@ -232,6 +235,15 @@ def parse_pending_key(key: str) -> tuple[str, str]:
 # between (the classic bug of libraries that release with an unconditional DEL).
 # The scripts live beside this module in ``lua/``; each file's header comment states its keys,
 # arguments and reply.
+
+
+CONSOLE_PREFIX: Final = f"{PREFIX}console:"
+
+
+def console_signin_key(token_digest: str) -> str:
+    """Key of a console sign-in, by the hex SHA-256 of its cookie value (the cookie itself is
+    never stored, so reading Redis does not sign anyone in)."""
+    return f"{CONSOLE_PREFIX}{token_digest}"
 
 
 def _script(name: str) -> str:

@@ -11,6 +11,7 @@ import time
 
 from . import (
     bench_coalesce,
+    bench_console,
     bench_context,
     bench_erase,
     bench_fairness,
@@ -50,6 +51,7 @@ BENCHMARKS = [
     bench_usage,
     bench_webhooks,
     bench_tracing,
+    bench_console,
 ]
 
 

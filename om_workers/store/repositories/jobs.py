@@ -114,6 +114,15 @@ _OUTCOMES = (
     .order_by(flush_jobs.c.finished_at.desc())
     .limit(bindparam("limit"))
 )
+_SESSION_JOBS = (
+    _JOB.where(
+        sessions.c.tenant_id == bindparam("tenant"),
+        sessions.c.id == bindparam("session"),
+        sessions.c.erased_at.is_(None),
+    )
+    .order_by(flush_jobs.c.queued_at.desc(), flush_jobs.c.id.desc())
+    .limit(bindparam("limit"))
+)
 
 
 _JOB_REFS = (
@@ -214,6 +223,12 @@ class JobRepository:
         if row is None:
             raise FlushJobNotFoundError(f"no flush job {job_id!r}")
         return _to_job(row)
+
+    def of_session(self, tenant_id: str, session_id: str, limit: int) -> list[FlushJob]:
+        """The session's jobs, newest first, at most ``limit`` (none for another tenant's or
+        an erased session)."""
+        params = {"tenant": tenant_id, "session": session_id, "limit": limit}
+        return [_to_job(row) for row in self._connection.execute(_SESSION_JOBS, params)]
 
     def start(self, tenant_id: str, job_id: str, *, now: datetime) -> tuple[FlushJob, int] | None:
         """Mark a job that has not finished ``running`` (attempts count up): the job as it now
