@@ -464,7 +464,7 @@ class ProxySettings(BaseModel):
         "OM_PROXY_UPSTREAM_URL",
         pattern=r"^https?://\S+/v1/?$",
         description="Base URL of the OpenAI-compatible model server the proxy forwards to, "
-        "ending in /v1 (https://api.openai.com/v1); unset: the proxy answers 503.",
+        "ending in /v1 (https://api.openai.com/v1); unset: the proxy answers 404.",
     )
     upstream_api_key: SecretStr | None = setting(
         "OM_PROXY_UPSTREAM_API_KEY",

@@ -138,22 +138,30 @@ def record_turn(
     read: ReadMessages,
     held: Held,
     answer: Message | None,
+    *,
+    flush: bool = True,
 ) -> bool:
-    """Append the turn (idempotent: every id is a chain id) and request a flush, as the
-    routes do. Returns False, logged, when the append failed: the client's next request
-    carries the same messages and records them then. A flush that cannot be requested is
-    logged only (the reconciler requests it once the session's tokens pass the threshold)."""
+    """Append the turn (idempotent: every id is a chain id) and, with ``flush``, request a
+    flush (:func:`request_turn_flush`). Returns False, logged, when the append failed: the
+    client's next request carries the same messages and records them then."""
     entries = turn_entries(tenant_id, session_id, read, held, answer)
     try:
         _append(state, tenant_id, session_id, entries)
     except ObservationalMemoryError as exc:
         log.error("proxy could not record a turn of %s: %s", session_id, type(exc).__name__)
         return False
+    if flush:
+        request_turn_flush(state, tenant_id, session_id)
+    return True
+
+
+def request_turn_flush(state: ApiState, tenant_id: str, session_id: str) -> None:
+    """Request a flush as ``POST .../flush`` does. One that cannot be requested is logged
+    only: the reconciler requests it once the session's tokens pass the threshold."""
     try:
         request_flush(state.store, state.redis, tenant_id, session_id, publish=state.publisher())
     except OMWorkersError as exc:
         log.warning("proxy could not request a flush of %s: %s", session_id, type(exc).__name__)
-    return True
 
 
 def _append(

@@ -52,9 +52,10 @@ class Upstream:
 
     @classmethod
     def from_settings(cls, settings: ProxySettings) -> Upstream:
-        """The configured upstream; a 503 :class:`ApiError` when none is configured."""
+        """The configured upstream; a 404 :class:`ApiError` when none is configured (the
+        route is not served here)."""
         if settings.upstream_url is None:
-            raise ApiError(503, "proxy_not_configured", NOT_CONFIGURED)
+            raise ApiError(404, "proxy_not_configured", NOT_CONFIGURED)
         key = settings.upstream_api_key
         return cls(
             base_url=settings.upstream_url.rstrip("/"),

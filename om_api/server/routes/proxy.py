@@ -11,23 +11,26 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated, Any
 
 import anyio
 import httpx
 from fastapi import APIRouter, FastAPI, Header, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import PATH_ID_PATTERN
 from om_api.server.auth import TenantId
 from om_api.server.errors import ApiError
 from om_api.server.proxy.answer import AnswerBuilder, answer_message
-from om_api.server.proxy.turns import Prepared, prepare, record_turn
+from om_api.server.proxy.turns import Prepared, prepare, record_turn, request_turn_flush
 from om_api.server.proxy.upstream import Upstream, unreachable
 from om_api.server.proxy.wire import ProxyInputError, ReadMessages, read_messages
 from om_api.server.routes import error_answers
 from om_api.server.state import ApiState, State
+from om_core.ledger.models import Message
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 router = APIRouter(prefix="/v1/proxy", tags=["proxy"], lifespan=_lifespan)
-ERRORS = error_answers(401, 404, 413, 422, 502, 503, 504)
+ERRORS = error_answers(401, 404, 413, 422, 502, 504)
 SESSION_HEADER = "X-OM-Session"
 RECORDED_HEADER = "X-OM-Recorded"
 _PASSED_HEADERS = ("content-type", "cache-control", "retry-after")
@@ -105,7 +108,7 @@ async def chat_completions(
     unrecorded turn is recorded by the next request that carries it. 422 for a body that is
     not a chat-completions request or a missing/malformed ``X-OM-Session``, 502 when the
     upstream cannot be reached, 504 when it does not answer within ``OM_PROXY_TIMEOUT_S``,
-    503 when no upstream is configured.
+    404 when no upstream is configured (the proxy is not served here).
     """
     upstream = _upstream(request.app, state)
     body = await _body(request, state)
@@ -157,14 +160,22 @@ class _Turn:
         finally:
             await answer.aclose()
         headers = _headers(answer)
+        flush: BackgroundTask | None = None
         if answer.status_code < 400:
             try:
                 message = answer_message(json.loads(data))
             except ValueError:
                 message = None
-            recorded = await self._record(message)
+            recorded = await self._record(message, flush=False)
             headers[RECORDED_HEADER] = "true" if recorded else "false"
-        return Response(self._redact(data), status_code=answer.status_code, headers=headers)
+            if recorded:
+                # The flush request (a job row, Redis, a publish) waits until the answer is out.
+                flush = BackgroundTask(
+                    request_turn_flush, self.state, self.tenant_id, self.session_id
+                )
+        return Response(
+            self._redact(data), status_code=answer.status_code, headers=headers, background=flush
+        )
 
     async def stream(self, answer: httpx.Response) -> AsyncIterator[bytes]:
         """The upstream's chunks as they arrive. The turn is recorded once the stream ended
@@ -193,9 +204,9 @@ class _Turn:
             await self._record(builder.message())
         return True
 
-    async def _record(self, message: Any) -> bool:
+    async def _record(self, message: Message | None, *, flush: bool = True) -> bool:
         return await run_in_threadpool(
-            record_turn,
+            partial(record_turn, flush=flush),
             self.state,
             self.tenant_id,
             self.session_id,
