@@ -19,6 +19,7 @@ from . import (
     bench_history,
     bench_locomo,
     bench_portability,
+    bench_proxy,
     bench_scopes,
     bench_search,
     bench_turns,
@@ -40,6 +41,7 @@ BENCHMARKS = [
     bench_turns,
     bench_scopes,
     bench_search,
+    bench_proxy,
 ]
 
 

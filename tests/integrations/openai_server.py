@@ -150,10 +150,11 @@ class ChatServer:
                         {"index": i, **call} for i, call in enumerate(delta["tool_calls"])
                     ]
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
-                for choice in (
+                choices: list[dict[str, Any]] = [
                     *({"delta": piece} for piece in server._pieces(delta)),
                     {"delta": {}, "finish_reason": finish},
-                ):
+                ]
+                for choice in choices:
                     chunk = server._chunk({"index": 0, "finish_reason": None, **choice})
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
