@@ -412,3 +412,23 @@ def test_unreachable_or_missing_upstream(
             assert answer.json()["detail"] and UPSTREAM_KEY not in answer.text
     client.close()
     store.close()
+
+
+def test_new_turns_follow_what_a_flush_appended(proxied: Proxied) -> None:
+    _, key, om = proxied.tenant()
+    session = new_session()
+    sdk = OpenAI(base_url=proxied.base_url, api_key=key, default_headers={"X-OM-Session": session})
+    history: list[Any] = [{"role": "user", "content": "remember pg-staging-7"}]
+    first = sdk.chat.completions.create(model="m", messages=history)
+    record = {"id": f"rec-{session}", "kind": "custom", "data": {"type": "test.record"}}
+    appended = om.post(f"/v1/sessions/{session}/entries", json={"entries": [record]})
+    assert appended.status_code == 201, appended.text  # stands for a flush's memory records
+    history += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "and then?"},
+    ]
+    sdk.chat.completions.create(model="m", messages=history)
+    assert history[0] not in proxied.sent()[0]  # still trimmed
+    branch = om.get(f"/v1/sessions/{session}/entries", params={"limit": 100}).json()["entries"]
+    assert [e["id"] for e in branch].index(record["id"]) == 2  # kept on the branch
+    assert [e["kind"] for e in branch] == ["message", "message", "custom", "message", "message"]

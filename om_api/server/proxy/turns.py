@@ -119,9 +119,11 @@ def _create(state: ApiState, tenant_id: str, session_id: str) -> None:
 def turn_entries(
     tenant_id: str, session_id: str, read: ReadMessages, held: Held, answer: Message | None
 ) -> list[SessionEntry]:
-    """The entries a turn appends: the last held message (stored already: it anchors the new
-    ones, so a fork starts there), the client's new messages, the answer."""
-    start = max(held.count - 1, 0)
+    """The entries a turn appends: the client's new messages and the answer, after the leaf
+    (past the memory records a flush appended after the last held message). When the last
+    held message is not the branch's last message, it leads the batch (stored already, it
+    anchors the new ones), so the branch forks there."""
+    start = held.count - 1 if held.count > 0 and not held.at_leaf else held.count
     pairs = list(zip(read.ids[start:], read.messages[start:], strict=True))
     if answer is not None:
         pairs.append((next_id(read.ids, tenant_id, session_id, answer), answer))
