@@ -561,6 +561,40 @@ class CliSettings(BaseModel):
     )
 
 
+class ProxySettings(BaseModel):
+    """The OpenAI-compatible proxy (POST /v1/proxy/chat/completions): the upstream it forwards
+    each trimmed request to, and how long it waits for it."""
+
+    model_config = _group("Proxy")
+
+    upstream_url: str | None = setting(
+        "OM_PROXY_UPSTREAM_URL",
+        pattern=r"^https?://\S+/v1/?$",
+        description="Base URL of the OpenAI-compatible model server the proxy forwards to, "
+        "ending in /v1 (https://api.openai.com/v1); unset: the proxy answers 404.",
+    )
+    upstream_api_key: SecretStr | None = setting(
+        "OM_PROXY_UPSTREAM_API_KEY",
+        description="Bearer key the proxy sends upstream; redacted from every log line, error "
+        "and answer, never echoed.",
+    )
+    timeout_s: float = setting(
+        "OM_PROXY_TIMEOUT_S",
+        300.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for the upstream's answer (or between two streamed chunks), "
+        "seconds; then 504.",
+    )
+    max_messages: int = setting(
+        "OM_PROXY_MAX_MESSAGES",
+        10_000,
+        ge=1,
+        le=100_000,
+        description="Most messages one proxied request may carry; more: 422.",
+    )
+
+
 class Settings(BaseSettings):
     """Settings read from ``OM_*`` environment variables, in groups.
 
@@ -589,6 +623,7 @@ class Settings(BaseSettings):
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     flower: FlowerSettings = Field(default_factory=FlowerSettings)
     cli: CliSettings = Field(default_factory=CliSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
     memory_settings: dict[str, Any] = setting(
         # OM_SETTINGS_JSON is the documented name; OM_MEMORY_SETTINGS was its first spelling.
         ("OM_SETTINGS_JSON", "OM_MEMORY_SETTINGS"),

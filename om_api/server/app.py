@@ -44,6 +44,7 @@ from om_api.server.routes import (
     memory,
     ops,
     portability,
+    proxy,
     scopes,
     search,
     sessions,
@@ -267,7 +268,15 @@ def create_app(
         raise ValueError("pass services= or settings/store/redis, not both")
     resolved = services.settings
     services.memory()  # invalid memory settings fail here, not at the first request
-    registry = SecretRegistry([resolved.api.admin_token, resolved.metrics.token, *services.secrets])
+    upstream_key = resolved.proxy.upstream_api_key
+    registry = SecretRegistry(
+        [
+            resolved.api.admin_token,
+            resolved.metrics.token,
+            *services.secrets,
+            upstream_key.get_secret_value() if upstream_key is not None else None,
+        ]
+    )
     metrics = ApiMetrics()
     metrics.registry.register(
         TenantLoadCollector(FairQueue(services.redis).load, resolved.metrics.top_tenants)
@@ -310,6 +319,7 @@ def create_app(
         scopes.router,
         portability.router,
         search.router,
+        proxy.router,
         ops.router,
         admin.router,
         admin_erasure.router,

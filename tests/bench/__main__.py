@@ -21,6 +21,7 @@ from . import (
     bench_locomo,
     bench_mcp,
     bench_portability,
+    bench_proxy,
     bench_scopes,
     bench_search,
     bench_semantic,
@@ -52,6 +53,7 @@ BENCHMARKS = [
     bench_webhooks,
     bench_tracing,
     bench_console,
+    bench_proxy,
 ]
 
 

@@ -11,7 +11,10 @@ received, so a test can assert on exactly what an agent framework sent over the 
 
 A reply function gets the request body (a dict) and returns the assistant's text, or a whole
 assistant message (``{"content": ..., "tool_calls": [...]}``) to script tool calls. An
-exception it raises becomes a 500, so a bad script fails the framework's call loudly.
+exception it raises becomes a 500, so a bad script fails the framework's call loudly; a
+:class:`UpstreamFailure` it raises is answered with its own status and body (an upstream
+error to pass through). ``stream_pieces`` splits a streamed answer's text into that many
+deltas (one by default).
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ from types import TracebackType
 from typing import Any, Self
 
 Reply = Callable[[dict[str, Any]], "str | dict[str, Any]"]
+
+
+class UpstreamFailure(Exception):
+    """Raised by a reply function: the server answers ``status`` with ``body`` (JSON)."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -58,9 +70,10 @@ class ChatServer:
     request received, oldest first.
     """
 
-    def __init__(self, reply: Reply, model: str = "test-model") -> None:
+    def __init__(self, reply: Reply, model: str = "test-model", stream_pieces: int = 1) -> None:
         self.reply = reply
         self.model = model
+        self.stream_pieces = stream_pieces
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -107,6 +120,9 @@ class ChatServer:
                     return
                 try:
                     message = server.answer(body)
+                except UpstreamFailure as failure:
+                    self._json(failure.status, failure.body)
+                    return
                 except Exception as exc:  # the script's fault: fail the caller loudly
                     self._json(500, {"error": {"message": f"reply failed: {exc!r}"}})
                     return
@@ -134,13 +150,25 @@ class ChatServer:
                         {"index": i, **call} for i, call in enumerate(delta["tool_calls"])
                     ]
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
-                for choice in ({"delta": delta}, {"delta": {}, "finish_reason": finish}):
+                choices: list[dict[str, Any]] = [
+                    *({"delta": piece} for piece in server._pieces(delta)),
+                    {"delta": {}, "finish_reason": finish},
+                ]
+                for choice in choices:
                     chunk = server._chunk({"index": 0, "finish_reason": None, **choice})
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
         return Handler
+
+    def _pieces(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        # The text cut in stream_pieces deltas; tool calls ride on the first one.
+        text = delta.get("content") or ""
+        size = max(1, -(-len(text) // self.stream_pieces))
+        cuts = [text[i : i + size] for i in range(0, len(text), size)] or [text]
+        first = {**delta, "content": cuts[0]} if text else delta
+        return [first, *({"content": cut} for cut in cuts[1:])]
 
     def _completion(self, message: dict[str, Any]) -> dict[str, Any]:
         finish = "tool_calls" if message.get("tool_calls") else "stop"
