@@ -20,6 +20,7 @@ from om_workers.store.records import (
     FlushJob,
     JobFinish,
     JobRef,
+    LastFlush,
     SessionRef,
     as_utc,
     as_utc_or_none,
@@ -95,6 +96,27 @@ def _in_state_before(state: str, column: Any) -> Any:
     )
 
 
+_LATER = flush_jobs.alias("later")
+# The session's newest job that was not folded into another (a skipped row only points at the
+# job that served it), found through ix_flush_jobs_session_pk_queued_at.
+_NEWEST_JOB = (
+    select(_LATER.c.id)
+    .where(_LATER.c.session_pk == sessions.c.pk, _LATER.c.state != "skipped")
+    .order_by(_LATER.c.queued_at.desc(), _LATER.c.id.desc())
+    .limit(1)
+    .correlate(sessions)
+    .scalar_subquery()
+)
+# One statement: the session's unobserved tokens beside its newest job's id and state.
+_LAST_FLUSH = (
+    select(sessions.c.unobserved_tokens, flush_jobs.c.id, flush_jobs.c.state)
+    .select_from(sessions.outerjoin(flush_jobs, flush_jobs.c.id == _NEWEST_JOB))
+    .where(
+        sessions.c.tenant_id == bindparam("tenant"),
+        sessions.c.id == bindparam("session_id"),
+        sessions.c.erased_at.is_(None),
+    )
+)
 _QUEUED_BEFORE = _in_state_before("queued", flush_jobs.c.queued_at)
 _RUNNING_BEFORE = _in_state_before("running", flush_jobs.c.started_at)
 _OUTCOMES = (
@@ -178,6 +200,15 @@ class JobRepository:
         if row is None:
             raise FlushJobNotFoundError(f"no flush job {job_id!r}")
         return _to_job(row)
+
+    def last_flush(self, tenant_id: str, session_id: str) -> LastFlush | None:
+        """The session's unobserved tokens and newest job not folded into another; ``None``
+        when the tenant has no such session (or it is being erased)."""
+        params = {"tenant": tenant_id, "session_id": session_id}
+        row = self._connection.execute(_LAST_FLUSH, params).first()
+        if row is None:
+            return None
+        return LastFlush(int(row.unobserved_tokens), row.id, row.state)
 
     def start(self, tenant_id: str, job_id: str, *, now: datetime) -> tuple[FlushJob, int] | None:
         """Mark a job that has not finished ``running`` (attempts count up): the job as it now
