@@ -169,7 +169,9 @@ class ContextState:
     branch up to ``snapshot_entry_id``) folded forward over ``entries``: the current-branch
     entries after that point, in order. With no memory on the branch there is no snapshot,
     ``snapshot_entry_id`` is ``None`` and ``entries`` is the whole branch. ``scope_map``
-    equals ``fold_work_scope_map(current_branch)`` the same way.
+    equals ``fold_work_scope_map(current_branch)`` the same way. ``observation_cursor_seq`` is
+    the seq of the observation cursor as the snapshot records it (0: nothing observed, or no
+    snapshot on this branch).
     """
 
     ledger: ObservationalMemoryLedger
@@ -177,6 +179,7 @@ class ContextState:
     entries: tuple[SessionEntry, ...]
     leaf_id: str | None
     scope_map: WorkScopeMap = field(default_factory=WorkScopeMap)
+    observation_cursor_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
