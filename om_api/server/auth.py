@@ -18,6 +18,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from om_api.server.errors import ApiError
 from om_api.server.limits import request_class
@@ -41,13 +42,20 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
     return token
 
 
-def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
+async def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
     """The tenant id of the request's API key, after spending one request of the key's rate
     limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
-    :class:`~om_api.server.limits.RateLimitedError` over the limit."""
+    :class:`~om_api.server.limits.RateLimitedError` over the limit.
+
+    A coroutine that leaves the event loop only for I/O: a key not cached (the store) and the
+    rate limiter (Redis) run in the thread pool; a cached key with limits off costs no hop.
+    """
     token = _token(credentials)
     try:
-        tenant_id, key_id = state.keys.resolve(token)
+        resolved = state.keys.cached(token)
+        if resolved is None:
+            resolved = await run_in_threadpool(state.keys.resolve, token)
+        tenant_id, key_id = resolved
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
@@ -57,8 +65,10 @@ def require_tenant(request: Request, state: State, credentials: Credentials) -> 
     bind_log_context(tenant_id=tenant_id)
     # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
     # key never reaches here, so guessing keys cannot fill Redis with buckets.
-    template = str(getattr(request.scope.get("route"), "path", request.url.path))
-    state.limits.check(tenant_id, key_id, request_class(request.method, template))
+    if state.limits.enabled:
+        template = str(getattr(request.scope.get("route"), "path", request.url.path))
+        spent = request_class(request.method, template)
+        await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
     return tenant_id
 
 
