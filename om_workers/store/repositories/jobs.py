@@ -97,25 +97,34 @@ def _in_state_before(state: str, column: Any) -> Any:
 
 
 _LATER = flush_jobs.alias("later")
-# The session's newest job that was not folded into another (a skipped row only points at the
-# job that served it), found through ix_flush_jobs_session_pk_queued_at.
-_NEWEST_JOB = (
-    select(_LATER.c.id)
-    .where(_LATER.c.session_pk == sessions.c.pk, _LATER.c.state != "skipped")
-    .order_by(_LATER.c.queued_at.desc(), _LATER.c.id.desc())
-    .limit(1)
-    .correlate(sessions)
-    .scalar_subquery()
-)
-# One statement: the session's unobserved tokens beside its newest job's id and state.
-_LAST_FLUSH = (
-    select(sessions.c.unobserved_tokens, flush_jobs.c.id, flush_jobs.c.state)
-    .select_from(sessions.outerjoin(flush_jobs, flush_jobs.c.id == _NEWEST_JOB))
-    .where(
-        sessions.c.tenant_id == bindparam("tenant"),
-        sessions.c.id == bindparam("session_id"),
-        sessions.c.erased_at.is_(None),
+
+
+def _of_newest_job(column: Any) -> Any:
+    """``column`` of the session's newest job that was not folded into another (a skipped row
+    only points at the job that served it): an index probe of ix_flush_jobs_session_pk_queued_at
+    per session row. A scalar subquery, not a join on it: PostgreSQL plans such a join as a hash
+    join over every job row."""
+    return (
+        select(column)
+        .where(_LATER.c.session_pk == sessions.c.pk, _LATER.c.state != "skipped")
+        # The index's order alone, so the probe stops at the first row (a tie-break column
+        # would sort every job of the session).
+        .order_by(_LATER.c.queued_at.desc())
+        .limit(1)
+        .correlate(sessions)
+        .scalar_subquery()
     )
+
+
+# One statement: the session's unobserved tokens beside its newest job's id and state.
+_LAST_FLUSH = select(
+    sessions.c.unobserved_tokens,
+    _of_newest_job(_LATER.c.id).label("id"),
+    _of_newest_job(_LATER.c.state).label("state"),
+).where(
+    sessions.c.tenant_id == bindparam("tenant"),
+    sessions.c.id == bindparam("session_id"),
+    sessions.c.erased_at.is_(None),
 )
 _QUEUED_BEFORE = _in_state_before("queued", flush_jobs.c.queued_at)
 _RUNNING_BEFORE = _in_state_before("running", flush_jobs.c.started_at)
