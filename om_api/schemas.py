@@ -455,11 +455,16 @@ class ErasureTicket(WireModel):
 
 class FlushTicket(WireModel):
     """The answer to a flush request (202): the job row of ``job_id`` exists. ``coalesced``: a
-    job already pending for the session will serve this request too (nothing new was
-    published). The wire form of the worker's ``ServingJob``."""
+    job that existed already answers this request (nothing new was published): one pending
+    for the session, or, when the request had nothing to do (the session's unobserved tokens
+    below ``observation.messageTokens`` and no option set), the session's newest job,
+    running or finished. ``state`` is that job's state when the request was answered
+    (``queued`` for a new or pending job; ``running`` or ``succeeded`` for a request with
+    nothing to do). The wire form of the worker's ``ServingJob``."""
 
     job_id: str
     coalesced: bool
+    state: JobState = "queued"
 
 
 ErasureKind = Literal["session", "subject", "tenant", "retention"]

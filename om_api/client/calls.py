@@ -163,8 +163,9 @@ def entries(session_id: str, after: str | None = None, limit: int = 100) -> Call
 def flush(
     session_id: str, *, force: bool = False, full_reflection_rebuild: bool = False
 ) -> Call[FlushTicket]:
-    """Request a flush; the job id serving it (``coalesced`` when a pending
-    job serves it too). :class:`Unavailable` when Redis stays down through the retries."""
+    """Request a flush; the job id serving it (``coalesced`` when a pending job serves it
+    too, or when the request had nothing to do and the session's newest job, in ``state``,
+    answers it). :class:`Unavailable` when Redis stays down through the retries."""
     body = checks.model(FlushRequest, force=force, full_reflection_rebuild=full_reflection_rebuild)
     # A repeated flush request coalesces with the pending one: safe to retry.
     return Call("POST", f"{_session(session_id)}/flush", FlushTicket, json=body.model_dump())

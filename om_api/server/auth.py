@@ -18,6 +18,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from om_api.server.errors import ApiError
 from om_api.server.limits import request_class
@@ -32,44 +33,58 @@ bearer = HTTPBearer(auto_error=False, description="An API key (tenant routes) or
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def _token(credentials: HTTPAuthorizationCredentials | None) -> str:
-    if credentials is None or not credentials.credentials:
+def _token(token: str | None) -> str:
+    if not token:
         raise ApiError(401, "unauthorized", "missing bearer API key")
-    token = credentials.credentials
     if len(token) > MAX_KEY_CHARS:
         raise ApiError(401, "unauthorized", "invalid API key")
     return token
 
 
-def resolve_key(state: ApiState, token: str | None) -> tuple[str, str]:
-    """``(tenant id, key id)`` of a bearer API key (``None``: none was sent), through the key
-    cache; the key joins the redaction registry. Raises a 401 :class:`ApiError` for a missing,
-    overlong, unknown or revoked key; spends no rate limit."""
-    if not token:
-        raise ApiError(401, "unauthorized", "missing bearer API key")
-    if len(token) > MAX_KEY_CHARS:
-        raise ApiError(401, "unauthorized", "invalid API key")
+def _looked_up(state: ApiState, token: str) -> tuple[str, str]:
     try:
-        found = state.keys.resolve(token)
+        return state.keys.resolve(token)
     except InvalidApiKeyError:
         raise ApiError(401, "unauthorized", "invalid API key") from None
+
+
+def _admitted(state: ApiState, token: str, found: tuple[str, str]) -> tuple[str, str]:
     # Only real keys join the redaction set (bounded by the keys that exist); a rejected
     # value is never echoed anywhere, so it needs no redaction.
     state.registry.add(token)
     return found
 
 
-def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
+def resolve_key(state: ApiState, token: str | None) -> tuple[str, str]:
+    """``(tenant id, key id)`` of a bearer API key (``None``: none was sent), through the key
+    cache; the key joins the redaction registry. Raises a 401 :class:`ApiError` for a missing,
+    overlong, unknown or revoked key; spends no rate limit. Blocking: reads the store when the
+    key is not cached."""
+    token = _token(token)
+    return _admitted(state, token, _looked_up(state, token))
+
+
+async def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
     """The tenant id of the request's API key, after spending one request of the key's rate
     limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
-    :class:`~om_api.server.limits.RateLimitedError` over the limit."""
-    tenant_id, key_id = resolve_key(state, credentials.credentials if credentials else None)
+    :class:`~om_api.server.limits.RateLimitedError` over the limit.
+
+    A coroutine that leaves the event loop only for I/O: a key not cached (the store) and the
+    rate limiter (Redis) run in the thread pool; a cached key with limits off costs no hop.
+    """
+    token = _token(credentials.credentials if credentials else None)
+    found = state.keys.cached(token)
+    if found is None:
+        found = await run_in_threadpool(_looked_up, state, token)
+    tenant_id, key_id = _admitted(state, token, found)
     request.state.om_key_id = key_id
     bind_log_context(tenant_id=tenant_id)
     # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
     # key never reaches here, so guessing keys cannot fill Redis with buckets.
-    template = str(getattr(request.scope.get("route"), "path", request.url.path))
-    state.limits.check(tenant_id, key_id, request_class(request.method, template))
+    if state.limits.enabled:
+        template = str(getattr(request.scope.get("route"), "path", request.url.path))
+        spent = request_class(request.method, template)
+        await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
     return tenant_id
 
 
@@ -82,7 +97,7 @@ def request_key_id(request: Request) -> str | None:
 
 def require_admin(state: State, credentials: Credentials) -> None:
     """Pass only with ``OM_ADMIN_TOKEN`` (compared in constant time); unset token: always 401."""
-    token = _token(credentials)
+    token = _token(credentials.credentials if credentials else None)
     expected = state.settings.api.admin_token
     if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
         raise ApiError(401, "unauthorized", "invalid admin token")

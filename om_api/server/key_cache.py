@@ -51,13 +51,11 @@ class KeyCache:
         """
         if self._ttl_s <= 0:
             return self._accounts.resolve_api_key_id(plaintext)
+        hit = self.cached(plaintext)
+        if hit is not None:
+            return hit
         digest = hash_api_key(plaintext)
         now = self._clock()
-        with self._lock:
-            hit = self._items.get(digest)
-            if hit is not None and hit[0] > now:
-                self._items.move_to_end(digest)
-                return hit[1], hit[2]
         tenant_id, key_id = self._accounts.resolve_api_key_id(plaintext)
         with self._lock:
             self._items[digest] = (now + self._ttl_s, tenant_id, key_id)
@@ -65,6 +63,19 @@ class KeyCache:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
         return tenant_id, key_id
+
+    def cached(self, plaintext: str) -> tuple[str, str] | None:
+        """``(tenant id, key id)`` of the key while its cache entry is fresh, else ``None``;
+        never reads the store (so it may run on the event loop)."""
+        if self._ttl_s <= 0:
+            return None
+        digest = hash_api_key(plaintext)
+        with self._lock:
+            hit = self._items.get(digest)
+            if hit is None or hit[0] <= self._clock():
+                return None
+            self._items.move_to_end(digest)
+            return hit[1], hit[2]
 
     def forget_key(self, key_id: str) -> None:
         """Drop the key ``key_id`` (this process revoked it): its next request reads the store."""

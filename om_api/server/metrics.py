@@ -4,7 +4,8 @@
   ``om_api_request_duration_seconds{method, route}``: ``route`` is the route *template*
   (``/v1/sessions/{session_id}``), never the raw path, so ids do not explode cardinality.
 * ``om_api_flush_enqueue_total{outcome}``: ``published`` (a new job), ``coalesced`` (a job was
-  already pending), ``unavailable`` (Redis down: the client got a 503).
+  already pending), ``idle`` (nothing to do: the session's newest job answered, nothing was
+  written or published), ``unavailable`` (Redis down: the client got a 503).
 * Read from Redis at each scrape (:class:`TenantLoadCollector`), so every replica reports the
   same service-wide figures: ``om_flush_backlog`` (flush jobs in the fair queue, all tenants:
   what KEDA scales on), ``om_tenant_flush_jobs{tenant, state}`` (``waiting`` in the fair
@@ -28,7 +29,7 @@ from om_core.policy.fairness import TenantLoad, top_tenants
 
 log = logging.getLogger("om_api")
 
-EnqueueOutcome = Literal["published", "coalesced", "unavailable"]
+EnqueueOutcome = Literal["published", "coalesced", "idle", "unavailable"]
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 UNMATCHED_ROUTE: Final = "<unmatched>"
 
@@ -52,11 +53,11 @@ class ApiMetrics:
         )
         self.enqueue = Counter(
             "om_api_flush_enqueue",
-            "Flush requests by outcome: published, coalesced, unavailable.",
+            "Flush requests by outcome: published, coalesced, idle, unavailable.",
             ("outcome",),
             registry=self.registry,
         )
-        for outcome in ("published", "coalesced", "unavailable"):
+        for outcome in ("published", "coalesced", "idle", "unavailable"):
             self.enqueue.labels(outcome=outcome)
         self.rate_limited = Counter(
             "om_api_rate_limited",

@@ -117,8 +117,10 @@ class ApiState:
         return self.store.invalidated_ids(tenant_id, tombstone_scope(session_id))
 
 
-def get_state(request: Request) -> ApiState:
-    """The app's :class:`ApiState` (set by :func:`om_api.server.app.create_app`)."""
+async def get_state(request: Request) -> ApiState:
+    """The app's :class:`ApiState` (set by :func:`om_api.server.app.create_app`). A coroutine:
+    FastAPI runs a plain function dependency in its thread pool, a hop that cost more than
+    this attribute read."""
     state: ApiState = request.app.state.om
     return state
 

@@ -39,11 +39,16 @@ tenant and session). Any exception it raises propagates to the caller."""
 
 @dataclass(frozen=True)
 class ServingJob:
-    """The flush job that serves a request: its id, and whether it was already pending
-    (``coalesced``: nothing was published). The API answers it as a ``FlushTicket``."""
+    """The flush job that serves a request: its id, whether it existed already
+    (``coalesced``: nothing was published) and its state when the request was answered
+    (``queued`` unless a request with nothing to do was answered by a job that is running or
+    finished); ``idle``: the request had nothing to do (see
+    :func:`om_workers.jobs.requests.request_flush`). The API answers it as a ``FlushTicket``."""
 
     job_id: str
     coalesced: bool
+    state: str = "queued"
+    idle: bool = False
 
 
 def enqueue(

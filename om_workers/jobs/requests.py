@@ -1,9 +1,12 @@
 """Accepting a flush request: the job that will serve it, published once however many ask.
 
-A request while a job is pending joins it (``coalesced``) and writes nothing; otherwise a job
-row is recorded first (durable before anyone is told), then the ``pending`` marker is set and
-the job published (through the fair queue, when the caller's ``publish`` is that). What runs
-the job is :mod:`om_workers.jobs.flush`.
+A request with nothing to do (the session's unobserved tokens below the observer's threshold,
+and its newest job queued, running or succeeded) is answered by that job from one read, with no
+Redis call, write or publish: a flush now would observe nothing, and the work still to come
+arrives with requests of its own. A request while a job is pending joins it (``coalesced``) and
+writes nothing; otherwise a job row is recorded first (durable before anyone is told), then the
+``pending`` marker is set and the job published (through the fair queue, when the caller's
+``publish`` is that). What runs the job is :mod:`om_workers.jobs.flush`.
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ def request_flush(
     publish: PublishJob,
     force: bool = False,
     full_reflection_rebuild: bool = False,
+    idle_below_tokens: int | None = None,
 ) -> ServingJob:
     """Accept a flush request: the job id that will serve it, publishing a new job if needed.
 
+    With ``idle_below_tokens`` (the observer's ``observation.messageTokens``), a request
+    without options whose session has fewer unobserved tokens than that is answered by the
+    session's newest queued, running or succeeded job (see :meth:`SqlStore.last_flush`), and
+    nothing else happens; a missing session raises
+    :class:`~om_workers.errors.SessionNotFoundError` before Redis is touched.
     While a job is pending its id is returned at once and nothing is written (a coalesced
     request has no job of its own, so a row for it would only be noise). Otherwise a job row
     is recorded first (a marker never names a job the store does not know), then the
@@ -44,6 +53,10 @@ def request_flush(
     finished ``failed`` and the exception propagates. Raises what
     :meth:`SqlStore.create_job` and :func:`om_workers.coordination.coalesce.enqueue` raise.
     """
+    if idle_below_tokens is not None and not force and not full_reflection_rebuild:
+        idle = store.last_flush(tenant_id, session_id).idle_answer(idle_below_tokens)
+        if idle is not None:
+            return ServingJob(idle[0], coalesced=True, state=idle[1], idle=True)
     with translate_errors("reading the pending flush"):
         pending = client.get(keys.pending_key(tenant_id, session_id))
     if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):

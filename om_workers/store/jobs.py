@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from om_workers.store.records import FlushJob, JobFinish, JobState, StartedJob
+from om_workers.errors import SessionNotFoundError
+from om_workers.store.records import FlushJob, JobFinish, JobState, LastFlush, StartedJob
 from om_workers.store.repositories import tombstone_scope
 from om_workers.store.service import Service
 
@@ -45,6 +46,15 @@ class JobService(Service):
             job = uow.jobs.get(tenant_id, new_id, lock=True)
             uow.commit()
             return job
+
+    def last_flush(self, tenant_id: str, session_id: str) -> LastFlush:
+        """The session's unobserved tokens and newest job, in one statement."""
+        with self._units.read() as uow:
+            last = uow.jobs.last_flush(tenant_id, session_id)
+        if last is None:
+            # The same answer whether the session is missing or another tenant's.
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return last
 
     def get_job(self, tenant_id: str, job_id: str) -> FlushJob:
         """The job."""

@@ -96,10 +96,14 @@ def read_context_state(
     segments: list[Segment] | None = None,
     *,
     rewritten_at: datetime | None = None,
+    memory_only: bool = False,
 ) -> ContextState:
     """The branch ending at ``leaf_id`` (whose ``segments`` the caller may have read already):
     its whole ledger and scope map from the stored snapshot (parsed through ``cache``, for the
-    session row's ``rewritten_at``) plus the entries after it.
+    session row's ``rewritten_at``) plus the entries after it. ``memory_only`` reads and parses
+    only the memory entries after the snapshot (all the ledger and the scope map fold), which
+    is then all ``result.entries`` holds: a context read needs no messages from here, and a
+    session with no memory yet has no snapshot, so it would otherwise parse its whole branch.
 
     ``result.ledger`` equals the fold of the whole branch, without reading the branch before
     the snapshot.
@@ -126,7 +130,8 @@ def read_context_state(
     if snapshot is not None:
         base = cache.base(connection, session_pk, snapshot, segments, rewritten_at)
         initial, start = base.ledger, base.seq
-    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start)
+    kinds = MEMORY_KINDS if memory_only else None
+    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start, kinds=kinds)
     after = to_entries(rows)
     if snapshot is not None and start < snapshot.seq:
         # A cached ledger of an earlier entry: fold up to the snapshot's entry, keep that.
@@ -143,4 +148,5 @@ def read_context_state(
         scope_map=fold_work_scope_map(
             after, initial=snapshot.scope_map if snapshot is not None else None
         ),
+        observation_cursor_seq=snapshot.observation_cursor_seq if snapshot is not None else 0,
     )

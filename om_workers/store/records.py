@@ -59,6 +59,30 @@ class ApiKeyInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LastFlush:
+    """What a flush request needs to know to be answered without a job of its own: the
+    session's unobserved tokens, and its newest job that was not folded into another (its id
+    and state; ``None`` when it has none)."""
+
+    unobserved_tokens: int
+    job_id: str | None
+    state: JobState | None
+
+    def idle_answer(self, threshold_tokens: int) -> tuple[str, JobState] | None:
+        """The job (id, state) that answers a request with nothing to do, or ``None``.
+
+        Nothing to do: fewer than ``threshold_tokens`` unobserved (a flush now would observe
+        nothing, so reflect, drop and bind nothing new either) and the newest job queued,
+        running or succeeded (a failed one is run again by a new job, which retries its step).
+        """
+        if self.job_id is None or self.state not in ("queued", "running", "succeeded"):
+            return None
+        if self.unobserved_tokens >= threshold_tokens:
+            return None
+        return self.job_id, self.state
+
+
+@dataclass(frozen=True, slots=True)
 class SessionInfo:
     """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens, and the
     workspace its observable messages are copied onto (``None``: not linked)."""
@@ -145,7 +169,9 @@ class ContextState:
     branch up to ``snapshot_entry_id``) folded forward over ``entries``: the current-branch
     entries after that point, in order. With no memory on the branch there is no snapshot,
     ``snapshot_entry_id`` is ``None`` and ``entries`` is the whole branch. ``scope_map``
-    equals ``fold_work_scope_map(current_branch)`` the same way.
+    equals ``fold_work_scope_map(current_branch)`` the same way. ``observation_cursor_seq`` is
+    the seq of the observation cursor as the snapshot records it (0: nothing observed, or no
+    snapshot on this branch).
     """
 
     ledger: ObservationalMemoryLedger
@@ -153,6 +179,7 @@ class ContextState:
     entries: tuple[SessionEntry, ...]
     leaf_id: str | None
     scope_map: WorkScopeMap = field(default_factory=WorkScopeMap)
+    observation_cursor_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

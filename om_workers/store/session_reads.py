@@ -130,10 +130,12 @@ class SessionReads(Service):
         with self._units.read() as uow:
             head = uow.sessions.head(tenant_id, session_id)
             segments = uow.entries.segments(head.pk, head.leaf_id)
-            state = uow.memory.context_state(head, segments)
+            state = uow.memory.context_state(head, segments, memory_only=True)
             limit = first_tail
             while True:
-                tail = uow.entries.tail(head.pk, segments, limit, head.rewritten_at)
+                tail, first_seq = uow.entries.tail_and_first_seq(
+                    head.pk, segments, limit, head.rewritten_at
+                )
                 if len(tail) < limit or tail_enough(state, tail):
                     break
                 limit *= 2
@@ -141,12 +143,13 @@ class SessionReads(Service):
             cursor = state.ledger.observation_covers_up_to_id
             older: tuple[int, int, str | None] = (0, 0, None)
             if tail and cursor not in {e.id for e in tail}:
-                position = uow.entries.position(head.pk, tail[0].id)
-                if position is not None:
-                    cursor_at = uow.memory.observation_cursor_seq(head.pk, segments)
-                    older = uow.entries.count_messages(
-                        head.pk, segments, after_seq=cursor_at, before_seq=position[0]
-                    )
+                # The cursor's and the tail's seqs come with the reads above: one count.
+                older = uow.entries.count_messages(
+                    head.pk,
+                    segments,
+                    after_seq=state.observation_cursor_seq,
+                    before_seq=first_seq,
+                )
         return ContextParts(state=state, tail=tail, withheld=withheld, older=older)
 
     def read_memory_view(

@@ -32,6 +32,7 @@ from om_workers.store.records import (
     ImportResult,
     JobFinish,
     JobState,
+    LastFlush,
     SessionInfo,
     SessionsListing,
     StartedJob,
@@ -452,6 +453,13 @@ class SqlStore:
             full_reflection_rebuild=full_reflection_rebuild,
             job_id=job_id,
         )
+
+    def last_flush(self, tenant_id: str, session_id: str) -> LastFlush:
+        """The session's unobserved tokens (as of its last append or flush) and its newest
+        flush job that was not folded into another, read in one statement: what answers a
+        flush request with nothing to do. Raises
+        :class:`~om_workers.errors.SessionNotFoundError` (also for another tenant's session)."""
+        return self._jobs.last_flush(tenant_id, session_id)
 
     def get_job(self, tenant_id: str, job_id: str) -> FlushJob:
         """The job. Raises :class:`~om_workers.errors.FlushJobNotFoundError` (also for another

@@ -68,22 +68,35 @@ class TailCache:
         :func:`~om_workers.store.branch.read_branch_payloads` with ``newest_first`` reads them.
         ``rewritten_at``: the session row's; a tail cached before a rewrite in place (an
         erasure's placeholders) is read again."""
+        return self.tail_and_first_seq(connection, session_pk, segments, limit, rewritten_at)[0]
+
+    def tail_and_first_seq(
+        self,
+        connection: Connection,
+        session_pk: int,
+        segments: Sequence[Segment],
+        limit: int,
+        rewritten_at: datetime | None = None,
+    ) -> tuple[tuple[SessionEntry, ...], int]:
+        """:meth:`tail`, and the seq of its first entry (0 for an empty tail): a caller
+        counting what lies before the tail needs no lookup of that entry's position."""
         if not segments:
-            return ()
+            return (), 0
         with self._lock:
             cached = self._items.get(session_pk)
         if cached is not None and cached.seqs and cached.rewritten_at == rewritten_at:
             grown = self._extend(connection, session_pk, segments, cached)
             if grown is not None and (len(grown.entries) >= limit or grown.complete):
                 self._keep(session_pk, grown)
-                return grown.entries[-limit:]
+                seqs = grown.seqs[-limit:]
+                return grown.entries[-limit:], seqs[0]
         rows = read_branch_payloads(
             connection, session_pk, segments, limit=limit, newest_first=True
         )
         entries = to_entries(rows)
         tail = self._tail(segments, rows, entries, complete=len(rows) < limit)
         self._keep(session_pk, replace(tail, rewritten_at=rewritten_at))
-        return entries
+        return entries, tail.seqs[0] if tail.seqs else 0
 
     @staticmethod
     def _tail(

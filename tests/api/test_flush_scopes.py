@@ -21,7 +21,7 @@ def test_flush_records_the_run_then_publishes(api: LiveApi) -> None:
     published = len(api.published.calls)
     second = client.post("/v1/sessions/s/flush")
     assert second.status_code == 202
-    assert second.json() == {"job_id": accepted["job_id"], "coalesced": True}
+    assert second.json() == {"job_id": accepted["job_id"], "coalesced": True, "state": "queued"}
     assert len(api.published.calls) == published
     status = client.get("/v1/sessions/s/status").json()
     assert status["in_flight"] is True
@@ -36,7 +36,7 @@ def test_flush_options_reach_the_run_row_and_widen_a_pending_job(api: LiveApi) -
     widened = client.post(
         "/v1/sessions/s/flush", json={"force": True, "full_reflection_rebuild": True}
     ).json()
-    assert widened == {"job_id": first["job_id"], "coalesced": True}
+    assert widened == {"job_id": first["job_id"], "coalesced": True, "state": "queued"}
     job = client.get(f"/v1/jobs/{first['job_id']}").json()
     assert job["force"] is True and job["full_reflection_rebuild"] is True
 

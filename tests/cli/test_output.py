@@ -77,7 +77,7 @@ def test_json_is_the_api_answer(tenant: Tenant) -> None:
         printed = run(tenant, *args, "--json").stdout
         assert json.loads(printed) == api_json(tenant, path, **params), args
     queued = json.loads(run(tenant, "flush", "s-j", "--wait", "0", "--json").stdout)
-    assert set(queued) == {"job_id", "coalesced"}
+    assert set(queued) == {"job_id", "coalesced", "state"}
     job = api_json(tenant, f"/v1/jobs/{queued['job_id']}")
     assert job["state"] == "queued" and job["session_id"] == "s-j"
 

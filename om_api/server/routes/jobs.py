@@ -7,18 +7,20 @@ before the request is published or coalesced), so a 202 is durable. Redis down: 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
-from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut
+from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut, JobState
 from om_api.server.auth import TenantId
 from om_api.server.convert import erasure_job_out, job_out
 from om_api.server.logging import bind_log_context, redact_text
+from om_api.server.metrics import EnqueueOutcome
 from om_api.server.routes import JobPath, SessionPath, error_answers
 from om_api.server.state import State
 from om_api.server.usage_wire import job_usage_out
+from om_workers.coordination.coalesce import ServingJob
 from om_workers.errors import CoordinationError, FlushJobNotFoundError
 from om_workers.jobs.requests import request_flush
 
@@ -43,9 +45,12 @@ def flush(
 ) -> JSONResponse:
     """Request a flush; returns the job serving it.
 
-    ``coalesced`` is true when a job was already pending for the session: that job (whose row
-    exists) serves this request too. 404 for a missing or another tenant's session (checked
-    before Redis is touched), 503 + ``Retry-After`` when Redis is down.
+    ``coalesced`` is true when a job that existed already answers: one pending for the
+    session, or, for a request with nothing to do (unobserved tokens below
+    ``observation.messageTokens``, no option), the session's newest queued, running or
+    succeeded job, found in one read with no write, Redis call or publish. 404 for a missing
+    or another tenant's session (checked before Redis is touched), 503 + ``Retry-After``
+    when Redis is down.
     """
     request = body or FlushRequest()
     try:
@@ -57,6 +62,7 @@ def flush(
             publish=state.publisher(),
             force=request.force,
             full_reflection_rebuild=request.full_reflection_rebuild,
+            idle_below_tokens=state.memory_settings.observation.message_tokens,
         )
     except CoordinationError:
         # Existence before availability: another tenant's session is a 404 even while Redis
@@ -66,9 +72,19 @@ def flush(
         state.metrics.observe_enqueue("unavailable")
         raise
     bind_log_context(job_id=serving.job_id)
-    state.metrics.observe_enqueue("coalesced" if serving.coalesced else "published")
-    body_out = FlushTicket(job_id=serving.job_id, coalesced=serving.coalesced)
+    state.metrics.observe_enqueue(_outcome(serving))
+    body_out = FlushTicket(
+        job_id=serving.job_id,
+        coalesced=serving.coalesced,
+        state=cast("JobState", serving.state),
+    )
     return JSONResponse(body_out.model_dump(mode="json"), status_code=202)
+
+
+def _outcome(serving: ServingJob) -> EnqueueOutcome:
+    if serving.idle:
+        return "idle"
+    return "coalesced" if serving.coalesced else "published"
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=ERRORS)

@@ -21,6 +21,7 @@ from om_workers.store.records import (
     FlushJob,
     JobFinish,
     JobRef,
+    LastFlush,
     SessionRef,
     as_utc,
     as_utc_or_none,
@@ -98,6 +99,36 @@ def _in_state_before(state: str, column: Any) -> Any:
     )
 
 
+_LATER = flush_jobs.alias("later")
+
+
+def _of_newest_job(column: Any) -> Any:
+    """``column`` of the session's newest job that was not folded into another (a skipped row
+    only points at the job that served it): an index probe of ix_flush_jobs_session_pk_queued_at
+    per session row. A scalar subquery, not a join on it: PostgreSQL plans such a join as a hash
+    join over every job row."""
+    return (
+        select(column)
+        .where(_LATER.c.session_pk == sessions.c.pk, _LATER.c.state != "skipped")
+        # The index's order alone, so the probe stops at the first row (a tie-break column
+        # would sort every job of the session).
+        .order_by(_LATER.c.queued_at.desc())
+        .limit(1)
+        .correlate(sessions)
+        .scalar_subquery()
+    )
+
+
+# One statement: the session's unobserved tokens beside its newest job's id and state.
+_LAST_FLUSH = select(
+    sessions.c.unobserved_tokens,
+    _of_newest_job(_LATER.c.id).label("id"),
+    _of_newest_job(_LATER.c.state).label("state"),
+).where(
+    sessions.c.tenant_id == bindparam("tenant"),
+    sessions.c.id == bindparam("session_id"),
+    sessions.c.erased_at.is_(None),
+)
 _QUEUED_BEFORE = _in_state_before("queued", flush_jobs.c.queued_at)
 _RUNNING_BEFORE = _in_state_before("running", flush_jobs.c.started_at)
 _OUTCOMES = (
@@ -229,6 +260,15 @@ class JobRepository:
         an erased session)."""
         params = {"tenant": tenant_id, "session": session_id, "limit": limit}
         return [_to_job(row) for row in self._connection.execute(_SESSION_JOBS, params)]
+
+    def last_flush(self, tenant_id: str, session_id: str) -> LastFlush | None:
+        """The session's unobserved tokens and newest job not folded into another; ``None``
+        when the tenant has no such session (or it is being erased)."""
+        params = {"tenant": tenant_id, "session_id": session_id}
+        row = self._connection.execute(_LAST_FLUSH, params).first()
+        if row is None:
+            return None
+        return LastFlush(int(row.unobserved_tokens), row.id, row.state)
 
     def start(self, tenant_id: str, job_id: str, *, now: datetime) -> tuple[FlushJob, int] | None:
         """Mark a job that has not finished ``running`` (attempts count up): the job as it now

@@ -60,11 +60,15 @@ class MemoryRepository:
         return read_memory_view(self._connection, tenant_id, session_id, invalidation_scope)
 
     def context_state(
-        self, head: SessionHead, segments: list[Segment] | None = None
+        self,
+        head: SessionHead,
+        segments: list[Segment] | None = None,
+        *,
+        memory_only: bool = False,
     ) -> ContextState:
         """The branch's whole ledger from the snapshot plus the entries after it (see
-        :func:`~om_workers.store.memory_view.read_context_state`); ``segments``: the
-        branch's, when the caller read them already."""
+        :func:`~om_workers.store.memory_view.read_context_state`, also for ``memory_only``);
+        ``segments``: the branch's, when the caller read them already."""
         return read_context_state(
             self._connection,
             head.pk,
@@ -72,6 +76,7 @@ class MemoryRepository:
             self._cache,
             segments,
             rewritten_at=head.rewritten_at,
+            memory_only=memory_only,
         )
 
     def observation_cursor_seq(self, session_pk: int, segments: Sequence[Segment]) -> int:
