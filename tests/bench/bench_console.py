@@ -1,4 +1,4 @@
-"""16. Web console page load: each console page of a 100,000-entry session over HTTP (a live
+"""21. Web console page load: each console page of a 100,000-entry session over HTTP (a live
 API in this process, SQLite store), p99 of many loads, against the API route that reads the
 same data (``GET .../context`` for the session page, ``GET .../entries`` for the branch page,
 ``GET .../memory/{id}`` for the recall page) in the same run."""
@@ -58,7 +58,7 @@ def _sign_in(browser: httpx.Client, key: str) -> None:
 
 
 def run() -> Section:
-    section = Section("16. Web console page load (100,000-entry session, SQLite store)")
+    section = Section("21. Web console page load (100,000-entry session, SQLite store)")
     with tempfile.TemporaryDirectory() as folder, EmbeddedRedis() as redis_server:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)

