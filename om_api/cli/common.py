@@ -16,6 +16,7 @@ from om_workers.config import get_settings
 
 if TYPE_CHECKING:
     from om_api.client import OMClient
+    from om_workers.store import SqlStore
 
 HOST = "127.0.0.1"
 
@@ -94,3 +95,24 @@ def api_client(api_url: str | None, key: str | None) -> Iterator[OMClient]:
             yield client
     except OMClientError as exc:
         fail(str(exc))
+
+
+@contextmanager
+def sql_store(database_url: str | None) -> Iterator[SqlStore]:
+    """The store on ``database_url`` (else OM_DATABASE_URL), for the commands that work on the
+    database directly: a store that cannot be opened ends the command with one line, exit 2;
+    the service's errors inside the block with one line, exit 1."""
+    from om_core.errors import ObservationalMemoryError
+    from om_workers.errors import OMWorkersError
+    from om_workers.store import SqlStore
+
+    try:
+        store = SqlStore.from_url(database_url or get_settings().store.url)
+    except OMWorkersError as exc:
+        fail(str(exc), 2)
+    try:
+        yield store
+    except ObservationalMemoryError as exc:
+        fail(str(exc))
+    finally:
+        store.close()

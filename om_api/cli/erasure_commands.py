@@ -8,8 +8,6 @@ Redis the service uses (OM_REDIS_URL or --redis-url) to delete the tenant's keys
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -26,6 +24,7 @@ from om_api.cli.common import (
     api_client,
     fail,
     show,
+    sql_store,
 )
 from om_api.schemas import (
     MAX_AUDIT_EVENTS,
@@ -34,10 +33,9 @@ from om_api.schemas import (
 )
 from om_api.server.convert import audit_out
 from om_workers.config import REDIS_REQUIRED, get_settings
-from om_workers.errors import OMWorkersError
 
 if TYPE_CHECKING:
-    from om_workers.store import SqlStore
+    pass
 
 Wait = Annotated[
     bool, typer.Option("--wait", help="Wait until the erasure job has finished, then show it.")
@@ -78,22 +76,6 @@ def subjects_erase(
     show(job, as_json, render_erasure.show_erasure)
 
 
-@contextmanager
-def _store(database_url: str | None) -> Iterator[SqlStore]:
-    from om_workers.store import SqlStore
-
-    try:
-        store = SqlStore.from_url(database_url or get_settings().store.url)
-    except OMWorkersError as exc:
-        fail(str(exc), 2)
-    try:
-        yield store
-    except OMWorkersError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
-
-
 def tenants_erase(
     tenant: TenantArg,
     yes: Annotated[
@@ -114,7 +96,7 @@ def tenants_erase(
     url = redis_url or get_settings().redis.url
     if not url:
         fail(f"{REDIS_REQUIRED}; or pass --redis-url", 2)
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         job = store.erasure.erase_tenant(tenant)
         client = connect(url)
         try:
@@ -154,7 +136,7 @@ def tenants_retention(
 
     if days is not None and clear:
         fail("--days and --clear exclude each other", 2)
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         accounts = AccountStore(store.engine)
         if days is not None or clear:
             accounts.set_retention_days(tenant, None if clear else days)

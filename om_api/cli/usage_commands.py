@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from om_api.cli.admin_commands import _accounts
-from om_api.cli.common import DatabaseUrl, JsonOutput, fail, show
-from om_api.cli.erasure_commands import _store
+from om_api.cli.common import DatabaseUrl, JsonOutput, fail, show, sql_store
 from om_api.schemas import UsageReportOut
 from om_api.server.usage_wire import usage_report_out
 from om_core.errors import InvalidUsageWindowError
@@ -37,7 +36,7 @@ def usage(
     if tenant is not None:
         with _accounts(database_url) as accounts:
             accounts.get_tenant(tenant)
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         rows = store.usage.daily(tenant, first, last)
     prices = get_settings().llm.prices
     report = usage_report_out(rows, since=first, until=last, tenant_id=tenant, prices=prices)

@@ -8,13 +8,11 @@ published at once, else the reconciler sends it on its next pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json
+from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json, sql_store
 from om_api.schemas import (
     MAX_WEBHOOK_DELIVERIES,
     WebhookDeliveriesOut,
@@ -22,13 +20,8 @@ from om_api.schemas import (
     WebhookEndpointsOut,
 )
 from om_api.server.routes.admin_webhooks import delivery_out, endpoint_out
-from om_core.errors import ObservationalMemoryError
 from om_core.policy.webhooks import EVENT_TYPES, EventType
 from om_workers.config import get_settings
-from om_workers.errors import OMWorkersError
-
-if TYPE_CHECKING:
-    from om_workers.store import SqlStore
 
 EventOption = Annotated[
     list[str] | None,
@@ -38,23 +31,6 @@ EventOption = Annotated[
         "session.erased. Default: all.",
     ),
 ]
-
-
-@contextmanager
-def _store(database_url: str | None) -> Iterator[SqlStore]:
-    """The store on ``database_url``; the service's errors end the command with one line."""
-    from om_workers.store import SqlStore
-
-    try:
-        store = SqlStore.from_url(database_url or get_settings().store.url)
-    except OMWorkersError as exc:
-        fail(str(exc), 2)
-    try:
-        yield store
-    except ObservationalMemoryError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
 
 
 def _event_types(events: list[str] | None) -> tuple[EventType, ...]:
@@ -85,7 +61,7 @@ def webhooks_add(
 
     kinds = _event_types(events)
     allow_private = get_settings().webhooks.allow_private
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         endpoint = register_endpoint(
             store, tenant, url, event_types=kinds, secret=secret, allow_private=allow_private
         )
@@ -100,7 +76,7 @@ def webhooks_list(
     tenant: TenantArg, as_json: JsonOutput = False, database_url: DatabaseUrl = None
 ) -> None:
     """List TENANT's webhook endpoints (never their secrets)."""
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         endpoints = store.webhooks.endpoints(tenant)
     answer = WebhookEndpointsOut(endpoints=[endpoint_out(e) for e in endpoints])
     if as_json:
@@ -117,7 +93,7 @@ def webhooks_remove(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Delete one of TENANT's endpoints and its deliveries."""
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         store.webhooks.remove_endpoint(tenant, endpoint)
     typer.echo(f"removed {endpoint}", err=True)
 
@@ -135,7 +111,7 @@ def webhooks_deliveries(
     database_url: DatabaseUrl = None,
 ) -> None:
     """List TENANT's newest webhook deliveries: state, attempts, last status or error."""
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         found = store.webhooks.deliveries(
             tenant, endpoint_id=endpoint, failing=failing, limit=limit
         )
@@ -159,7 +135,7 @@ def webhooks_redeliver(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Send one of TENANT's deliveries again, same webhook-id, with fresh attempts."""
-    with _store(database_url) as store:
+    with sql_store(database_url) as store:
         again = store.webhooks.redeliver(tenant, delivery)
     published = _publish(again.id)
     if as_json:
