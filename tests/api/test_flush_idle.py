@@ -36,7 +36,7 @@ def _jobs_published(api: LiveApi, tenant_id: str) -> list[str]:
 
 
 def _idle_count(api: LiveApi) -> float:
-    with api.anonymous() as client:
+    with api.scraper() as client:
         text = client.get("/metrics").text
     for line in text.splitlines():
         if line.startswith('om_api_flush_enqueue_total{outcome="idle"}'):
