@@ -12,7 +12,8 @@ so ``except NotFoundError`` catches both. The API answers each category with one
 pydantic at the edge) are translated at their one seam each and never leave it.
 
 The categories, and every error in them (unmarked: defined in ``om_core``; ``[w]``: in
-``om_workers``, all in ``om_workers.errors`` but the store's internal ``WriteRace``; ``[c]``:
+``om_workers``, all in ``om_workers.errors`` but the store's internal ``WriteRace`` and the
+embedders' errors, in ``om_workers.embeddings``; ``[c]``:
 the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B subclasses A)::
 
     ObservationalMemoryError
@@ -26,6 +27,8 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── ImportLineError               a line of an import refused (its number, why)
     │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
     │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
+    │   ├── EmbeddingsOffError [w]        a hybrid search while embeddings are off
+    │   ├── ProxyInputError [a], FormRefused [a] (a console form without its token)
     │   └── InvalidRequest [c]            400/422, or refused before sending
     │       └── PayloadTooLarge [c]       413
     ├── NotFoundError (LookupError)       no such thing (or another tenant's): check the id
@@ -33,6 +36,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── TenantNotFoundError [w], SessionNotFoundError [w], EntryNotFoundError [w],
     │   │   ApiKeyNotFoundError [w], FlushJobNotFoundError [w], ErasureJobNotFoundError [w],
     │   │   WebhookEndpointNotFoundError [w], WebhookDeliveryNotFoundError [w]
+    │   ├── NotVisible [a]                the console: a tenant the viewer may not see
     │   └── NotFound [c]
     ├── ConflictError                     clashes with the stored state: read it again, decide
     │   ├── WrongSessionError
@@ -50,11 +54,13 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   └── Conflict [c]
     ├── UnauthorizedError                 no credentials, or unknown or revoked ones
     │   ├── InvalidApiKeyError [w]
+    │   ├── SignInRequired [a]            the console: no sign-in, or it ended
     │   └── Unauthorized [c]
     ├── UnavailableError                  a dependency is down or busy: retry later
     │   ├── StoreUnavailableError [w], RedisUnavailableError [w]
     │   ├── ProviderTransportError [w]: ProviderTimeoutError [w]
     │   ├── ProviderRateLimitError [w], ProviderServerError [w]
+    │   ├── EmbeddingsUnavailableError [w]: the embeddings endpoint is down
     │   └── Unavailable [c], RateLimited [c]
     ├── CapExceededError                  a hard cap would be passed, nothing to trim: send less
     │   └── ScopeCapError
@@ -75,6 +81,7 @@ The origins (each error above sits under one of these too, where it has one)::
     │   │   └── MigrationError [w], WriteRace [w], and the store's errors above
     │   ├── CoordinationError [w]         a Redis step failed (the API answers 503)
     │   │   └── EmbeddedRedisError [w], and the Redis errors above
+    │   ├── EmbeddingError [w]            an embedder failed (text redacted)
     │   └── ProviderError [w]             a model call failed (text redacted)
     │       └── ProviderRequestError [w] (ValueError), ProviderResponseError [w], and the
     │           provider errors above

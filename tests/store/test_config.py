@@ -10,6 +10,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from pydantic_settings.exceptions import SettingsError
 
+from om_core.policy.usage import ModelPrice
 from om_workers.config import DEFAULT_DATABASE_URL, LockSettings, RateLimitSettings, Settings
 from om_workers.errors import ConfigError
 from om_workers.settings_env import Leaf, env_names, first_error, leaves
@@ -34,10 +35,22 @@ def test_urls_are_normalised_or_refused() -> None:
 # Grouped settings, flat variables -------------------------------------------------------------
 
 
+SAMPLES: dict[str, tuple[str, object]] = {
+    "OM_PRICES": (
+        '{"gpt-x": {"input": 0.15, "output": 0.6}}',
+        {"gpt-x": ModelPrice(input=0.15, output=0.6)},
+    ),
+    "OM_PROXY_UPSTREAM_URL": ("http://h:1/v1", "http://h:1/v1"),
+}
+"""Settings whose values have a shape of their own, by variable."""
+
+
 def _sample(leaf: Leaf) -> tuple[str, object]:
     """A valid value for ``leaf`` as its variable would hold it, and as the setting reads it:
     next to its default, so every bound holds."""
     text, default = str(leaf.field.annotation), leaf.field.default
+    if leaf.env[0] in SAMPLES:
+        return SAMPLES[leaf.env[0]]
     if "SecretStr" in text:
         return "s3cret", "s3cret"
     if "Literal" in text:

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from om_core.errors import InvalidInputError
 from om_core.ledger.models import ContentPart, Message, Role, ToolCall
 
 ID_PREFIX: Final = "px-"
@@ -25,7 +26,7 @@ INSTRUCTION_ROLES: Final = frozenset({"system", "developer"})
 _RECORDED_ROLES: Final[dict[str, Role]] = {"user": "user", "assistant": "assistant", "tool": "tool"}
 
 
-class ProxyInputError(ValueError):
+class ProxyInputError(InvalidInputError):
     """A chat-completions body the proxy cannot read (answered 422 with the reason)."""
 
 
