@@ -175,9 +175,17 @@ def _local_config(tmp_path: Path, api: str, worker: str) -> Path:
     return path
 
 
+def _query(url: str, query: str) -> list[dict[str, Any]]:
+    """The query's result; empty while Prometheus is still starting (it answers 503 then)."""
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5)
+    if answer.status_code != 200:
+        return []
+    result: list[dict[str, Any]] = answer.json()["data"]["result"]
+    return result
+
+
 def _up(url: str) -> dict[str, str]:
-    answer = httpx.get(f"{url}/api/v1/query", params={"query": "up"}, timeout=5).json()
-    return {r["metric"]["job"]: r["value"][1] for r in answer["data"]["result"]}
+    return {r["metric"]["job"]: r["value"][1] for r in _query(url, "up")}
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package)")
@@ -206,16 +214,19 @@ def test_a_real_prometheus_on_the_deploy_config_scrapes_api_and_worker(
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + UP_WAIT_S
         up: dict[str, str] = {}
-        while up != {"om-api": "1", "om-worker": "1"} and time.monotonic() < deadline:
+        requests: list[object] = []
+        # The API counts a request once it is answered, so its first scrape holds no request
+        # series yet; the next one (a second later) holds the first scrape's.
+        while (
+            up != {"om-api": "1", "om-worker": "1"} or not requests
+        ) and time.monotonic() < deadline:
             assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
             with contextlib.suppress(httpx.TransportError):  # not listening yet
                 up = _up(url)
+                requests = list(_query(url, "om_api_requests_total"))
             time.sleep(0.5)
         assert up == {"om-api": "1", "om-worker": "1"}, (tmp_path / "prometheus.log").read_text()
-        answer = httpx.get(
-            f"{url}/api/v1/query", params={"query": "om_api_requests_total"}, timeout=5
-        ).json()
-        assert answer["data"]["result"], "the API's own series were scraped"
+        assert requests, "the API's own series were scraped"
     finally:
         process.terminate()
         process.wait(timeout=60)
