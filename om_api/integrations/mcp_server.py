@@ -182,7 +182,6 @@ class ClientSource(Protocol):
         """The client for the call of ``ctx``, open for the ``async with`` block. Raises
         :class:`~mcp.server.mcpserver.exceptions.ToolError` when the call carries no usable
         credentials."""
-        ...
 
 
 class OneClient:

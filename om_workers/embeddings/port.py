@@ -37,20 +37,16 @@ class Embedder(Protocol):
     @property
     def name(self) -> str:
         """The model's name, stored beside each vector."""
-        ...
 
     @property
     def dimension(self) -> int | None:
         """Floats per vector."""
-        ...
 
     def embed_documents(self, texts: Sequence[str]) -> list[Vector]:
         """One vector per text, in order. Raises :class:`EmbeddingError` subclasses."""
-        ...
 
     def embed_query(self, text: str) -> Vector:
         """The vector of a search query. Raises :class:`EmbeddingError` subclasses."""
-        ...
 
 
 __all__ = [
