@@ -3,8 +3,8 @@ a fresh deployment): om db upgrade, om keys create, om keys list, om keys revoke
 limits; and om queue, which reads the fair queue in Redis.
 
 They use --database-url, else OM_DATABASE_URL, the same store the API reads. A revocation
-committed here refuses the key's next request on every API replica at once: the API looks
-each key up in the store on every request and caches nothing. :mod:`om_api.cli.commands`
+committed here refuses the key on every API replica within ``OM_API_KEY_CACHE_S`` (the API
+keeps a key it has looked up for that long). :mod:`om_api.cli.commands`
 registers these on the ``om db``, ``om keys`` and ``om tenants`` groups.
 """
 
@@ -12,39 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from om_api.cli import render
-from om_api.cli.common import DatabaseUrl, JsonOutput, TenantArg, fail, print_json, show
+from om_api.cli.common import (
+    DatabaseUrl,
+    JsonOutput,
+    TenantArg,
+    account_store,
+    fail,
+    print_json,
+    show,
+)
 from om_api.schemas import PATH_ID_PATTERN, ApiKeyOut, ApiKeysOut, KeyOut
 from om_workers.config import REDIS_REQUIRED, get_settings
 from om_workers.errors import OMWorkersError
-
-if TYPE_CHECKING:
-    from om_workers.store import AccountStore
-
-
-@contextmanager
-def _accounts(database_url: str | None) -> Iterator[AccountStore]:
-    """The account store on ``database_url`` (else OM_DATABASE_URL); a store error ends the
-    command with one line, exit 1."""
-    from om_workers.store import AccountStore
-
-    try:
-        accounts = AccountStore.from_url(database_url or get_settings().store.url)
-    except OMWorkersError as exc:
-        fail(str(exc), 2)
-    try:
-        yield accounts
-    except OMWorkersError as exc:
-        fail(str(exc))
-    finally:
-        accounts.close()
-
 
 DB_WAIT_S = 60.0
 """How long ``om db upgrade`` waits for an unreachable database by default (seconds)."""
@@ -90,7 +74,7 @@ def keys_create(
     # The API refuses other tenant ids in its paths, so a tenant made here must fit them too.
     if re.fullmatch(PATH_ID_PATTERN, tenant) is None:
         fail(f"--tenant: {tenant!r} is not an id (1-128 of A-Z a-z 0-9 . _ : -, not . or ..)", 2)
-    with _accounts(database_url) as accounts:
+    with account_store(database_url) as accounts:
         with contextlib.suppress(TenantExistsError):
             accounts.create_tenant(tenant)
         created = accounts.create_api_key(tenant, label=label)
@@ -108,7 +92,7 @@ def keys_list(
 ) -> None:
     """List a tenant's API keys, revoked ones too: id, prefix, label, creation and revocation
     times. Never the key itself (only its hash is stored)."""
-    with _accounts(database_url) as accounts:
+    with account_store(database_url) as accounts:
         found = accounts.list_api_keys(tenant)
     keys = [ApiKeyOut.model_validate(info, from_attributes=True) for info in found]
     show(ApiKeysOut(keys=keys), as_json, lambda answer: render.show_keys(tenant, answer.keys))
@@ -121,7 +105,7 @@ def keys_revoke(
 ) -> None:
     """Revoke an API key: from now on every request with it is refused (401), on every API
     replica. Revoking a revoked key changes nothing."""
-    with _accounts(database_url) as accounts:
+    with account_store(database_url) as accounts:
         revoked = ApiKeyOut.model_validate(accounts.revoke_key(key_id), from_attributes=True)
     show(revoked, as_json, render.show_key)
 
@@ -163,7 +147,7 @@ def tenants_limits(
         "reads": (reads_per_s, reads_burst),
     }
     defaults = default_limits(get_settings())
-    with _accounts(database_url) as accounts:
+    with account_store(database_url) as accounts:
         overrides = {} if clear else accounts.get_rate_limits(tenant)
         if clear or any(v is not None for pair in given.values() for v in pair):
             for name, (rate, burst) in given.items():

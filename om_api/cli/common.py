@@ -16,7 +16,7 @@ from om_workers.config import get_settings
 
 if TYPE_CHECKING:
     from om_api.client import OMClient
-    from om_workers.store import SqlStore
+    from om_workers.store import AccountStore, SqlStore
 
 HOST = "127.0.0.1"
 
@@ -116,3 +116,22 @@ def sql_store(database_url: str | None) -> Iterator[SqlStore]:
         fail(str(exc))
     finally:
         store.close()
+
+
+@contextmanager
+def account_store(database_url: str | None) -> Iterator[AccountStore]:
+    """The account store (tenants, keys, limits) on ``database_url`` (else OM_DATABASE_URL),
+    with the same endings as :func:`sql_store`."""
+    from om_workers.errors import OMWorkersError
+    from om_workers.store import AccountStore
+
+    try:
+        accounts = AccountStore.from_url(database_url or get_settings().store.url)
+    except OMWorkersError as exc:
+        fail(str(exc), 2)
+    try:
+        yield accounts
+    except OMWorkersError as exc:
+        fail(str(exc))
+    finally:
+        accounts.close()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from om_api.cli import render_erasure
-from om_api.cli.admin_commands import RedisUrl, _accounts
+from om_api.cli.admin_commands import RedisUrl
 from om_api.cli.common import (
     ApiKey,
     ApiUrl,
@@ -21,6 +21,7 @@ from om_api.cli.common import (
     JsonOutput,
     SessionArg,
     TenantArg,
+    account_store,
     api_client,
     fail,
     show,
@@ -162,7 +163,7 @@ def audit(
 ) -> None:
     """The audit trail, newest first: who (key id) erased, exported or imported which session,
     subject or tenant, when, and how it ended. Never content."""
-    with _accounts(database_url) as accounts:
+    with account_store(database_url) as accounts:
         events = accounts.audit_events(tenant, limit)
     answer = audit_out(events)
     show(answer, as_json, render_erasure.show_audit)

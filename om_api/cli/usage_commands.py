@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from om_api.cli.admin_commands import _accounts
-from om_api.cli.common import DatabaseUrl, JsonOutput, fail, show, sql_store
+from om_api.cli.common import DatabaseUrl, JsonOutput, account_store, fail, show, sql_store
 from om_api.schemas import UsageReportOut
 from om_api.server.usage_wire import usage_report_out
 from om_core.errors import InvalidUsageWindowError
@@ -34,7 +33,7 @@ def usage(
     except InvalidUsageWindowError as exc:
         fail(str(exc), 2)
     if tenant is not None:
-        with _accounts(database_url) as accounts:
+        with account_store(database_url) as accounts:
             accounts.get_tenant(tenant)
     with sql_store(database_url) as store:
         rows = store.usage.daily(tenant, first, last)
