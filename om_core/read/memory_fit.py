@@ -144,6 +144,34 @@ def fit(
 ) -> tuple[Omission, int]:
     """Choose what to leave out so the rendering fits ``max_bytes``; returns the omission
     and how many outline lines (from the end) must be cut as a last resort."""
+    layout, note, victims = _start(items, heading_bytes, policy, page_from)
+    for kind, index in victims:
+        if layout.size() <= max_bytes:
+            break
+        _drop(layout, note, items, kind, index)
+    # Still too large with every item gone: the ids themselves did not fit. The oldest go
+    # unlisted, behind the paging cursor.
+    if policy == "reachable":
+        for ref in note.listed_in_order():
+            if layout.size() <= max_bytes:
+                break
+            layout.note_bytes = note.unlist(ref)
+    note.omission.listed = dict.fromkeys(note.listed_in_order())
+    cut = 0
+    while cut < len(items.outline_bytes) and layout.size() > max_bytes:
+        cut += 1
+        layout.outline.line_bytes -= items.outline_bytes[-cut]
+        layout.outline.count -= 1
+    return note.omission, cut
+
+
+Victim = tuple[Literal["observation", "reflection"], int]
+
+
+def _start(
+    items: Candidates, heading_bytes: dict[str, int], policy: Policy, page_from: str | None
+) -> tuple[Layout, _Note, list[Victim]]:
+    """The layout with every item kept, an empty note, and the order items are left out in."""
     run_kept = [0] * len(items.run_prefix_bytes)
     for run in items.runs:
         run_kept[run] += 1
@@ -176,31 +204,136 @@ def fit(
         order += [i for i in by_relevance if not note.available[i]]
     else:
         order = by_relevance
-    victims = [("observation", i) for i in order]
+    victims: list[Victim] = [("observation", i) for i in order]
     victims += [("reflection", i) for i in range(len(items.reflection_bytes))]
-    for kind, index in victims:
-        if layout.size() <= max_bytes:
-            break
-        if kind == "observation":
-            layout.drop_observation(items.observation_bytes[index], items.runs[index])
+    return layout, note, victims
+
+
+def _drop(layout: Layout, note: _Note, items: Candidates, kind: str, index: int) -> None:
+    if kind == "observation":
+        layout.drop_observation(items.observation_bytes[index], items.runs[index])
+    else:
+        layout.reflections.line_bytes -= items.reflection_bytes[index]
+        layout.reflections.count -= 1
+    layout.note_bytes = note.leave_out(kind, index)
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    """What :func:`fit` leaves out at every budget at once: the items in the order they go,
+    the rendering's exact size after each number of them has gone, and the note's parts;
+    then (``reachable``) the same for each number of listed ids unlisted, oldest first.
+
+    Leaving items out never puts one back, so what :func:`fit` leaves out for a budget is
+    always a prefix of ``victims``: the shortest whose size fits; and when none fits, it
+    unlists a prefix of the ids listed with every item out. Built once in the time of one
+    :func:`fit` leaving everything out; each budget then costs a binary search.
+    """
+
+    victims: tuple[Victim, ...]
+    lowest: tuple[int, ...]
+    """``lowest[k]``: the smallest size after at most ``k`` items left out (non-increasing)."""
+    covered: tuple[int, ...]
+    """``covered[k]``: how many of the first ``k`` victims a reflection covers."""
+    listed: tuple[bool, ...]
+    """Whether each victim is named by its recall ref in the note."""
+    refs: tuple[str, ...]
+    """Each victim's recall ref."""
+    rank: dict[str, int]
+    """Each ref's place in render order (reflections, then observations)."""
+    unlist_order: tuple[str, ...] = ()
+    """The refs listed with every item out, oldest first: the order they are unlisted in."""
+    unlisted_lowest: tuple[int, ...] = ()
+    """``unlisted_lowest[j - 1]``: the smallest size, without the note's paging cursor, after
+    at least one and at most ``j`` refs unlisted (non-increasing)."""
+    unlisted_covered: tuple[int, ...] = ()
+    """``unlisted_covered[j - 1]``: items a reflection still covers after ``j`` unlisted."""
+    unlisted_counts: tuple[int, ...] = ()
+    """``unlisted_counts[j - 1]``: items out of reach of the note after ``j`` unlisted."""
+
+    def omission(self, max_bytes: int, page_from: str | None) -> Omission | None:
+        """What :func:`fit` leaves out for ``max_bytes`` (``page_from``: the entry the note
+        names once ids are unlisted), or ``None`` when even unlisting every id does not fit
+        (then :func:`fit` cuts the outline too)."""
+        if self.lowest[-1] <= max_bytes:
+            return self._items_out(_first_at_most(self.lowest, max_bytes))
+        cursor = _bytes(PAGE_PART.format(cursor=page_from)) if page_from else 0
+        if not self.unlisted_lowest or self.unlisted_lowest[-1] + cursor > max_bytes:
+            return None
+        unlisted = _first_at_most(self.unlisted_lowest, max_bytes - cursor)
+        return Omission(
+            observations={i for kind, i in self.victims if kind == "observation"},
+            reflections={i for kind, i in self.victims if kind == "reflection"},
+            covered=self.unlisted_covered[unlisted],
+            listed=dict.fromkeys(self.unlist_order[unlisted + 1 :]),
+            unlisted=self.unlisted_counts[unlisted],
+        )
+
+    def _items_out(self, count: int) -> Omission:
+        omission = Omission(covered=self.covered[count])
+        listed: list[str] = []
+        for (kind, index), ref, named in zip(
+            self.victims[:count], self.refs, self.listed, strict=False
+        ):
+            (omission.observations if kind == "observation" else omission.reflections).add(index)
+            if named:
+                listed.append(ref)
+        listed.sort(key=self.rank.__getitem__)
+        omission.listed = dict.fromkeys(listed)
+        return omission
+
+
+def _first_at_most(lowest: Sequence[int], bound: int) -> int:
+    """The first index of the non-increasing ``lowest`` whose value is at most ``bound``."""
+    low, high = 0, len(lowest) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if lowest[middle] <= bound:
+            high = middle
         else:
-            layout.reflections.line_bytes -= items.reflection_bytes[index]
-            layout.reflections.count -= 1
-        layout.note_bytes = note.leave_out(kind, index)
-    # Still too large with every item gone: the ids themselves did not fit. The oldest go
-    # unlisted, behind the paging cursor.
-    if policy == "reachable":
-        for ref in note.listed_in_order():
-            if layout.size() <= max_bytes:
-                break
-            layout.note_bytes = note.unlist(ref)
-    note.omission.listed = dict.fromkeys(note.listed_in_order())
-    cut = 0
-    while cut < len(items.outline_bytes) and layout.size() > max_bytes:
-        cut += 1
-        layout.outline.line_bytes -= items.outline_bytes[-cut]
-        layout.outline.count -= 1
-    return note.omission, cut
+            low = middle + 1
+    return low
+
+
+def plan_drops(items: Candidates, heading_bytes: dict[str, int], policy: Policy) -> DropPlan:
+    """The :class:`DropPlan` of ``items``: :func:`fit`'s loops run to the end, recording the
+    size after each item left out and each id unlisted."""
+    layout, note, victims = _start(items, heading_bytes, policy, None)
+    lowest = [layout.size()]
+    covered = [0]
+    listed: list[bool] = []
+    refs: list[str] = []
+    for kind, index in victims:
+        listed_before = len(note.omission.listed)
+        _drop(layout, note, items, kind, index)
+        lowest.append(min(lowest[-1], layout.size()))
+        covered.append(note.omission.covered)
+        listed.append(len(note.omission.listed) > listed_before)
+        refs.append(
+            items.observation_refs[index] if kind == "observation" else items.reflection_refs[index]
+        )
+    order = note.listed_in_order() if policy == "reachable" else []
+    unlisted_lowest: list[int] = []
+    unlisted_covered: list[int] = []
+    unlisted_counts: list[int] = []
+    for ref in order:
+        layout.note_bytes = note.unlist(ref)
+        size = layout.size()
+        unlisted_lowest.append(min(unlisted_lowest[-1], size) if unlisted_lowest else size)
+        unlisted_covered.append(note.omission.covered)
+        unlisted_counts.append(note.omission.unlisted)
+    return DropPlan(
+        victims=tuple(victims),
+        lowest=tuple(lowest),
+        covered=tuple(covered),
+        listed=tuple(listed),
+        refs=tuple(refs),
+        rank=note.rank,
+        unlist_order=tuple(order),
+        unlisted_lowest=tuple(unlisted_lowest),
+        unlisted_covered=tuple(unlisted_covered),
+        unlisted_counts=tuple(unlisted_counts),
+    )
 
 
 class _Note:
