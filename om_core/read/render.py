@@ -111,10 +111,11 @@ class MemoryPlan:
     The lines (redacted, dated, in time order) and their byte sizes are prepared up front;
     :meth:`fitted` answers as :func:`render_reachable_memory` (``reachable`` policy) or
     :func:`render_observational_memory` (``count``) would for the same items. From the
-    second budget on it answers from a :class:`~om_core.read.memory_fit.DropPlan` (one
-    binary search and the joining of the kept lines), so a context rendered again beside a
-    longer window of messages does not fit ten thousand observations again. Immutable once
-    built; the drop plan is computed on first need (concurrent first uses compute equal ones).
+    first budget on it answers from a :class:`~om_core.read.memory_fit.DropPlan` (built in
+    plain integer steps; then one binary search and the joining of the kept lines), so a
+    context rendered again beside a longer window of messages does not fit ten thousand
+    observations again. Immutable once built; the drop plan is computed on first need
+    (concurrent first uses compute equal ones).
     """
 
     def __init__(
@@ -150,7 +151,6 @@ class MemoryPlan:
             run_prefix_bytes=[_bytes(p) for p in self._prefixes],
         )
         self._drops: DropPlan | None = None
-        self._fits = 0
 
     def fitted(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
         """The memory block within ``max_bytes`` (UTF-8, at most 256 KiB), as the render
@@ -158,15 +158,21 @@ class MemoryPlan:
         max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
         if not (self._outline or self._reflections or self._observations):
             return RenderedMemory(text="")
-        self._fits += 1
-        omission: Omission | None = None
-        cut = 0
-        if self._drops is None and self._fits > 1:
+        if self._drops is None:
             self._drops = plan_drops(self._items, _HEADING_BYTES, self._policy)
-        if self._drops is not None:
-            omission = self._drops.omission(max_bytes, page_from)
+        omission = self._drops.omission(max_bytes, page_from)
+        cut = 0
         if omission is None:
             omission, cut = fit(self._items, _HEADING_BYTES, max_bytes, self._policy, page_from)
+        return self._assemble(omission, cut, page_from)
+
+    def searched(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
+        """:meth:`fitted` by :func:`~om_core.read.memory_fit.fit`'s own search, leaving items
+        out one at a time until the rest fits: the reference the drop plan must equal."""
+        max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
+        if not (self._outline or self._reflections or self._observations):
+            return RenderedMemory(text="")
+        omission, cut = fit(self._items, _HEADING_BYTES, max_bytes, self._policy, page_from)
         return self._assemble(omission, cut, page_from)
 
     def _assemble(self, omission: Omission, cut: int, page_from: str | None) -> RenderedMemory:

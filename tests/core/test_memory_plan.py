@@ -1,4 +1,4 @@
-"""A memory plan fitted to many budgets answers exactly as a fresh rendering at each, and a
+"""A memory plan fitted to many budgets answers exactly as fit's item-by-item search at each, and a
 context built from a memory part kept across appends equals one built from scratch."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from om_core.read.context_memory import ContextMemory
 from om_core.read.memory_fit import Policy
 from om_core.read.render import (
     MemoryPlan,
-    RenderedMemory,
     render_observational_memory,
     render_reachable_memory,
 )
@@ -43,51 +42,45 @@ def _memory(seed: int) -> tuple[list[Reflection], list[Observation]]:
     return reflections, observations
 
 
-def _fresh(
-    policy: Policy,
-    reflections: list[Reflection],
-    observations: list[Observation],
-    max_bytes: int,
-    page_from: str | None,
-) -> RenderedMemory:
-    if policy == "count":
-        text = render_observational_memory(reflections, observations, max_bytes=max_bytes)
-        return RenderedMemory(text=text)
-    return render_reachable_memory(
-        reflections, observations, max_bytes=max_bytes, page_from=page_from
-    )
-
-
 @pytest.mark.parametrize("policy", ["reachable", "count"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_plan_fitted_again_and_again_answers_as_a_fresh_rendering(
+def test_the_drop_plan_answers_as_the_item_by_item_search_at_every_budget(
     policy: Policy, seed: int
 ) -> None:
     reflections, observations = _memory(seed)
-    plan = MemoryPlan(reflections, observations, None, ("word 3",), policy)
+    outline = ["scope a", "scope b: " + "detail " * 20]
+    plan = MemoryPlan(reflections, observations, outline, ("word 3",), policy)
     whole = len(plan.fitted(10**9).text.encode("utf-8"))
     budgets = [whole, whole - 1, whole // 2, whole // 5, 900, 400, 120, 40, 0]
     budgets += random.Random(seed).sample(range(whole), 40)
     for budget in budgets:
         for page_from in (None, "entry-7", "ëntry-with-a-longer-id"):
-            got = plan.fitted(budget, page_from)
-            want = _fresh(policy, reflections, observations, budget, page_from)
-            if policy == "count":
-                assert got.text == want.text, (budget, page_from)
-            else:
-                assert got == want, (budget, page_from)
+            assert plan.fitted(budget, page_from) == plan.searched(budget, page_from), (
+                budget,
+                page_from,
+            )
 
 
-def test_the_note_unlists_the_oldest_ids_from_the_plan_as_fit_does() -> None:
+def test_the_render_functions_answer_as_the_search() -> None:
+    reflections, observations = _memory(5)
+    for budget in (10**9, 2_000, 300):
+        plan = MemoryPlan(reflections, observations, None, (), "reachable")
+        reachable = render_reachable_memory(
+            reflections, observations, max_bytes=budget, page_from="e5"
+        )
+        assert reachable == plan.searched(budget, "e5")
+        counted = MemoryPlan(reflections, observations, None, (), "count")
+        text = render_observational_memory(reflections, observations, max_bytes=budget)
+        assert text == counted.searched(budget).text
+
+
+def test_the_note_unlists_the_oldest_ids_from_the_plan_as_the_search_does() -> None:
     reflections, observations = _memory(4)
     plan = MemoryPlan(reflections, observations, None, (), "reachable")
-    plan.fitted(10**9)
     squeezed = plan.fitted(600, "e5")
     assert squeezed.unlisted > 0
     assert "page messages backward from entry e5" in squeezed.text
-    assert squeezed == render_reachable_memory(
-        reflections, observations, max_bytes=600, page_from="e5"
-    )
+    assert squeezed == plan.searched(600, "e5")
 
 
 def _grown_session() -> Branch:
