@@ -13,7 +13,7 @@ from om_core.ledger.projection import ObservationalMemoryProjection, project_led
 from om_core.policy.limits import MAX_RENDERED_MEMORY_BYTES
 from om_core.policy.redaction import normalize_secrets
 from om_core.read.memory_fit import Policy
-from om_core.read.render import MemoryPlan, RenderedMemory
+from om_core.read.render import MemoryPlan, ObservationLines, RenderedMemory
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
 from om_core.scopes.work_memory import Include, leaf_memory
@@ -92,6 +92,7 @@ class ContextMemory:
         for observation in self._projection.observations:
             for source in observation.source_entry_ids:
                 self._by_source.setdefault(source, []).append(observation)
+        self._lines = ObservationLines(self._projection.observations, self.secrets)
         self._plans: dict[tuple[Policy, frozenset[str]], MemoryPlan] = {}
         self._lock = threading.Lock()
 
@@ -121,7 +122,7 @@ class ContextMemory:
             from_=self._scope,
             include=self._include,
         )
-        plan = MemoryPlan(reflections, observations, outline, self.secrets, policy)
+        plan = MemoryPlan(reflections, observations, outline, self.secrets, policy, self._lines)
         with self._lock:
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.pop(next(iter(self._plans)))

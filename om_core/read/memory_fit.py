@@ -365,7 +365,9 @@ class _Account:
     def __init__(self, layout: Layout, policy: Policy) -> None:
         self.policy = policy
         self.fixed = layout.memory_heading_bytes
-        self.outline = 2 + layout.outline.size() if layout.outline.count else 0
+        self.fixed += 2 + layout.outline.size() if layout.outline.count else 0
+        self.note_fixed, self.covered_part, self.unlisted_part = _note_parts(policy)
+        self.listed_part = 2 + len(LISTED_PART)
         self.reflection_heading = 2 + layout.reflections.heading_bytes
         self.reflection_lines = layout.reflections.line_bytes
         self.reflection_count = layout.reflections.count
@@ -404,23 +406,36 @@ class _Account:
         self.unlisted += 1
 
     def size(self) -> int:
-        total = self.fixed + self.outline
+        total = self.fixed
         if self.reflection_count:
             total += self.reflection_heading + self.reflection_lines + self.reflection_count
         if self.observation_count:
             total += self.observation_heading + self.observation_lines + self.observation_count
             total += self.prefix_bytes
         if self.count:
-            total += 2 + self._note()
+            # The note's fixed text, its numbers' digits, and the listed refs joined by spaces.
+            total += self.note_fixed + len(str(self.count))
+            if self.policy == "count":
+                return total
+            if self.covered:
+                total += self.covered_part + len(str(self.covered))
+            if self.unlisted:
+                total += self.unlisted_part + len(str(self.unlisted))
+            if self.listed:
+                total += self.listed_part + self.listed_bytes + self.listed - 1
         return total
 
-    def _note(self) -> int:
-        if self.policy == "count":
-            return _bytes(count_note(self.count))
-        size = _bytes(reachable_note(self.count, self.covered, (), self.unlisted, None))
-        if self.listed:
-            size += 2 + len(LISTED_PART) + self.listed_bytes + self.listed - 1
-        return size
+
+def _note_parts(policy: Policy) -> tuple[int, int, int]:
+    """Bytes of the note's fixed text (with the blank line before it, without the count's
+    digits), and of the covered and unlisted parts without their digits: measured on the
+    note functions themselves, so the account cannot drift from the note they write."""
+    if policy == "count":
+        return 2 + _bytes(count_note(1)) - 1, 0, 0
+    base = _bytes(reachable_note(1, 0, (), 0, None))
+    covered = _bytes(reachable_note(1, 1, (), 0, None)) - base - 1
+    unlisted = _bytes(reachable_note(1, 0, (), 1, None)) - base - 1
+    return 2 + base - 1, covered, unlisted
 
 
 class _Note:

@@ -114,8 +114,10 @@ class MemoryPlan:
     first budget on it answers from a :class:`~om_core.read.memory_fit.DropPlan` (built in
     plain integer steps; then one binary search and the joining of the kept lines), so a
     context rendered again beside a longer window of messages does not fit ten thousand
-    observations again. Immutable once built; the drop plan is computed on first need
-    (concurrent first uses compute equal ones).
+    observations again. ``prepared`` lines (:class:`ObservationLines` of a superset of
+    ``observations``, for the same secrets) are looked up instead of rendered again. Immutable
+    once built; the drop plan is computed on first need (concurrent first uses compute equal
+    ones). Raises ``ValueError`` for lines prepared with other secrets.
     """
 
     def __init__(
@@ -125,17 +127,19 @@ class MemoryPlan:
         outline: Sequence[str] | None,
         secrets: Iterable[str],
         policy: Policy,
+        prepared: ObservationLines | None = None,
     ) -> None:
         keys = normalize_secrets(secrets)
+        lines = ObservationLines(observations, keys) if prepared is None else prepared
+        if lines.secrets != keys:
+            raise ValueError("the prepared lines were redacted for other secrets")
         self._policy: Policy = policy
         self._outline = [redact(line, keys) for line in outline or ()]
-        self._observations = in_time_order(observations)
+        self._observations = lines.in_time_order(observations)
         self._reflections = tuple(reflections)
         self._ref_lines = [_item(REFLECTION_REF_PREFIX, r.id, r.text, keys) for r in reflections]
-        self._obs_lines = [
-            _item(OBSERVATION_REF_PREFIX, o.id, o.text, keys) for o in self._observations
-        ]
-        self._runs, self._prefixes = _date_runs(self._observations)
+        self._obs_lines = [lines.line(o) for o in self._observations]
+        self._runs, self._prefixes = _date_runs([lines.when(o) for o in self._observations])
         position = {o.id: i for i, o in enumerate(self._observations)}
         self._items = Candidates(
             outline_bytes=[_bytes(line) for line in self._outline],
@@ -217,14 +221,50 @@ class MemoryPlan:
         )
 
 
-def _date_runs(observations: Sequence[Observation]) -> tuple[list[int], list[str]]:
+class ObservationLines:
+    """Observations rendered once as list lines (redacted, undated), with the time each
+    shows and sorts by: what every :class:`MemoryPlan` over some of them can share. Lines
+    are found by observation id; an observation not among them is rendered on the spot."""
+
+    def __init__(self, observations: Iterable[Observation], secrets: tuple[str, ...]) -> None:
+        self.secrets = secrets
+        self._known: dict[str, tuple[Observation, str, str | None, datetime]] = {
+            o.id: (
+                o,
+                _item(OBSERVATION_REF_PREFIX, o.id, o.text, secrets),
+                format_time(o.observed_at),
+                _moment(o.observed_at) or _UNDATED,
+            )
+            for o in observations
+        }
+
+    def _entry(self, o: Observation) -> tuple[Observation, str, str | None, datetime]:
+        known = self._known.get(o.id)
+        if known is not None and known[0] is o:
+            return known
+        line = _item(OBSERVATION_REF_PREFIX, o.id, o.text, self.secrets)
+        return o, line, format_time(o.observed_at), _moment(o.observed_at) or _UNDATED
+
+    def in_time_order(self, observations: Sequence[Observation]) -> list[Observation]:
+        """:func:`in_time_order` from the times already read."""
+        return sorted(observations, key=lambda o: self._entry(o)[3])
+
+    def line(self, o: Observation) -> str:
+        """``- [om:<id>] text``, redacted."""
+        return self._entry(o)[1]
+
+    def when(self, o: Observation) -> str | None:
+        """The time the observation shows (:func:`format_time`)."""
+        return self._entry(o)[2]
+
+
+def _date_runs(times: Sequence[str | None]) -> tuple[list[int], list[str]]:
     """Each observation's date run (consecutive observations of the same shown time) and
     each run's ``(date) `` prefix (empty for undated observations)."""
     runs: list[int] = []
     prefixes: list[str] = []
     last: object = object()
-    for o in observations:
-        when = format_time(o.observed_at)
+    for when in times:
         if when != last or not prefixes:
             prefixes.append(f"({when}) " if when else "")
             last = when
