@@ -131,7 +131,8 @@ class MemoryPlan:
     ) -> None:
         keys = normalize_secrets(secrets)
         lines = ObservationLines(observations, keys) if prepared is None else prepared
-        if lines.secrets != keys:
+        # As sets: normalizing again may order secrets of equal length otherwise.
+        if set(lines.secrets) != set(keys):
             raise ValueError("the prepared lines were redacted for other secrets")
         self._policy: Policy = policy
         self._outline = [redact(line, keys) for line in outline or ()]

@@ -8,11 +8,13 @@ import random
 import pytest
 
 from om_core.ledger.models import Observation, Reflection
+from om_core.policy.redaction import normalize_secrets
 from om_core.read.context import build_context, build_context_tail
 from om_core.read.context_memory import ContextMemory
 from om_core.read.memory_fit import Policy
 from om_core.read.render import (
     MemoryPlan,
+    ObservationLines,
     render_observational_memory,
     render_reachable_memory,
 )
@@ -110,3 +112,14 @@ def test_a_context_from_a_kept_memory_part_equals_one_built_afresh(
         fresh = build_context(branch.entries, SETTINGS, (), secrets, max_tokens=max_tokens)
         kept = build_context_tail(branch.entries, memory, SETTINGS, max_tokens=max_tokens)
         assert kept == fresh
+
+
+def test_prepared_lines_serve_secrets_of_equal_length_in_either_order() -> None:
+    reflections, observations = _memory(6)
+    keys = normalize_secrets(["word 1", "word 2"])
+    lines = ObservationLines(observations, tuple(reversed(keys)))
+    plan = MemoryPlan(reflections, observations, None, keys, "reachable", lines)
+    alone = MemoryPlan(reflections, observations, None, keys, "reachable")
+    assert plan.fitted(3_000) == alone.fitted(3_000)
+    with pytest.raises(ValueError, match="other secrets"):
+        MemoryPlan(reflections, observations, None, ("word 3",), "reachable", lines)
