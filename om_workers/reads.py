@@ -8,18 +8,29 @@ and a recall reads only the span of branch around the sources it cites.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from om_core.flush.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.ids import parse_memory_ref
 from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
+from om_core.policy.redaction import normalize_secrets
 from om_core.read.commands import MemoryStatus, memory_status, memory_view
-from om_core.read.context import Context, Unobserved, build_context
+from om_core.read.context import Context, Unobserved, build_context_tail, check_budget
+from om_core.read.context_memory import ContextMemory, MemorySelection
 from om_core.read.paging import BranchPage, Detail, Direction, check_page_limit, recall_branch_page
 from om_core.read.recall import RecallResult, recall_memory
 from om_core.scopes.work_memory import Include
 from om_core.settings import ObservationalMemorySettings
+from om_workers.context_cache import (
+    ContextCache,
+    ContextKey,
+    MemoryKey,
+    context_cache,
+    secrets_digest,
+)
+from om_workers.errors import SessionNotFoundError
 from om_workers.store import ContextState, SqlStore, tombstone_scope
 
 TAIL_FIRST_READ = 64
@@ -91,6 +102,9 @@ def session_context(
     ``max_tokens`` (estimated tokens; ``None``: no budget). ``invalidated_ids`` are withheld
     besides those of the session's own tombstone scope, which are read with the rest.
 
+    Answered from this process's :func:`~om_workers.context_cache.context_cache` when the
+    session row, its tombstones and every argument are as when it was kept (one small read);
+    else read and built, reusing the kept memory part when only messages were appended.
     Reads the stored ledger and the branch tail back to the observation cursor, never the
     whole history, in one read transaction; unobserved messages older than a budget can show
     are counted with one index range query. Raises the store's
@@ -98,34 +112,112 @@ def session_context(
     core's scope errors for an unknown ``scope`` or ``include``, and ``ValueError`` for a
     budget below the core's minimum.
     """
-    keep = settings.context.recent_messages
-
-    def enough(state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
-        cursor = state.ledger.observation_covers_up_to_id
-        return _covers_window(tail, keep) and _reaches(tail, cursor, max_tokens)
-
-    parts = store.read_context_parts(
+    check_budget(max_tokens)
+    cache = context_cache(store)
+    try:
+        version = store.read_context_version(tenant_id, session_id, tombstone_scope(session_id))
+    except SessionNotFoundError:
+        cache.forget(tenant_id, session_id)
+        raise
+    read = _ContextRead(
+        store,
         tenant_id,
         session_id,
-        invalidation_scope=tombstone_scope(session_id),
-        first_tail=max(TAIL_FIRST_READ, 4 * keep),
-        tail_enough=enough,
+        settings=settings,
+        scope=scope,
+        include=include,
+        secrets=normalize_secrets(secrets),
+        withheld=version.withheld.union(invalidated_ids),
+        max_tokens=max_tokens,
     )
-    state, tail = parts.state, parts.tail
-    count, tokens, first = parts.older
-    older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
-    return build_context(
-        tail,
-        settings,
-        parts.withheld.union(invalidated_ids),
-        secrets,
-        ledger=state.ledger,
-        scope_map=state.scope_map,
+    info = version.info
+    key = ContextKey(
+        tenant_id=tenant_id,
+        session_id=session_id,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+        rewritten_at=info.rewritten_at,
+        leaf_id=info.leaf_id,
+        entry_count=info.entry_count,
+        withheld=read.withheld,
+        secrets=secrets_digest(read.secrets),
+        settings=settings,
         scope=scope,
         include=include,
         max_tokens=max_tokens,
-        older=older,
     )
+    kept = cache.context(key, lambda: read.build(cache, key))
+    return kept if kept is not None else read.built()
+
+
+@dataclass
+class _ContextRead:
+    """One context read: the parts read and the context built from them (a miss)."""
+
+    store: SqlStore
+    tenant_id: str
+    session_id: str
+    settings: ObservationalMemorySettings
+    scope: str | None
+    include: Include
+    secrets: tuple[str, ...]
+    withheld: frozenset[str]
+    max_tokens: int | None
+    _built: Context | None = None
+
+    def build(self, cache: ContextCache, key: ContextKey) -> Context | None:
+        """Read the parts and build the context; ``None`` (not to be kept under ``key``)
+        when the parts are of a newer branch or tombstone set than ``key`` names."""
+        keep = self.settings.context.recent_messages
+        max_tokens = self.max_tokens
+
+        def enough(state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
+            cursor = state.ledger.observation_covers_up_to_id
+            return _covers_window(tail, keep) and _reaches(tail, cursor, max_tokens)
+
+        parts = self.store.read_context_parts(
+            self.tenant_id,
+            self.session_id,
+            invalidation_scope=tombstone_scope(self.session_id),
+            first_tail=max(TAIL_FIRST_READ, 4 * keep),
+            tail_enough=enough,
+        )
+        state = parts.state
+        withheld = self.withheld.union(parts.withheld)
+        memory_key = MemoryKey(
+            tenant_id=self.tenant_id,
+            session_id=self.session_id,
+            created_at=key.created_at,
+            rewritten_at=key.rewritten_at,
+            snapshot_entry_id=state.snapshot_entry_id,
+            memory_entry_ids=tuple(e.id for e in state.entries),
+            withheld=withheld,
+            secrets=key.secrets,
+            scope=self.scope,
+            include=self.include,
+        )
+        view: MemorySelection = {
+            "ledger": state.ledger,
+            "scope_map": state.scope_map,
+            "scope": self.scope,
+            "include": self.include,
+        }
+        memory = cache.memory(
+            memory_key, lambda: ContextMemory(parts.tail, withheld, self.secrets, view)
+        )
+        count, tokens, first = parts.older
+        older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
+        self._built = build_context_tail(
+            parts.tail, memory, self.settings, max_tokens=self.max_tokens, older=older
+        )
+        current = state.leaf_id == key.leaf_id and withheld == key.withheld
+        return self._built if current else None
+
+    def built(self) -> Context:
+        """The context :meth:`build` built."""
+        if self._built is None:
+            raise RuntimeError("the context was neither kept nor built")
+        return self._built
 
 
 def session_recall(

@@ -116,7 +116,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "om_workers.providers",
         "om_workers.embeddings",
     ),
-    ("om_workers.reads", "om_workers.jobs"),
+    ("om_workers.context_cache", "om_workers.reads", "om_workers.jobs"),
     ("om_workers.services", "om_workers.doctor"),
     ("om_workers.celery",),
     ("om_workers",),

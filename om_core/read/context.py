@@ -166,10 +166,35 @@ def build_context(
     (:class:`MemoryView`). Raises ``ValueError`` for a budget below the minimum, and the scope
     errors :class:`MemoryView` names.
     """
+    check_budget(max_tokens)
+    memory = ContextMemory(entries, invalidated_ids, secrets, view)
+    return build_context_tail(entries, memory, settings, max_tokens=max_tokens, older=older)
+
+
+def check_budget(max_tokens: int | None) -> None:
+    """Raise ``ValueError`` for a token budget below :data:`MIN_CONTEXT_TOKENS`."""
     if max_tokens is not None and max_tokens < MIN_CONTEXT_TOKENS:
         raise ValueError(f"max_tokens must be at least {MIN_CONTEXT_TOKENS}, got {max_tokens}")
+
+
+def build_context_tail(
+    entries: Sequence[SessionEntry],
+    memory: ContextMemory,
+    settings: ObservationalMemorySettings | None = None,
+    *,
+    max_tokens: int | None = None,
+    older: Unobserved | None = None,
+) -> Context:
+    """:func:`build_context` from its memory part already built: ``memory`` is
+    ``ContextMemory(entries, invalidated_ids, secrets, view)``, a function of the branch's
+    memory alone, so one built before messages were appended serves after them as well
+    (it keeps its rendering plans: the memory block is then fitted, not rendered again).
+    ``entries`` must be the branch as :func:`build_context` takes it, memory records
+    included, and ``memory`` of that branch's memory; the result is exactly
+    :func:`build_context`'s. Raises ``ValueError`` for a budget below the minimum.
+    """
+    check_budget(max_tokens)
     resolved = settings or resolve_settings()
-    memory = ContextMemory(entries, invalidated_ids, secrets, view)
     unobserved = [
         e for e in unscanned_entries(entries, memory.ledger) if is_eligible_observation_source(e)
     ]

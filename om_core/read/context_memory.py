@@ -3,15 +3,17 @@ recent messages (:class:`ContextMemory`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import TypedDict
 
 from om_core.ledger.fold import fold_ledger
-from om_core.ledger.models import Observation, ObservationalMemoryLedger, Reflection, SessionEntry
+from om_core.ledger.models import Observation, ObservationalMemoryLedger, SessionEntry
 from om_core.ledger.projection import ObservationalMemoryProjection, project_ledger
 from om_core.policy.limits import MAX_RENDERED_MEMORY_BYTES
 from om_core.policy.redaction import normalize_secrets
-from om_core.read.render import RenderedMemory, render_observational_memory, render_reachable_memory
+from om_core.read.memory_fit import Policy
+from om_core.read.render import MemoryPlan, ObservationLines, RenderedMemory
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_core.scopes.shared import SharedScopeMemory, merge_shared_memory
 from om_core.scopes.work_memory import Include, leaf_memory
@@ -48,8 +50,20 @@ class MemorySelection(TypedDict, total=False):
     include: Include
 
 
+PLANS_KEPT = 8
+"""Windows whose rendering plans a :class:`ContextMemory` keeps (a context uses one or two)."""
+
+
 class ContextMemory:
-    """The memory of one branch as a context renders it: folded once, projected per window."""
+    """The memory of one branch as a context renders it: folded once, projected per window.
+
+    Built from the memory alone (the ledger, scope map, withheld ids, secrets and view), it
+    is the reusable part of a context: beside a window of messages only the observations
+    that window wholly shows are left out, so its rendering plan
+    (:class:`~om_core.read.render.MemoryPlan`) is kept per such set and reused by every
+    later window that leaves out the same ones (a message appended leaves out none). Safe
+    to share between threads: a plan computed twice at once is computed equal.
+    """
 
     def __init__(
         self,
@@ -70,34 +84,59 @@ class ContextMemory:
         self._projection = project_ledger(self._memory, invalidated_ids)
         self._scope = view.get("scope")
         self._include = view.get("include", "self+ancestors")
+        self._by_source: dict[str, list[Observation]] = {}
+        # No source at all is wholly inside any window (as visible_observations has it).
+        self._sourceless = frozenset(
+            o.id for o in self._projection.observations if not o.source_entry_ids
+        )
+        for observation in self._projection.observations:
+            for source in observation.source_entry_ids:
+                self._by_source.setdefault(source, []).append(observation)
+        self._lines = ObservationLines(self._projection.observations, self.secrets)
+        self._plans: dict[tuple[Policy, frozenset[str]], MemoryPlan] = {}
+        self._lock = threading.Lock()
 
-    def _leaf(
-        self, window: Iterable[SessionEntry]
-    ) -> tuple[tuple[Reflection, ...], tuple[Observation, ...], tuple[str, ...] | None]:
+    def _hidden(self, window: Iterable[SessionEntry]) -> frozenset[str]:
+        """Ids of the observations ``window`` shows whole (every source in it): those
+        :func:`visible_observations` leaves out, found from the window's side."""
         shown = {e.id for e in window}
-        return leaf_memory(
+        whole = {
+            o.id
+            for source in shown
+            for o in self._by_source.get(source, ())
+            if shown.issuperset(o.source_entry_ids)
+        }
+        return self._sourceless.union(whole)
+
+    def _plan(self, window: Iterable[SessionEntry], policy: Policy) -> MemoryPlan:
+        key = (policy, self._hidden(window))
+        with self._lock:
+            kept = self._plans.get(key)
+        if kept is not None:
+            return kept
+        visible = tuple(o for o in self._projection.observations if o.id not in key[1])
+        reflections, observations, outline = leaf_memory(
             self._scopes,
             self._projection.reflections,
-            visible_observations(self._projection, shown),
+            visible,
             from_=self._scope,
             include=self._include,
         )
+        plan = MemoryPlan(reflections, observations, outline, self.secrets, policy, self._lines)
+        with self._lock:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.pop(next(iter(self._plans)))
+            return self._plans.setdefault(key, plan)
 
     def render(self, window: Iterable[SessionEntry], max_bytes: int | None = None) -> str:
         """Memory beside the messages ``window`` shows, cut to ``max_bytes``."""
-        reflections, observations, outline = self._leaf(window)
         limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
-        return render_observational_memory(
-            reflections, observations, outline, secrets=self.secrets, max_bytes=limit
-        )
+        return self._plan(window, "count").fitted(limit).text
 
     def render_reachable(
         self, window: Iterable[SessionEntry], max_bytes: int | None, page_from: str | None
     ) -> RenderedMemory:
         """As :meth:`render`, what does not fit listed by recall id
         (:func:`~om_core.read.render.render_reachable_memory`)."""
-        reflections, observations, outline = self._leaf(window)
         limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
-        return render_reachable_memory(
-            reflections, observations, outline, self.secrets, max_bytes=limit, page_from=page_from
-        )
+        return self._plan(window, "reachable").fitted(limit, page_from)

@@ -144,6 +144,34 @@ def fit(
 ) -> tuple[Omission, int]:
     """Choose what to leave out so the rendering fits ``max_bytes``; returns the omission
     and how many outline lines (from the end) must be cut as a last resort."""
+    layout, note, victims = _start(items, heading_bytes, policy, page_from)
+    for kind, index in victims:
+        if layout.size() <= max_bytes:
+            break
+        _drop(layout, note, items, kind, index)
+    # Still too large with every item gone: the ids themselves did not fit. The oldest go
+    # unlisted, behind the paging cursor.
+    if policy == "reachable":
+        for ref in note.listed_in_order():
+            if layout.size() <= max_bytes:
+                break
+            layout.note_bytes = note.unlist(ref)
+    note.omission.listed = dict.fromkeys(note.listed_in_order())
+    cut = 0
+    while cut < len(items.outline_bytes) and layout.size() > max_bytes:
+        cut += 1
+        layout.outline.line_bytes -= items.outline_bytes[-cut]
+        layout.outline.count -= 1
+    return note.omission, cut
+
+
+Victim = tuple[Literal["observation", "reflection"], int]
+
+
+def _start(
+    items: Candidates, heading_bytes: dict[str, int], policy: Policy, page_from: str | None
+) -> tuple[Layout, _Note, list[Victim]]:
+    """The layout with every item kept, an empty note, and the order items are left out in."""
     run_kept = [0] * len(items.run_prefix_bytes)
     for run in items.runs:
         run_kept[run] += 1
@@ -176,31 +204,238 @@ def fit(
         order += [i for i in by_relevance if not note.available[i]]
     else:
         order = by_relevance
-    victims = [("observation", i) for i in order]
+    victims: list[Victim] = [("observation", i) for i in order]
     victims += [("reflection", i) for i in range(len(items.reflection_bytes))]
-    for kind, index in victims:
-        if layout.size() <= max_bytes:
-            break
-        if kind == "observation":
-            layout.drop_observation(items.observation_bytes[index], items.runs[index])
+    return layout, note, victims
+
+
+def _drop(layout: Layout, note: _Note, items: Candidates, kind: str, index: int) -> None:
+    if kind == "observation":
+        layout.drop_observation(items.observation_bytes[index], items.runs[index])
+    else:
+        layout.reflections.line_bytes -= items.reflection_bytes[index]
+        layout.reflections.count -= 1
+    layout.note_bytes = note.leave_out(kind, index)
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    """What :func:`fit` leaves out at every budget at once: the items in the order they go,
+    the rendering's exact size after each number of them has gone, and the note's parts;
+    then (``reachable``) the same for each number of listed ids unlisted, oldest first.
+
+    Leaving items out never puts one back, so what :func:`fit` leaves out for a budget is
+    always a prefix of ``victims``: the shortest whose size fits; and when none fits, it
+    unlists a prefix of the ids listed with every item out. Built once in the time of one
+    :func:`fit` leaving everything out; each budget then costs a binary search.
+    """
+
+    victims: tuple[Victim, ...]
+    lowest: tuple[int, ...]
+    """``lowest[k]``: the smallest size after at most ``k`` items left out (non-increasing)."""
+    covered: tuple[int, ...]
+    """``covered[k]``: how many of the first ``k`` victims a reflection covers."""
+    listed: tuple[bool, ...]
+    """Whether each victim is named by its recall ref in the note."""
+    refs: tuple[str, ...]
+    """Each victim's recall ref."""
+    rank: dict[str, int]
+    """Each ref's place in render order (reflections, then observations)."""
+    unlist_order: tuple[str, ...] = ()
+    """The refs listed with every item out, oldest first: the order they are unlisted in."""
+    unlisted_lowest: tuple[int, ...] = ()
+    """``unlisted_lowest[j - 1]``: the smallest size, without the note's paging cursor, after
+    at least one and at most ``j`` refs unlisted (non-increasing)."""
+    unlisted_covered: tuple[int, ...] = ()
+    """``unlisted_covered[j - 1]``: items a reflection still covers after ``j`` unlisted."""
+    unlisted_counts: tuple[int, ...] = ()
+    """``unlisted_counts[j - 1]``: items out of reach of the note after ``j`` unlisted."""
+
+    def omission(self, max_bytes: int, page_from: str | None) -> Omission | None:
+        """What :func:`fit` leaves out for ``max_bytes`` (``page_from``: the entry the note
+        names once ids are unlisted), or ``None`` when even unlisting every id does not fit
+        (then :func:`fit` cuts the outline too)."""
+        if self.lowest[-1] <= max_bytes:
+            return self._items_out(_first_at_most(self.lowest, max_bytes))
+        cursor = _bytes(PAGE_PART.format(cursor=page_from)) if page_from else 0
+        if not self.unlisted_lowest or self.unlisted_lowest[-1] + cursor > max_bytes:
+            return None
+        unlisted = _first_at_most(self.unlisted_lowest, max_bytes - cursor)
+        return Omission(
+            observations={i for kind, i in self.victims if kind == "observation"},
+            reflections={i for kind, i in self.victims if kind == "reflection"},
+            covered=self.unlisted_covered[unlisted],
+            listed=dict.fromkeys(self.unlist_order[unlisted + 1 :]),
+            unlisted=self.unlisted_counts[unlisted],
+        )
+
+    def _items_out(self, count: int) -> Omission:
+        omission = Omission(covered=self.covered[count])
+        listed: list[str] = []
+        for (kind, index), ref, named in zip(
+            self.victims[:count], self.refs, self.listed, strict=False
+        ):
+            (omission.observations if kind == "observation" else omission.reflections).add(index)
+            if named:
+                listed.append(ref)
+        listed.sort(key=self.rank.__getitem__)
+        omission.listed = dict.fromkeys(listed)
+        return omission
+
+
+def _first_at_most(lowest: Sequence[int], bound: int) -> int:
+    """The first index of the non-increasing ``lowest`` whose value is at most ``bound``."""
+    low, high = 0, len(lowest) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if lowest[middle] <= bound:
+            high = middle
         else:
-            layout.reflections.line_bytes -= items.reflection_bytes[index]
-            layout.reflections.count -= 1
-        layout.note_bytes = note.leave_out(kind, index)
-    # Still too large with every item gone: the ids themselves did not fit. The oldest go
-    # unlisted, behind the paging cursor.
-    if policy == "reachable":
-        for ref in note.listed_in_order():
-            if layout.size() <= max_bytes:
-                break
-            layout.note_bytes = note.unlist(ref)
-    note.omission.listed = dict.fromkeys(note.listed_in_order())
-    cut = 0
-    while cut < len(items.outline_bytes) and layout.size() > max_bytes:
-        cut += 1
-        layout.outline.line_bytes -= items.outline_bytes[-cut]
-        layout.outline.count -= 1
-    return note.omission, cut
+            low = middle + 1
+    return low
+
+
+def plan_drops(items: Candidates, heading_bytes: dict[str, int], policy: Policy) -> DropPlan:
+    """The :class:`DropPlan` of ``items``: :func:`fit`'s loops run to the end, recording the
+    size after each item left out and each id unlisted.
+
+    The same byte account as :class:`Layout` and the note's size, kept in plain integers
+    (ten thousand items in milliseconds, where the objects :func:`fit` stops early with cost
+    a hundred times more a step)."""
+    layout, note, victims = _start(items, heading_bytes, policy, None)
+    account = _Account(layout, policy)
+    lowest = [account.size()]
+    covered = [0]
+    listed: list[bool] = []
+    refs: list[str] = []
+    available = note.available
+    for kind, index in victims:
+        if kind == "observation":
+            ref = items.observation_refs[index]
+            account.drop_observation(items.observation_bytes[index], items.runs[index])
+            account.covered += 1 if available[index] else 0
+            named = policy == "reachable" and not available[index]
+        else:
+            ref = items.reflection_refs[index]
+            account.drop_reflection(items.reflection_bytes[index])
+            named = policy == "reachable"
+        if named:
+            account.list(ref)
+        lowest.append(min(lowest[-1], account.size()))
+        covered.append(account.covered)
+        listed.append(named)
+        refs.append(ref)
+    order = sorted(
+        (ref for ref, named in zip(refs, listed, strict=True) if named), key=note.rank.__getitem__
+    )
+    unlisted_lowest: list[int] = []
+    unlisted_covered: list[int] = []
+    unlisted_counts: list[int] = []
+    for ref in order:
+        account.unlist(ref)
+        reflection = note.ref_index.get(ref)
+        if reflection is not None:
+            # Observations left out under this reflection are now out of recall's reach too.
+            for i in items.reflection_covers[reflection]:
+                available[i] -= 1
+                if not available[i]:
+                    account.covered -= 1
+                    account.unlisted += 1
+        size = account.size()
+        unlisted_lowest.append(min(unlisted_lowest[-1], size) if unlisted_lowest else size)
+        unlisted_covered.append(account.covered)
+        unlisted_counts.append(account.unlisted)
+    return DropPlan(
+        victims=tuple(victims),
+        lowest=tuple(lowest),
+        covered=tuple(covered),
+        listed=tuple(listed),
+        refs=tuple(refs),
+        rank=note.rank,
+        unlist_order=tuple(order),
+        unlisted_lowest=tuple(unlisted_lowest),
+        unlisted_covered=tuple(unlisted_covered),
+        unlisted_counts=tuple(unlisted_counts),
+    )
+
+
+class _Account:
+    """:meth:`Layout.size` and the note's size (``_Note.size``) in plain integers."""
+
+    def __init__(self, layout: Layout, policy: Policy) -> None:
+        self.policy = policy
+        self.fixed = layout.memory_heading_bytes
+        self.fixed += 2 + layout.outline.size() if layout.outline.count else 0
+        self.note_fixed, self.covered_part, self.unlisted_part = _note_parts(policy)
+        self.listed_part = 2 + len(LISTED_PART)
+        self.reflection_heading = 2 + layout.reflections.heading_bytes
+        self.reflection_lines = layout.reflections.line_bytes
+        self.reflection_count = layout.reflections.count
+        self.observation_heading = 2 + layout.observations.heading_bytes
+        self.observation_lines = layout.observations.line_bytes
+        self.observation_count = layout.observations.count
+        self.prefix_bytes = layout.prefix_bytes
+        self.run_prefix_bytes = layout.run_prefix_bytes
+        self.run_kept = list(layout.run_kept)
+        self.count = 0
+        self.covered = 0
+        self.unlisted = 0
+        self.listed = 0
+        self.listed_bytes = 0
+
+    def drop_observation(self, line_bytes: int, run: int) -> None:
+        self.observation_lines -= line_bytes
+        self.observation_count -= 1
+        self.run_kept[run] -= 1
+        if not self.run_kept[run]:
+            self.prefix_bytes -= self.run_prefix_bytes[run]
+        self.count += 1
+
+    def drop_reflection(self, line_bytes: int) -> None:
+        self.reflection_lines -= line_bytes
+        self.reflection_count -= 1
+        self.count += 1
+
+    def list(self, ref: str) -> None:
+        self.listed += 1
+        self.listed_bytes += _bytes(f"[{ref}]")
+
+    def unlist(self, ref: str) -> None:
+        self.listed -= 1
+        self.listed_bytes -= _bytes(f"[{ref}]")
+        self.unlisted += 1
+
+    def size(self) -> int:
+        total = self.fixed
+        if self.reflection_count:
+            total += self.reflection_heading + self.reflection_lines + self.reflection_count
+        if self.observation_count:
+            total += self.observation_heading + self.observation_lines + self.observation_count
+            total += self.prefix_bytes
+        if self.count:
+            # The note's fixed text, its numbers' digits, and the listed refs joined by spaces.
+            total += self.note_fixed + len(str(self.count))
+            if self.policy == "count":
+                return total
+            if self.covered:
+                total += self.covered_part + len(str(self.covered))
+            if self.unlisted:
+                total += self.unlisted_part + len(str(self.unlisted))
+            if self.listed:
+                total += self.listed_part + self.listed_bytes + self.listed - 1
+        return total
+
+
+def _note_parts(policy: Policy) -> tuple[int, int, int]:
+    """Bytes of the note's fixed text (with the blank line before it, without the count's
+    digits), and of the covered and unlisted parts without their digits: measured on the
+    note functions themselves, so the account cannot drift from the note they write."""
+    if policy == "count":
+        return 2 + _bytes(count_note(1)) - 1, 0, 0
+    base = _bytes(reachable_note(1, 0, (), 0, None))
+    covered = _bytes(reachable_note(1, 1, (), 0, None)) - base - 1
+    unlisted = _bytes(reachable_note(1, 0, (), 1, None)) - base - 1
+    return 2 + base - 1, covered, unlisted
 
 
 class _Note:

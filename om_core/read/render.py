@@ -15,7 +15,16 @@ from om_core.ledger.models import Frozen, Observation, Reflection
 from om_core.ledger.relative_dates import MONTHS
 from om_core.policy.limits import MAX_RENDERED_MEMORY_BYTES
 from om_core.policy.redaction import normalize_secrets, redact
-from om_core.read.memory_fit import Candidates, Policy, count_note, fit, reachable_note
+from om_core.read.memory_fit import (
+    Candidates,
+    DropPlan,
+    Omission,
+    Policy,
+    count_note,
+    fit,
+    plan_drops,
+    reachable_note,
+)
 
 MEMORY_HEADING = "# Observational memory"
 OUTLINE_HEADING = "## Scope Outline"
@@ -91,75 +100,172 @@ def _render(
     policy: Policy,
     page_from: str | None,
 ) -> RenderedMemory:
-    max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
-    keys = normalize_secrets(secrets)
-    outline_lines = [redact(line, keys) for line in outline or ()]
-    observations = in_time_order(observations)
-    if not (outline_lines or reflections or observations):
-        return RenderedMemory(text="")
-    ref_lines = [_item(REFLECTION_REF_PREFIX, r.id, r.text, keys) for r in reflections]
-    obs_lines = [_item(OBSERVATION_REF_PREFIX, o.id, o.text, keys) for o in observations]
-    runs, prefixes = _date_runs(observations)
-    position = {o.id: i for i, o in enumerate(observations)}
-    items = Candidates(
-        outline_bytes=[_bytes(line) for line in outline_lines],
-        reflection_bytes=[_bytes(line) for line in ref_lines],
-        reflection_refs=[REFLECTION_REF_PREFIX + r.id for r in reflections],
-        reflection_covers=[
-            [position[i] for i in r.observation_ids if i in position] for r in reflections
-        ],
-        observation_bytes=[_bytes(line) for line in obs_lines],
-        observation_refs=[OBSERVATION_REF_PREFIX + o.id for o in observations],
-        relevance=[o.relevance for o in observations],
-        runs=runs,
-        run_prefix_bytes=[_bytes(p) for p in prefixes],
-    )
-    omission, cut = fit(items, _HEADING_BYTES, max_bytes, policy, page_from)
-    sections = [MEMORY_HEADING]
-    if outline_lines[: len(outline_lines) - cut]:
-        sections += ["", OUTLINE_HEADING, *outline_lines[: len(outline_lines) - cut]]
-    kept_refs = [line for i, line in enumerate(ref_lines) if i not in omission.reflections]
-    if kept_refs:
-        sections += ["", REFLECTIONS_HEADING, *kept_refs]
-    kept_obs: list[str] = []
-    dated_run = -1
-    for i, line in enumerate(obs_lines):
-        if i in omission.observations:
-            continue
-        if runs[i] != dated_run:
-            dated_run = runs[i]
-            line = _dated(line, prefixes[runs[i]])
-        kept_obs.append(line)
-    if kept_obs:
-        sections += ["", OBSERVATIONS_HEADING, *kept_obs]
-    if omission.count:
-        if policy == "count":
-            note = count_note(omission.count)
-        else:
-            note = reachable_note(
-                omission.count, omission.covered, list(omission.listed), omission.unlisted,
-                page_from,
-            )  # fmt: skip
-        sections += ["", note]
-    omitted = [observations[i].id for i in sorted(omission.observations)]
-    omitted += [reflections[i].id for i in sorted(omission.reflections)]
-    return RenderedMemory(
-        text="\n".join(sections),
-        omitted_ids=tuple(omitted),
-        covered=omission.covered,
-        listed=len(omission.listed),
-        unlisted=omission.unlisted,
+    return MemoryPlan(reflections, observations, outline, secrets, policy).fitted(
+        max_bytes, page_from
     )
 
 
-def _date_runs(observations: Sequence[Observation]) -> tuple[list[int], list[str]]:
+class MemoryPlan:
+    """Memory rendered line by line once, then fitted to any number of budgets.
+
+    The lines (redacted, dated, in time order) and their byte sizes are prepared up front;
+    :meth:`fitted` answers as :func:`render_reachable_memory` (``reachable`` policy) or
+    :func:`render_observational_memory` (``count``) would for the same items. From the
+    first budget on it answers from a :class:`~om_core.read.memory_fit.DropPlan` (built in
+    plain integer steps; then one binary search and the joining of the kept lines), so a
+    context rendered again beside a longer window of messages does not fit ten thousand
+    observations again. ``prepared`` lines (:class:`ObservationLines` of a superset of
+    ``observations``, for the same secrets) are looked up instead of rendered again. Immutable
+    once built; the drop plan is computed on first need (concurrent first uses compute equal
+    ones). Raises ``ValueError`` for lines prepared with other secrets.
+    """
+
+    def __init__(
+        self,
+        reflections: Sequence[Reflection],
+        observations: Sequence[Observation],
+        outline: Sequence[str] | None,
+        secrets: Iterable[str],
+        policy: Policy,
+        prepared: ObservationLines | None = None,
+    ) -> None:
+        keys = normalize_secrets(secrets)
+        lines = ObservationLines(observations, keys) if prepared is None else prepared
+        # As sets: normalizing again may order secrets of equal length otherwise.
+        if set(lines.secrets) != set(keys):
+            raise ValueError("the prepared lines were redacted for other secrets")
+        self._policy: Policy = policy
+        self._outline = [redact(line, keys) for line in outline or ()]
+        self._observations = lines.in_time_order(observations)
+        self._reflections = tuple(reflections)
+        self._ref_lines = [_item(REFLECTION_REF_PREFIX, r.id, r.text, keys) for r in reflections]
+        self._obs_lines = [lines.line(o) for o in self._observations]
+        self._runs, self._prefixes = _date_runs([lines.when(o) for o in self._observations])
+        position = {o.id: i for i, o in enumerate(self._observations)}
+        self._items = Candidates(
+            outline_bytes=[_bytes(line) for line in self._outline],
+            reflection_bytes=[_bytes(line) for line in self._ref_lines],
+            reflection_refs=[REFLECTION_REF_PREFIX + r.id for r in reflections],
+            reflection_covers=[
+                [position[i] for i in r.observation_ids if i in position] for r in reflections
+            ],
+            observation_bytes=[_bytes(line) for line in self._obs_lines],
+            observation_refs=[OBSERVATION_REF_PREFIX + o.id for o in self._observations],
+            relevance=[o.relevance for o in self._observations],
+            runs=self._runs,
+            run_prefix_bytes=[_bytes(p) for p in self._prefixes],
+        )
+        self._drops: DropPlan | None = None
+
+    def fitted(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
+        """The memory block within ``max_bytes`` (UTF-8, at most 256 KiB), as the render
+        functions describe; ``page_from`` is the entry the note names for unlisted ids."""
+        max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
+        if not (self._outline or self._reflections or self._observations):
+            return RenderedMemory(text="")
+        if self._drops is None:
+            self._drops = plan_drops(self._items, _HEADING_BYTES, self._policy)
+        omission = self._drops.omission(max_bytes, page_from)
+        cut = 0
+        if omission is None:
+            omission, cut = fit(self._items, _HEADING_BYTES, max_bytes, self._policy, page_from)
+        return self._assemble(omission, cut, page_from)
+
+    def searched(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
+        """:meth:`fitted` by :func:`~om_core.read.memory_fit.fit`'s own search, leaving items
+        out one at a time until the rest fits: the reference the drop plan must equal."""
+        max_bytes = min(max_bytes, MAX_RENDERED_MEMORY_BYTES)
+        if not (self._outline or self._reflections or self._observations):
+            return RenderedMemory(text="")
+        omission, cut = fit(self._items, _HEADING_BYTES, max_bytes, self._policy, page_from)
+        return self._assemble(omission, cut, page_from)
+
+    def _assemble(self, omission: Omission, cut: int, page_from: str | None) -> RenderedMemory:
+        sections = [MEMORY_HEADING]
+        outline = self._outline[: len(self._outline) - cut]
+        if outline:
+            sections += ["", OUTLINE_HEADING, *outline]
+        kept_refs = [
+            line for i, line in enumerate(self._ref_lines) if i not in omission.reflections
+        ]
+        if kept_refs:
+            sections += ["", REFLECTIONS_HEADING, *kept_refs]
+        kept_obs: list[str] = []
+        dated_run = -1
+        runs, prefixes = self._runs, self._prefixes
+        for i, line in enumerate(self._obs_lines):
+            if i in omission.observations:
+                continue
+            if runs[i] != dated_run:
+                dated_run = runs[i]
+                line = _dated(line, prefixes[runs[i]])
+            kept_obs.append(line)
+        if kept_obs:
+            sections += ["", OBSERVATIONS_HEADING, *kept_obs]
+        if omission.count:
+            sections += ["", self._note(omission, page_from)]
+        omitted = [self._observations[i].id for i in sorted(omission.observations)]
+        omitted += [self._reflections[i].id for i in sorted(omission.reflections)]
+        return RenderedMemory(
+            text="\n".join(sections),
+            omitted_ids=tuple(omitted),
+            covered=omission.covered,
+            listed=len(omission.listed),
+            unlisted=omission.unlisted,
+        )
+
+    def _note(self, omission: Omission, page_from: str | None) -> str:
+        if self._policy == "count":
+            return count_note(omission.count)
+        return reachable_note(
+            omission.count, omission.covered, list(omission.listed), omission.unlisted, page_from
+        )
+
+
+class ObservationLines:
+    """Observations rendered once as list lines (redacted, undated), with the time each
+    shows and sorts by: what every :class:`MemoryPlan` over some of them can share. Lines
+    are found by observation id; an observation not among them is rendered on the spot."""
+
+    def __init__(self, observations: Iterable[Observation], secrets: tuple[str, ...]) -> None:
+        self.secrets = secrets
+        self._known: dict[str, tuple[Observation, str, str | None, datetime]] = {
+            o.id: (
+                o,
+                _item(OBSERVATION_REF_PREFIX, o.id, o.text, secrets),
+                format_time(o.observed_at),
+                _moment(o.observed_at) or _UNDATED,
+            )
+            for o in observations
+        }
+
+    def _entry(self, o: Observation) -> tuple[Observation, str, str | None, datetime]:
+        known = self._known.get(o.id)
+        if known is not None and known[0] is o:
+            return known
+        line = _item(OBSERVATION_REF_PREFIX, o.id, o.text, self.secrets)
+        return o, line, format_time(o.observed_at), _moment(o.observed_at) or _UNDATED
+
+    def in_time_order(self, observations: Sequence[Observation]) -> list[Observation]:
+        """:func:`in_time_order` from the times already read."""
+        return sorted(observations, key=lambda o: self._entry(o)[3])
+
+    def line(self, o: Observation) -> str:
+        """``- [om:<id>] text``, redacted."""
+        return self._entry(o)[1]
+
+    def when(self, o: Observation) -> str | None:
+        """The time the observation shows (:func:`format_time`)."""
+        return self._entry(o)[2]
+
+
+def _date_runs(times: Sequence[str | None]) -> tuple[list[int], list[str]]:
     """Each observation's date run (consecutive observations of the same shown time) and
     each run's ``(date) `` prefix (empty for undated observations)."""
     runs: list[int] = []
     prefixes: list[str] = []
     last: object = object()
-    for o in observations:
-        when = format_time(o.observed_at)
+    for when in times:
         if when != last or not prefixes:
             prefixes.append(f"({when}) " if when else "")
             last = when

@@ -84,8 +84,9 @@ class LastFlush:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens, and the
-    workspace its observable messages are copied onto (``None``: not linked)."""
+    """A session's bookkeeping: leaf, fence epoch, entry count, unobserved tokens, the
+    workspace its observable messages are copied onto (``None``: not linked), and when its
+    stored entries were last rewritten in place (``None``: never)."""
 
     tenant_id: str
     id: str
@@ -97,6 +98,7 @@ class SessionInfo:
     created_at: datetime
     updated_at: datetime
     workspace_id: str | None = None
+    rewritten_at: datetime | None = None
 
 
 def session_info(row: Row[Any]) -> SessionInfo:
@@ -112,6 +114,7 @@ def session_info(row: Row[Any]) -> SessionInfo:
         created_at=as_utc(row.created_at),
         updated_at=as_utc(row.updated_at),
         workspace_id=row.workspace_id,
+        rewritten_at=as_utc(row.rewritten_at) if row.rewritten_at is not None else None,
     )
 
 
@@ -159,6 +162,16 @@ class ContextParts:
     tail: tuple[SessionEntry, ...]
     withheld: frozenset[str]
     older: tuple[int, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextVersion:
+    """What a context read depends on in the session row and its tombstones, read together:
+    the row (:class:`SessionInfo`, whose ``updated_at`` moves with every write) and the ids
+    the session's tombstone scope withholds."""
+
+    info: SessionInfo
+    withheld: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

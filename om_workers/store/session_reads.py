@@ -20,6 +20,7 @@ from om_workers.store.listing import MAX_SESSIONS_LIMIT, decode_cursor, encode_c
 from om_workers.store.records import (
     ContextParts,
     ContextState,
+    ContextVersion,
     SessionInfo,
     SessionsListing,
     StoredPage,
@@ -38,6 +39,14 @@ class SessionReads(Service):
         """The session's bookkeeping."""
         with self._units.read() as uow:
             return uow.sessions.info(tenant_id, session_id)
+
+    def read_context_version(
+        self, tenant_id: str, session_id: str, invalidation_scope: str
+    ) -> ContextVersion:
+        """The session row and the ids ``invalidation_scope`` withholds, in one read."""
+        with self._units.read() as uow:
+            info = uow.sessions.info(tenant_id, session_id)
+            return ContextVersion(info, uow.tombstones.withheld(tenant_id, invalidation_scope))
 
     def read_branch(self, tenant_id: str, session_id: str) -> tuple[SessionEntry, ...]:
         """The current branch, root to leaf."""

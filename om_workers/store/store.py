@@ -28,6 +28,7 @@ from om_workers.store.records import (
     AppendResult,
     ContextParts,
     ContextState,
+    ContextVersion,
     FlushJob,
     ImportResult,
     JobFinish,
@@ -323,6 +324,14 @@ class SqlStore:
             first_tail=first_tail,
             tail_enough=tail_enough,
         )
+
+    def read_context_version(
+        self, tenant_id: str, session_id: str, invalidation_scope: str
+    ) -> ContextVersion:
+        """The session row and the ids ``invalidation_scope`` withholds, in one read
+        transaction: what says whether a context built earlier is still the session's.
+        Raises :class:`~om_workers.errors.SessionNotFoundError`."""
+        return self._reads.read_context_version(tenant_id, session_id, invalidation_scope)
 
     def read_context_state(self, tenant_id: str, session_id: str) -> ContextState:
         """The branch's ledger from the stored snapshot plus the entries after it.

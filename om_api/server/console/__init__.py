@@ -9,13 +9,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from om_api.server.console import access, actions, admin, pages
-from om_api.server.console.cache import ContextCache
 from om_api.server.console.guard import install_handlers
 
 
 def install(app: FastAPI) -> None:
     """Mount the console's routers and its sign-in and form error handlers on ``app``."""
-    app.state.om_console_contexts = ContextCache()
     for router in (access.router, pages.router, actions.router, admin.router):
         app.include_router(router)
     install_handlers(app)

@@ -4,7 +4,6 @@ token, and runs what the HTTP route runs (the same job rows, audit records and p
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 from typing import Final, Literal
@@ -13,13 +12,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from om_api.server.console.cache import ContextCache
 from om_api.server.console.guard import guarded, visible_tenant
 from om_api.server.console.render import page
 from om_api.server.console.signin import CurrentViewer, Viewer, check_form_token, read_form
 from om_api.server.portability import NDJSON, export_lines
 from om_api.server.routes import SessionPath, TenantPath
 from om_api.server.state import ApiState, State
+from om_workers.context_cache import context_cache
 from om_workers.jobs.requests import request_flush
 
 router = APIRouter(
@@ -90,13 +89,11 @@ def _flush(state: ApiState, viewer: Viewer, tenant_id: str, session_id: str) -> 
 
 
 @guarded
-def _erase(
-    state: ApiState, viewer: Viewer, tenant_id: str, session_id: str, cache: ContextCache
-) -> Response:
+def _erase(state: ApiState, viewer: Viewer, tenant_id: str, session_id: str) -> Response:
     visible_tenant(state, viewer, tenant_id)
     job = state.store.erasure.erase_session(tenant_id, session_id, viewer.signin.key_id)
     state.publish_erasure(job.id)
-    cache.forget(tenant_id, session_id)
+    context_cache(state.store).forget(tenant_id, session_id)
     return RedirectResponse(f"/console/tenants/{tenant_id}/jobs/{job.id}", status_code=303)
 
 
@@ -149,9 +146,7 @@ async def erase(
     session_id: SessionPath,
 ) -> Response:
     """Erase the session; 303 to the erasure job's page."""
-    cache: ContextCache = request.app.state.om_console_contexts
-    erase_it = functools.partial(_erase, cache=cache)
-    return await _act(request, state, viewer, erase_it, tenant_id, session_id)
+    return await _act(request, state, viewer, _erase, tenant_id, session_id)
 
 
 @router.post("/export")

@@ -8,11 +8,10 @@ import json
 from collections.abc import Iterable
 from typing import Annotated, Final
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
 from om_api.schemas import ENTRY_ID_PATTERN, JobOut
-from om_api.server.console.cache import ContextCache
 from om_api.server.console.guard import guarded, visible_tenant
 from om_api.server.console.render import page
 from om_api.server.console.signin import CurrentViewer
@@ -100,7 +99,6 @@ def sessions(
 @router.get("/sessions/{session_id}", response_class=HTMLResponse)
 @guarded
 def session(
-    request: Request,
     state: State,
     viewer: CurrentViewer,
     tenant_id: TenantPath,
@@ -109,8 +107,7 @@ def session(
 ) -> HTMLResponse:
     """One session: context blocks, memory with recall links, scopes, funnel links, jobs."""
     visible_tenant(state, viewer, tenant_id)
-    cache: ContextCache = request.app.state.om_console_contexts
-    view = session_page(state, cache, tenant_id, session_id, memory_offset=memory)
+    view = session_page(state, tenant_id, session_id, memory_offset=memory)
     return page("session.html", viewer=viewer, tenant_id=tenant_id, view=view)
 
 

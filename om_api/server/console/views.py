@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from om_api.schemas import ContextOut
-from om_api.server.console.cache import ContextCache
 from om_api.server.convert import context_out
 from om_api.server.state import ApiState
 from om_core import RecallResult
@@ -158,8 +157,9 @@ def memory_pages(
 
 
 def _context(state: ApiState, tenant_id: str, session_id: str) -> ContextOut:
-    # The context exactly as GET .../context answers it (default scope and budget); viewing
-    # it asks for no flush, unlike the route: a page view must not cost model calls.
+    # The context exactly as GET .../context answers it (default scope and budget), from the
+    # same per-process cache; viewing it asks for no flush, unlike the route: a page view
+    # must not cost model calls.
     context = session_context(
         state.store,
         tenant_id,
@@ -172,24 +172,17 @@ def _context(state: ApiState, tenant_id: str, session_id: str) -> ContextOut:
 
 
 def session_page(
-    state: ApiState,
-    cache: ContextCache,
-    tenant_id: str,
-    session_id: str,
-    *,
-    memory_offset: int = 0,
+    state: ApiState, tenant_id: str, session_id: str, *, memory_offset: int = 0
 ) -> SessionPage:
-    """The session page of ``tenant_id``'s session, its context from ``cache`` when nothing
-    it depends on changed. Raises :class:`~om_workers.errors.SessionNotFoundError` (a 404)
-    for a missing, erased or another tenant's session, before anything else is read."""
+    """The session page of ``tenant_id``'s session, its context kept by
+    :func:`~om_workers.reads.session_context` while nothing it depends on changed. Raises
+    :class:`~om_workers.errors.SessionNotFoundError` (a 404) for a missing, erased or another
+    tenant's session, before anything else is read."""
     store = state.store
     info = store.get_session(tenant_id, session_id)
     secrets = normalize_secrets(state.secrets)
     invalidated = state.invalidated_ids(tenant_id, session_id)
-    version = (info.leaf_id, info.entry_count, info.updated_at, invalidated, secrets)
-    context = cache.get(
-        tenant_id, session_id, version, lambda: _context(state, tenant_id, session_id)
-    )
+    context = _context(state, tenant_id, session_id)
     context_state = store.read_context_state(tenant_id, session_id)
     observations, reflections = memory_pages(
         context_state.ledger, invalidated, secrets, memory_offset

@@ -18,6 +18,7 @@ from om_api.server.auth import TenantId, request_key_id
 from om_api.server.logging import bind_log_context
 from om_api.server.routes import SessionPath, error_answers
 from om_api.server.state import State
+from om_workers.context_cache import context_cache
 
 router = APIRouter(prefix="/v1", tags=["erasure"])
 ERRORS: dict[int | str, dict[str, Any]] = error_answers(401, 404, 422)
@@ -47,6 +48,7 @@ def erase_session(
     re-observes what is left). 404 at once on every route; a second request answers the same
     job (a failed one is queued again). 404 for a session the tenant never had."""
     job = state.store.erasure.erase_session(tenant_id, session_id, request_key_id(request))
+    context_cache(state.store).forget(tenant_id, session_id)
     return _accepted(state, job.id)
 
 

@@ -1,0 +1,211 @@
+"""Rendered contexts kept in this process, shared by every edge that reads one (the context
+route, the OpenAI-compatible proxy, MCP, the console).
+
+Two levels, each keyed by everything its value is a function of, so a stale value is never
+served (another API process's writes included: every read checks the session row first):
+
+* whole contexts (:class:`ContextKey`): the session row's version (leaf, entry count, last
+  write, creation, rewrite), the ids its tombstones withhold, the secrets redacted, the
+  memory settings, scope, include and token budget. Any append, memory record, fork,
+  rewrite, tombstone, new secret or other setting makes a new key.
+* the memory part (:class:`MemoryKey`): the branch's memory records (the snapshot's entry
+  and the memory entries after it), the rewrite, withheld ids, secrets, scope and include,
+  but not the messages. After an append only the recent tail is rendered again; the kept
+  :class:`~om_core.read.context_memory.ContextMemory` fits the memory block from its plan.
+
+Both are bounded (least recently used out first) and aged (:data:`MAX_AGE_S`), so the text
+of a session erased through another process leaves this one's memory soon after; one erased
+through this process is forgotten at once (:meth:`ContextCache.forget`), and a read of an
+erased session fails on its row before any kept text is looked at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Generic, TypeVar
+
+from om_core.read.context import Context
+from om_core.read.context_memory import ContextMemory
+from om_core.settings import ObservationalMemorySettings
+from om_workers.store import SqlStore
+
+MAX_CONTEXTS: Final = 256
+"""Whole contexts kept (one per session, scope and budget read lately)."""
+MAX_MEMORIES: Final = 32
+"""Memory parts kept: each holds a session's rendered memory lines (up to a few MB)."""
+MAX_AGE_S: Final = 300.0
+"""How long a kept value is used, seconds."""
+
+
+def secrets_digest(secrets: Iterable[str]) -> str:
+    """A digest naming a set of secrets in a key, so no key holds a secret itself."""
+    digest = hashlib.sha256()
+    for secret in sorted(set(secrets)):
+        digest.update(secret.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKey:
+    """What a context's memory part is a function of (see the module's doc)."""
+
+    tenant_id: str
+    session_id: str
+    created_at: datetime
+    rewritten_at: datetime | None
+    snapshot_entry_id: str | None
+    memory_entry_ids: tuple[str, ...]
+    withheld: frozenset[str]
+    secrets: str
+    scope: str | None
+    include: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextKey:
+    """What a whole context is a function of (see the module's doc)."""
+
+    tenant_id: str
+    session_id: str
+    created_at: datetime
+    updated_at: datetime
+    rewritten_at: datetime | None
+    leaf_id: str | None
+    entry_count: int
+    withheld: frozenset[str]
+    secrets: str
+    settings: ObservationalMemorySettings
+    scope: str | None
+    include: str
+    max_tokens: int | None
+
+
+K = TypeVar("K", MemoryKey, ContextKey)
+V = TypeVar("V")
+
+
+class _Kept(Generic[K, V]):
+    """A bounded, aged map of values, least recently used out first. Thread-safe."""
+
+    def __init__(self, size: int, max_age_s: float) -> None:
+        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._size = size
+        self._max_age_s = max_age_s
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        now = time.monotonic()
+        with self._lock:
+            kept = self._items.get(key)
+            if kept is None:
+                return None
+            if now - kept[0] >= self._max_age_s:
+                del self._items[key]
+                return None
+            self._items.move_to_end(key)
+            return kept[1]
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = (time.monotonic(), value)
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def forget(self, tenant_id: str, session_id: str) -> None:
+        with self._lock:
+            gone = [
+                k for k in self._items if (k.tenant_id, k.session_id) == (tenant_id, session_id)
+            ]
+            for key in gone:
+                del self._items[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+@dataclass
+class CacheCounts:
+    """Lookups answered from the cache and built afresh, per level, since the cache began."""
+
+    context_hits: int = 0
+    context_misses: int = 0
+    memory_hits: int = 0
+    memory_misses: int = 0
+
+
+class ContextCache:
+    """Whole contexts and memory parts of one store's sessions, kept in this process."""
+
+    def __init__(
+        self,
+        max_contexts: int = MAX_CONTEXTS,
+        max_memories: int = MAX_MEMORIES,
+        max_age_s: float = MAX_AGE_S,
+    ) -> None:
+        if min(max_contexts, max_memories) < 1 or max_age_s <= 0:
+            raise ValueError(
+                "need max_contexts >= 1, max_memories >= 1 and max_age_s > 0, got "
+                f"{max_contexts}, {max_memories}, {max_age_s}"
+            )
+        self._contexts: _Kept[ContextKey, Context] = _Kept(max_contexts, max_age_s)
+        self._memories: _Kept[MemoryKey, ContextMemory] = _Kept(max_memories, max_age_s)
+        self.counts = CacheCounts()
+
+    def context(self, key: ContextKey, build: Callable[[], Context | None]) -> Context | None:
+        """The context kept under ``key``, else ``build()``'s (kept when not ``None``:
+        ``None`` says the build read a newer version than ``key``). ``build``'s errors pass
+        through."""
+        kept = self._contexts.get(key)
+        if kept is not None:
+            self.counts.context_hits += 1
+            return kept
+        self.counts.context_misses += 1
+        built = build()
+        if built is not None:
+            self._contexts.put(key, built)
+        return built
+
+    def memory(self, key: MemoryKey, build: Callable[[], ContextMemory]) -> ContextMemory:
+        """The memory part kept under ``key``, else ``build()``'s, kept from now on."""
+        kept = self._memories.get(key)
+        if kept is not None:
+            self.counts.memory_hits += 1
+            return kept
+        self.counts.memory_misses += 1
+        built = build()
+        self._memories.put(key, built)
+        return built
+
+    def forget(self, tenant_id: str, session_id: str) -> None:
+        """Drop everything kept of the session (it was erased)."""
+        self._contexts.forget(tenant_id, session_id)
+        self._memories.forget(tenant_id, session_id)
+
+    def sizes(self) -> tuple[int, int]:
+        """How many whole contexts and memory parts are kept."""
+        return len(self._contexts), len(self._memories)
+
+
+_CACHES: weakref.WeakKeyDictionary[SqlStore, ContextCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def context_cache(store: SqlStore) -> ContextCache:
+    """This process's :class:`ContextCache` of ``store``'s sessions (one per store object,
+    so two stores over different databases never share a kept context; gone with the
+    store)."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(store)
+        if cache is None:
+            cache = _CACHES[store] = ContextCache()
+        return cache

@@ -1,0 +1,282 @@
+"""The per-process context cache: a kept context is served only while everything it is a
+function of is unchanged, and always equals a context built afresh from the whole branch.
+SQLite and, with ``OM_TEST_DATABASE_URL``, PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import pytest
+from store_factories import assistant, message, observations, reflections
+
+from om_core import resolve_settings
+from om_core.ledger.funnel import funnel_copy_id
+from om_core.ledger.ids import create_memory_id
+from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntry
+from om_core.read.context import Context, build_context
+from om_core.settings import ObservationalMemorySettings
+from om_workers.context_cache import (
+    CacheCounts,
+    ContextCache,
+    ContextKey,
+    context_cache,
+    secrets_digest,
+)
+from om_workers.errors import SessionNotFoundError
+from om_workers.reads import session_context
+from om_workers.store import SqlStore, tombstone_scope
+
+SETTINGS = resolve_settings({"context": {"recentMessages": 4}})
+BUDGET = 600
+CANARY = "canary-51c0-heron"
+
+
+def _grow(store: SqlStore, tenant: str, session_id: str, runs: int) -> None:
+    """Turns with a memory record every other run, and messages after the last one."""
+    for run in range(runs):
+        store.append_entries(
+            tenant,
+            session_id,
+            [
+                message(f"u{run}", session_id, f"question {run} " + "word " * 30),
+                assistant(f"a{run}", session_id, f"answer {run} sk-live-1"),
+            ],
+        )
+        if run % 2 == 1:
+            record, ids = observations(f"o{run}", [f"u{run}", f"a{run}"], f"a{run}", session_id)
+            store.append_entries(tenant, session_id, record)
+            if run % 4 == 3:
+                store.append_entries(
+                    tenant, session_id, reflections(f"rf{run}", ids, f"o{run}", session_id)
+                )
+    store.append_entries(tenant, session_id, message("late", session_id, "not observed yet"))
+
+
+def _read(
+    store: SqlStore,
+    tenant: str,
+    session_id: str,
+    *,
+    secrets: Iterable[str] = ("sk-live-1",),
+    settings: ObservationalMemorySettings = SETTINGS,
+    max_tokens: int | None = BUDGET,
+) -> Context:
+    return session_context(
+        store, tenant, session_id, settings=settings, secrets=secrets, max_tokens=max_tokens
+    )
+
+
+def _fresh(
+    store: SqlStore,
+    tenant: str,
+    session_id: str,
+    *,
+    secrets: Iterable[str] = ("sk-live-1",),
+    settings: ObservationalMemorySettings = SETTINGS,
+    max_tokens: int | None = BUDGET,
+) -> Context:
+    """The context built from the whole branch, nothing kept."""
+    withheld = store.invalidated_ids(tenant, tombstone_scope(session_id))
+    return build_context(
+        store.read_branch(tenant, session_id),
+        settings,
+        withheld,
+        secrets,
+        max_tokens=max_tokens,
+    )
+
+
+def _same(got: Context, want: Context) -> None:
+    assert got.model_dump_json() == want.model_dump_json()
+
+
+def _counts(store: SqlStore) -> CacheCounts:
+    counts = context_cache(store).counts
+    return CacheCounts(**vars(counts))
+
+
+def _delta(store: SqlStore, before: CacheCounts) -> tuple[int, int, int, int]:
+    now = context_cache(store).counts
+    return (
+        now.context_hits - before.context_hits,
+        now.context_misses - before.context_misses,
+        now.memory_hits - before.memory_hits,
+        now.memory_misses - before.memory_misses,
+    )
+
+
+@pytest.fixture
+def grown(store: SqlStore, tenant: str, session_id: str) -> str:
+    _grow(store, tenant, session_id, runs=12)
+    return session_id
+
+
+def test_an_unchanged_session_is_answered_from_the_cache(
+    store: SqlStore, tenant: str, grown: str
+) -> None:
+    first = _read(store, tenant, grown)
+    before = _counts(store)
+    again = _read(store, tenant, grown)
+    assert _delta(store, before) == (1, 0, 0, 0)
+    assert again is first
+    _same(again, _fresh(store, tenant, grown))
+    assert "sk-live-1" not in again.recent.text + again.memory.text
+
+
+def test_an_append_builds_the_tail_again_on_the_kept_memory(
+    store: SqlStore, tenant: str, grown: str
+) -> None:
+    _read(store, tenant, grown)
+    for n in range(5):
+        store.append_entries(tenant, grown, message(f"more{n}", grown, "x " * 90 * n))
+        before = _counts(store)
+        got = _read(store, tenant, grown)
+        assert _delta(store, before) == (0, 1, 1, 0)
+        assert f"more{n}" in got.recent.entry_ids
+        _same(got, _fresh(store, tenant, grown))
+
+
+def test_a_memory_record_builds_the_memory_part_again(
+    store: SqlStore, tenant: str, grown: str
+) -> None:
+    _read(store, tenant, grown)
+    record, _ = observations("o-late", ["late"], "late", grown)
+    store.append_entries(tenant, grown, record)
+    before = _counts(store)
+    got = _read(store, tenant, grown)
+    assert _delta(store, before) == (0, 1, 0, 1)
+    assert got.unobserved.messages == 0  # the record covers every message now
+    _same(got, _fresh(store, tenant, grown))
+
+
+def test_a_tombstone_withholds_at_once(store: SqlStore, tenant: str, grown: str) -> None:
+    kept = _read(store, tenant, grown, max_tokens=None)
+    assert "fact from u1" in kept.memory.text
+    store.add_tombstones(tenant, tombstone_scope(grown), ["u1"])
+    before = _counts(store)
+    got = _read(store, tenant, grown, max_tokens=None)
+    assert _delta(store, before) == (0, 1, 0, 1)
+    assert "fact from u1" not in got.memory.text
+    _same(got, _fresh(store, tenant, grown, max_tokens=None))
+
+
+def test_a_newly_known_secret_is_redacted_at_once(store: SqlStore, tenant: str, grown: str) -> None:
+    assert "question 11" in _read(store, tenant, grown, max_tokens=None).recent.text
+    before = _counts(store)
+    got = _read(store, tenant, grown, secrets=("sk-live-1", "question"), max_tokens=None)
+    assert _delta(store, before) == (0, 1, 0, 1)
+    assert "question" not in got.recent.text + got.memory.text
+    _same(got, _fresh(store, tenant, grown, secrets=("sk-live-1", "question"), max_tokens=None))
+
+
+def test_other_settings_and_budgets_are_kept_apart(
+    store: SqlStore, tenant: str, grown: str
+) -> None:
+    wide = resolve_settings({"context": {"recentMessages": 12}})
+    reads = [(SETTINGS, BUDGET), (wide, BUDGET), (SETTINGS, 2_000), (SETTINGS, None)]
+    for settings, budget in reads:
+        _read(store, tenant, grown, settings=settings, max_tokens=budget)
+    before = _counts(store)
+    for settings, budget in reads:
+        got = _read(store, tenant, grown, settings=settings, max_tokens=budget)
+        _same(got, _fresh(store, tenant, grown, settings=settings, max_tokens=budget))
+    assert _delta(store, before) == (4, 0, 0, 0)
+
+
+def test_an_erased_session_is_forgotten(store: SqlStore, tenant: str, grown: str) -> None:
+    _read(store, tenant, grown)
+    assert context_cache(store).sizes() == (1, 1)
+    store.erasure.erase_session(tenant, grown, None)
+    with pytest.raises(SessionNotFoundError):
+        _read(store, tenant, grown)
+    assert context_cache(store).sizes() == (0, 0)
+
+
+def test_a_rewrite_in_place_is_never_answered_from_before_it(store: SqlStore, tenant: str) -> None:
+    # Erasing a child rewrites its copies on the workspace in place (placeholders): the
+    # workspace's entries keep their ids, so only the row's rewrite says the text changed.
+    store.create_session(tenant, "ws")
+    store.append_entries(tenant, "ws", message("w0", "ws", "parent asks"))
+    store.create_session(tenant, "child", workspace="ws")
+    store.append_entries(tenant, "child", assistant("c1", "child", f"tool said {CANARY}"))
+    copy_id = funnel_copy_id("ws", "child", "c1")
+    recorded = ObservationsRecorded(
+        observations=(
+            Observation(id=create_memory_id(), text=f"saw {CANARY}", source_entry_ids=(copy_id,)),
+        ),
+        covers_up_to_id=copy_id,
+    )
+    entry = SessionEntry(id="ws-obs", session_id="ws", kind="custom", data=recorded.to_json_dict())
+    store.append_memory(tenant, "ws", entry, store.raise_epoch(tenant, "ws"))
+    store.append_entries(tenant, "ws", message("w1", "ws", "after the child"))
+    seen = _read(store, tenant, "ws", max_tokens=None)
+    assert CANARY in seen.memory.text + seen.recent.text
+    job = store.erasure.erase_session(tenant, "child", None)
+    started = store.erasure.start_job(job.id)
+    assert started is not None
+    for target in started[1]:
+        store.erasure.erase_target(target)
+    got = _read(store, tenant, "ws", max_tokens=None)
+    assert CANARY not in got.memory.text + got.recent.text
+    _same(got, _fresh(store, tenant, "ws", max_tokens=None))
+
+
+def test_another_process_writes_are_seen_at_once(
+    store: SqlStore, tenant: str, grown: str, migrated_url: str
+) -> None:
+    # Two API processes: each has its own cache of the same database.
+    other = SqlStore.from_url(migrated_url)
+    try:
+        _read(store, tenant, grown)
+        _read(other, tenant, grown)
+        other.append_entries(tenant, grown, message("elsewhere", grown, "from the other one"))
+        record, _ = observations("o-else", ["elsewhere"], "elsewhere", grown)
+        other.append_entries(tenant, grown, record)
+        other.add_tombstones(tenant, tombstone_scope(grown), ["u3"])
+        _same(_read(store, tenant, grown), _fresh(store, tenant, grown))
+        _same(_read(other, tenant, grown), _fresh(other, tenant, grown))
+    finally:
+        other.close()
+
+
+def _key(session_id: str) -> ContextKey:
+    now = datetime.now(UTC)
+    return ContextKey(
+        tenant_id="t",
+        session_id=session_id,
+        created_at=now,
+        updated_at=now,
+        rewritten_at=None,
+        leaf_id="e1",
+        entry_count=1,
+        withheld=frozenset(),
+        secrets=secrets_digest(()),
+        settings=SETTINGS,
+        scope=None,
+        include="self+ancestors",
+        max_tokens=None,
+    )
+
+
+def test_kept_values_are_bounded_and_aged() -> None:
+    with pytest.raises(ValueError, match="max_age_s > 0"):
+        ContextCache(max_age_s=0)
+    with pytest.raises(ValueError, match="max_contexts >= 1"):
+        ContextCache(max_contexts=0)
+    empty = build_context((), SETTINGS)
+    cache = ContextCache(max_contexts=2, max_age_s=0.05)
+    first, second, third = _key("s1"), _key("s2"), _key("s3")
+    for key in (first, second, third):
+        cache.context(key, lambda: empty)
+    assert cache.sizes() == (2, 0)  # the least recently used went
+    cache.context(first, lambda: empty)
+    assert cache.counts.context_misses == 4 and cache.counts.context_hits == 0
+    cache.context(third, lambda: empty)
+    assert cache.counts.context_hits == 1
+    time.sleep(0.1)
+    cache.context(third, lambda: empty)
+    assert cache.counts.context_hits == 1  # too old: built again
+    cache.forget("t", "s3")
+    assert cache.sizes() == (1, 0)
