@@ -5,11 +5,14 @@ Two policies share one exact byte account (:class:`Layout`, O(1) per item left o
 
 * ``count`` (``render_observational_memory``'s own): lowest-relevance observations go
   first, then the oldest reflections, and the note only counts them.
-* ``reachable`` (the service's context): observations a reflection covers go first (one
-  recall of that reflection still returns their messages), then the rest in the ``count`` order;
-  the note lists every other item left out by its recall id, so nothing rendered falls out
-  of reach. Only when even those ids do not fit are the oldest of them left unlisted, and the
-  note names the entry to page messages backward from instead.
+* ``reachable`` (the service's context): observations a reflection covers are left out
+  whatever the budget (the reflection is their condensed form, read instead of them, and one
+  recall of it still returns their messages: showing both would pay twice for the same
+  memory, and memory would grow with every observation ever made), then the rest in the
+  ``count`` order until the rendering fits; the note lists every other item left out by its
+  recall id, so nothing rendered falls out of reach. Only when even those ids do not fit are
+  the oldest of them left unlisted, and the note names the entry to page messages backward
+  from instead.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def reachable_note(
     """The service's note: how many items were left out, how many a reflection covers, the
     recall ids of the others, and (when even their ids did not fit) the entry to page back
     from for the oldest."""
-    parts = [f"{omitted} memories left out to fit"]
+    parts = [f"{omitted} memories left out"]
     if covered:
         parts.append(COVERED_PART.format(covered=covered))
     if listed:
@@ -142,8 +145,9 @@ def fit(
     policy: Policy,
     page_from: str | None = None,
 ) -> tuple[Omission, int]:
-    """Choose what to leave out so the rendering fits ``max_bytes``; returns the omission
-    and how many outline lines (from the end) must be cut as a last resort."""
+    """Choose what to leave out (under ``reachable``, every observation a reflection covers
+    first) so the rendering fits ``max_bytes``; returns the omission and how many outline
+    lines (from the end) must be cut as a last resort."""
     run_kept = [0] * len(items.run_prefix_bytes)
     for run in items.runs:
         run_kept[run] += 1
@@ -170,14 +174,18 @@ def fit(
     by_relevance = sorted(
         range(len(items.observation_bytes)), key=lambda i: (items.relevance[i], i)
     )
+    condensed: list[int] = []
     if policy == "reachable":
-        # A covered observation stays one recall away through its reflection: it goes first.
-        order = [i for i in by_relevance if note.available[i]]
-        order += [i for i in by_relevance if not note.available[i]]
+        # A covered observation stays one recall away through its reflection: it never shows.
+        condensed = [i for i in by_relevance if note.available[i]]
+        order = [i for i in by_relevance if not note.available[i]]
     else:
         order = by_relevance
     victims = [("observation", i) for i in order]
     victims += [("reflection", i) for i in range(len(items.reflection_bytes))]
+    for index in condensed:
+        layout.drop_observation(items.observation_bytes[index], items.runs[index])
+        layout.note_bytes = note.leave_out("observation", index)
     for kind, index in victims:
         if layout.size() <= max_bytes:
             break
