@@ -94,8 +94,9 @@ class ContextGap(Frozen):
 
 
 class MemoryOmission(Frozen):
-    """Memory items the budget left out of the memory block, each still in reach: ``covered``
-    observations under a reflection shown or listed (its recall returns their messages),
+    """Memory items left out of the memory block, each still in reach: ``covered``
+    observations under a reflection shown or listed (its recall returns their messages; they
+    are left out at any budget, the reflection standing for them),
     ``listed`` by recall id in the block's note, ``unlisted`` only behind the note's paging
     cursor (when even the ids did not fit). ``unreflected`` counts the observations left out
     that no reflection has gone over yet: a flush with reflection would condense them."""
@@ -159,10 +160,12 @@ def build_context(
     entry id when it alone does not fit. Unobserved messages left out are reported as
     ``gap``, and the memory block names them with the cursor to page from.
 
-    Memory items that do not fit stay in reach
-    (:func:`~om_core.read.render.render_reachable_memory`):
-    observations a reflection covers go first, and the block's note lists the recall id of
-    every other item left out; they are reported as ``omitted``. ``view`` says which memory
+    Memory is condensed (:func:`~om_core.read.render.render_reachable_memory`): an
+    observation a reflection covers is not shown beside it, the reflection standing for it
+    (one recall returns its messages), so memory grows with the reflections and the
+    observations none has gone over yet, not with every observation made. Items that do not
+    fit stay in reach too: the block's note lists the recall id of every other item left
+    out; they are reported as ``omitted``. ``view`` says which memory
     (:class:`MemoryView`). Raises ``ValueError`` for a budget below the minimum, and the scope
     errors :class:`MemoryView` names.
     """

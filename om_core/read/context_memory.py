@@ -136,7 +136,8 @@ class ContextMemory:
     def render_reachable(
         self, window: Iterable[SessionEntry], max_bytes: int | None, page_from: str | None
     ) -> RenderedMemory:
-        """As :meth:`render`, what does not fit listed by recall id
+        """As :meth:`render`, condensed (a reflection shown instead of the observations it
+        covers) and what does not fit listed by recall id
         (:func:`~om_core.read.render.render_reachable_memory`)."""
         limit = MAX_RENDERED_MEMORY_BYTES if max_bytes is None else max_bytes
         return self._plan(window, "reachable").fitted(limit, page_from)

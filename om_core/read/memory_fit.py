@@ -5,18 +5,21 @@ Two policies share one exact byte account (:class:`Layout`, O(1) per item left o
 
 * ``count`` (``render_observational_memory``'s own): lowest-relevance observations go
   first, then the oldest reflections, and the note only counts them.
-* ``reachable`` (the service's context): observations a reflection covers go first (one
-  recall of that reflection still returns their messages), then the rest in the ``count`` order;
-  the note lists every other item left out by its recall id, so nothing rendered falls out
-  of reach. Only when even those ids do not fit are the oldest of them left unlisted, and the
-  note names the entry to page messages backward from instead.
+* ``reachable`` (the service's context): observations a reflection covers are left out
+  whatever the budget (the reflection is their condensed form, read instead of them, and one
+  recall of it still returns their messages: showing both would pay twice for the same
+  memory, and memory would grow with every observation ever made), then the rest in the
+  ``count`` order until the rendering fits; the note lists every other item left out by its
+  recall id, so nothing rendered falls out of reach. Only when even those ids do not fit are
+  the oldest of them left unlisted, and the note names the entry to page messages backward
+  from instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 Policy = Literal["count", "reachable"]
 
@@ -142,11 +145,12 @@ def fit(
     policy: Policy,
     page_from: str | None = None,
 ) -> tuple[Omission, int]:
-    """Choose what to leave out so the rendering fits ``max_bytes``; returns the omission
-    and how many outline lines (from the end) must be cut as a last resort."""
-    layout, note, victims = _start(items, heading_bytes, policy, page_from)
-    for kind, index in victims:
-        if layout.size() <= max_bytes:
+    """Choose what to leave out (under ``reachable``, every observation a reflection covers
+    first, whatever the budget) so the rendering fits ``max_bytes``; returns the omission and
+    how many outline lines (from the end) must be cut as a last resort."""
+    layout, note, victims, condensed = _start(items, heading_bytes, policy, page_from)
+    for position, (kind, index) in enumerate(victims):
+        if position >= condensed and layout.size() <= max_bytes:
             break
         _drop(layout, note, items, kind, index)
     # Still too large with every item gone: the ids themselves did not fit. The oldest go
@@ -170,8 +174,9 @@ Victim = tuple[Literal["observation", "reflection"], int]
 
 def _start(
     items: Candidates, heading_bytes: dict[str, int], policy: Policy, page_from: str | None
-) -> tuple[Layout, _Note, list[Victim]]:
-    """The layout with every item kept, an empty note, and the order items are left out in."""
+) -> tuple[Layout, _Note, list[Victim], int]:
+    """The layout with every item kept, an empty note, the order items are left out in, and
+    how many of the first of them are left out at any budget."""
     run_kept = [0] * len(items.run_prefix_bytes)
     for run in items.runs:
         run_kept[run] += 1
@@ -198,15 +203,18 @@ def _start(
     by_relevance = sorted(
         range(len(items.observation_bytes)), key=lambda i: (items.relevance[i], i)
     )
+    condensed = 0
     if policy == "reachable":
-        # A covered observation stays one recall away through its reflection: it goes first.
+        # A covered observation stays one recall away through its reflection, which is its
+        # condensed form: it never shows beside it.
         order = [i for i in by_relevance if note.available[i]]
+        condensed = len(order)
         order += [i for i in by_relevance if not note.available[i]]
     else:
         order = by_relevance
     victims: list[Victim] = [("observation", i) for i in order]
     victims += [("reflection", i) for i in range(len(items.reflection_bytes))]
-    return layout, note, victims
+    return layout, note, victims, condensed
 
 
 def _drop(layout: Layout, note: _Note, items: Candidates, kind: str, index: int) -> None:
@@ -283,6 +291,11 @@ class DropPlan:
         return omission
 
 
+_NEVER: Final = 1 << 62
+"""A size no budget admits: what :class:`DropPlan` records where leaving out fewer items
+than the condensed ones is not allowed."""
+
+
 def _first_at_most(lowest: Sequence[int], bound: int) -> int:
     """The first index of the non-increasing ``lowest`` whose value is at most ``bound``."""
     low, high = 0, len(lowest) - 1
@@ -302,9 +315,10 @@ def plan_drops(items: Candidates, heading_bytes: dict[str, int], policy: Policy)
     The same byte account as :class:`Layout` and the note's size, kept in plain integers
     (ten thousand items in milliseconds, where the objects :func:`fit` stops early with cost
     a hundred times more a step)."""
-    layout, note, victims = _start(items, heading_bytes, policy, None)
+    layout, note, victims, condensed = _start(items, heading_bytes, policy, None)
     account = _Account(layout, policy)
-    lowest = [account.size()]
+    # Fewer than ``condensed`` items out is no choice at all: those sizes never fit.
+    lowest = [account.size() if not condensed else _NEVER]
     covered = [0]
     listed: list[bool] = []
     refs: list[str] = []
@@ -321,7 +335,8 @@ def plan_drops(items: Candidates, heading_bytes: dict[str, int], policy: Policy)
             named = policy == "reachable"
         if named:
             account.list(ref)
-        lowest.append(min(lowest[-1], account.size()))
+        out = len(lowest)
+        lowest.append(_NEVER if out < condensed else min(lowest[-1], account.size()))
         covered.append(account.covered)
         listed.append(named)
         refs.append(ref)

@@ -54,7 +54,8 @@ def render_observational_memory(
 
 
 class RenderedMemory(Frozen):
-    """A memory block fitted to a budget, and what it left out (:func:`render_reachable_memory`).
+    """A memory block condensed and fitted to a budget, and what it left out
+    (:func:`render_reachable_memory`).
 
     ``omitted_ids`` are the bare ids of the observations and reflections left out;
     ``covered`` of them are observations a reflection shown or listed covers, ``listed`` are
@@ -77,13 +78,15 @@ def render_reachable_memory(
     max_bytes: int = MAX_RENDERED_MEMORY_BYTES,
     page_from: str | None = None,
 ) -> RenderedMemory:
-    """Render memory as :func:`render_observational_memory` does, leaving nothing out of reach.
+    """Render memory as :func:`render_observational_memory` does, condensed and leaving
+    nothing out of reach.
 
-    What does not fit ``max_bytes`` is left out in this order: observations a reflection
-    covers (recalling the reflection returns their messages), then the rest lowest-relevance
-    first, then the oldest reflections; the final note lists every item left out that no
-    reflection covers by its recall id (``[om:<id>]``, ``[reflection:<id>]``), so each stays
-    one recall away. Only when those ids do not fit either are the oldest of them left
+    Observations a reflection covers are left out at any budget: the reflection is their
+    condensed form, and recalling it returns their messages. What else does not fit
+    ``max_bytes`` is left out in this order: observations lowest-relevance first, then the
+    oldest reflections; the final note counts the covered ones and lists every other item
+    left out by its recall id (``[om:<id>]``, ``[reflection:<id>]``), so each stays one
+    recall away. Only when those ids do not fit either are the oldest of them left
     unlisted, and the note says to page messages backward from entry ``page_from`` (the
     oldest message the context shows). Never exceeds ``max_bytes`` but for the heading and
     that note when ``max_bytes`` cannot hold even them.

@@ -183,7 +183,7 @@ def test_memory_a_budget_leaves_out_is_listed_and_a_reflection_is_requested(
     recent_ids = set(recent["entry_ids"])
     for i in range(60):  # every message shown, or one recall of an id in the block away
         assert f"{i:012x}" in shown_or_listed or f"{tid}m{i}" in recent_ids, i
-    assert "memories left out to fit" in memory["text"] and "recall these by id" in memory["text"]
+    assert "memories left out" in memory["text"] and "recall these by id" in memory["text"]
     assert len(api.published.calls) == requested + 1
     job = client.get(f"/v1/jobs/{api.published.calls[-1][2]}").json()
     assert job["force"] is True and job["full_reflection_rebuild"] is True

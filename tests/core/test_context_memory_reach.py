@@ -24,19 +24,24 @@ def sizes(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def test_observations_a_reflection_covers_go_first_and_stay_one_recall_away() -> None:
+def test_observations_a_reflection_covers_are_left_out_at_any_budget() -> None:
     covered = [obs(i, f"e{i}", text=f"covered {i} {LONG}", relevance=0.9) for i in range(1, 5)]
     loose = [obs(i, f"e{i}", text=f"loose {i} {LONG}", relevance=0.1) for i in range(5, 9)]
     reflection = ref(20, *(o.id for o in covered), text="the four covered facts")
-    full = render_reachable_memory([reflection], [*covered, *loose]).text
-    fitted = render_reachable_memory([reflection], [*covered, *loose], max_bytes=sizes(full) - 1)
-    # The count order would leave out the low-relevance loose ones; these are covered.
-    assert fitted.omitted_ids and set(fitted.omitted_ids) <= {o.id for o in covered}
-    assert all(f"[om:{o.id}]" in fitted.text for o in loose)
-    assert f"[reflection:{reflection.id}] the four covered facts" in fitted.text
-    assert fitted.covered == len(fitted.omitted_ids) and fitted.listed == 0
-    assert "under a reflection shown or listed here" in fitted.text
-    assert sizes(fitted.text) <= sizes(full) - 1
+    whole = render_reachable_memory([reflection], [*covered, *loose])
+    # The reflection stands for what it covers, high relevance or not; the rest all show.
+    assert set(whole.omitted_ids) == {o.id for o in covered}
+    assert all(f"[om:{o.id}]" in whole.text for o in loose)
+    assert not any(f"[om:{o.id}]" in whole.text for o in covered)
+    assert f"[reflection:{reflection.id}] the four covered facts" in whole.text
+    assert whole.covered == len(covered) and whole.listed == 0
+    assert "4 of them under a reflection shown or listed here" in whole.text
+    # A tighter budget takes loose observations next, each listed by id.
+    fitted = render_reachable_memory(
+        [reflection], [*covered, *loose], max_bytes=sizes(whole.text) - 1
+    )
+    assert fitted.covered == len(covered) and fitted.listed == len(fitted.omitted_ids) - 4 > 0
+    assert sizes(fitted.text) <= sizes(whole.text) - 1
 
 
 def test_every_item_left_out_that_no_reflection_covers_is_listed_by_id() -> None:
@@ -116,7 +121,9 @@ def test_the_byte_account_is_exact_at_every_budget(seed: int) -> None:
     ]
     reflections = [ref(100 + i, mid(i), mid(i + 1), text=f"r{i} " * 3) for i in range(1, 12, 3)]
     full = render_reachable_memory(reflections, observations, ["- task:a"]).text
-    assert render_reachable_memory(reflections, observations, ["- task:a"]).omitted_ids == ()
+    covered = {oid for r in reflections for oid in r.observation_ids}
+    whole = render_reachable_memory(reflections, observations, ["- task:a"])
+    assert set(whole.omitted_ids) == covered and whole.listed == 0
     for budget in range(sizes(full), 200, -7):
         reachable = render_reachable_memory(
             reflections, observations, ["- task:a"], max_bytes=budget
@@ -201,4 +208,7 @@ def test_context_reports_memory_left_out_and_what_no_reflection_went_over() -> N
     ]
     assert len(left_out) <= omitted.items
     assert pending and omitted.unreflected == sum(1 for o in left_out if o.id in pending) > 0
-    assert build_context(b.entries, SETTINGS, ledger=ledger).omitted is None
+    # Unbudgeted, only the observations a reflection stands for are left out.
+    whole = build_context(b.entries, SETTINGS, ledger=ledger).omitted
+    reflected = {oid for r in ledger.reflections for oid in r.observation_ids}
+    assert whole is not None and whole.items == whole.covered == len(reflected)
