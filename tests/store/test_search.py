@@ -206,6 +206,27 @@ def test_tenant_wide_search_covers_every_session(store: SqlStore, tenant: str) -
     assert [h.session_id for h in store.search(tenant, "penguin", session_id="a").hits] == ["a"]
 
 
+def test_a_batch_of_several_insert_statements_is_stored_and_indexed_whole(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    # More rows than one multi-row insert statement takes: each statement's rows are indexed.
+    count = 2_345
+    batch: list[SessionEntry] = []
+    for n in range(count):
+        text = "walrus" if n in (0, 999, 1_000, count - 1) else f"filler {n}"
+        parent = batch[-1].id if batch else None
+        batch.append(message(f"b{n}", session_id, text, parent_id=parent))
+    store.append_entries(tenant, session_id, batch)
+    with store.engine.connect() as connection:
+        seqs = connection.execute(select(entries.c.seq).order_by(entries.c.seq)).scalars().all()
+    assert seqs == list(range(1, count + 1))
+    hits = store.search(tenant, "walrus", session_id=session_id).hits
+    assert sorted(h.id for h in hits) == ["b0", "b1000", "b2344", "b999"]
+    assert [h.id for h in store.search(tenant, "filler 1500", session_id=session_id).hits][:1] == [
+        "b1500"
+    ]
+
+
 def test_tombstoned_entries_and_the_memory_they_support_are_never_found(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
