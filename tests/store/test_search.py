@@ -227,6 +227,33 @@ def test_a_batch_of_several_insert_statements_is_stored_and_indexed_whole(
     ]
 
 
+@pytest.mark.parametrize("scope", ["session", "tenant"])
+def test_pages_scored_from_the_rare_words_first_equal_the_full_ranking(
+    store: SqlStore, tenant: str, session_id: str, scope: str
+) -> None:
+    # 5 of 300 messages hold the rare word: a small page is scored from those rows alone;
+    # a page of 100 is not (it cannot be filled by them) and scores every match.
+    batch: list[SessionEntry] = []
+    for n in range(300):
+        text = "osprey common" if n % 60 == 7 else "common" if n % 4 == 0 else f"filler {n}"
+        text += " common" * (n % 3) if text.startswith("common") else ""
+        parent = batch[-1].id if batch else None
+        batch.append(message(f"r{n}", session_id, text, parent_id=parent))
+    store.append_entries(tenant, session_id, batch)
+    within = session_id if scope == "session" else None
+    whole = store.search(tenant, "common osprey", session_id=within, limit=100).hits
+    paged: list[SearchHit] = []
+    cursor: str | None = None
+    while True:
+        page = store.search(tenant, "common osprey", session_id=within, limit=3, cursor=cursor)
+        paged += page.hits
+        if (cursor := page.next_cursor) is None:
+            break
+    assert [(h.id, h.score) for h in paged] == [(h.id, h.score) for h in whole]
+    assert {h.id for h in whole[:5]} == {f"r{n}" for n in range(7, 300, 60)}
+    assert len(whole) == 80
+
+
 def test_tombstoned_entries_and_the_memory_they_support_are_never_found(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:
