@@ -206,6 +206,54 @@ def test_tenant_wide_search_covers_every_session(store: SqlStore, tenant: str) -
     assert [h.session_id for h in store.search(tenant, "penguin", session_id="a").hits] == ["a"]
 
 
+def test_a_batch_of_several_insert_statements_is_stored_and_indexed_whole(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    # More rows than one multi-row insert statement takes: each statement's rows are indexed.
+    count = 2_345
+    batch: list[SessionEntry] = []
+    for n in range(count):
+        text = "walrus" if n in (0, 999, 1_000, count - 1) else f"filler {n}"
+        parent = batch[-1].id if batch else None
+        batch.append(message(f"b{n}", session_id, text, parent_id=parent))
+    store.append_entries(tenant, session_id, batch)
+    with store.engine.connect() as connection:
+        seqs = connection.execute(select(entries.c.seq).order_by(entries.c.seq)).scalars().all()
+    assert seqs == list(range(1, count + 1))
+    hits = store.search(tenant, "walrus", session_id=session_id).hits
+    assert sorted(h.id for h in hits) == ["b0", "b1000", "b2344", "b999"]
+    assert [h.id for h in store.search(tenant, "filler 1500", session_id=session_id).hits][:1] == [
+        "b1500"
+    ]
+
+
+@pytest.mark.parametrize("scope", ["session", "tenant"])
+def test_pages_scored_from_the_rare_words_first_equal_the_full_ranking(
+    store: SqlStore, tenant: str, session_id: str, scope: str
+) -> None:
+    # 5 of 300 messages hold the rare word: a small page is scored from those rows alone;
+    # a page of 100 is not (it cannot be filled by them) and scores every match.
+    batch: list[SessionEntry] = []
+    for n in range(300):
+        text = "osprey common" if n % 60 == 7 else "common" if n % 4 == 0 else f"filler {n}"
+        text += " common" * (n % 3) if text.startswith("common") else ""
+        parent = batch[-1].id if batch else None
+        batch.append(message(f"r{n}", session_id, text, parent_id=parent))
+    store.append_entries(tenant, session_id, batch)
+    within = session_id if scope == "session" else None
+    whole = store.search(tenant, "common osprey", session_id=within, limit=100).hits
+    paged: list[SearchHit] = []
+    cursor: str | None = None
+    while True:
+        page = store.search(tenant, "common osprey", session_id=within, limit=3, cursor=cursor)
+        paged += page.hits
+        if (cursor := page.next_cursor) is None:
+            break
+    assert [(h.id, h.score) for h in paged] == [(h.id, h.score) for h in whole]
+    assert {h.id for h in whole[:5]} == {f"r{n}" for n in range(7, 300, 60)}
+    assert len(whole) == 80
+
+
 def test_tombstoned_entries_and_the_memory_they_support_are_never_found(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:

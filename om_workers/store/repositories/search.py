@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, text
 
 from om_core.read.search import SearchKey, SearchQuery
+from om_workers.store.repositories.search_bounds import Narrowing, narrowing
 from om_workers.store.schema import memory_items
 from om_workers.store.snapshot import OBSERVATION
 
@@ -49,14 +50,33 @@ _OF_TENANT = (
 )
 _NOT_HIDDEN = """e.session_pk NOT IN (
     SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NOT NULL)"""
+# Scores are rounded so that the narrowed statement's (a difference of two sums) and the full
+# one's agree on a key: a cursor from a page of one continues a page of the other.
 _SQLITE_ENTRIES = f"""
-    SELECT 0 AS source, f.rowid AS row, f.rank AS rank
+    SELECT 0 AS source, f.rowid AS row, round(f.rank, 9) AS rank
     FROM entries_fts AS f {{tenant_join}}
     WHERE entries_fts MATCH :match {{session_range}}
         AND f.rowid NOT IN ({_WITHHELD_ROWS})
 """
+# Narrowed (see search_bounds): only rows holding a scored word are matched, by ``:match``,
+# which names the scored words twice (once to require one, once beside the bounded words), so
+# the rank of ``:scored`` (those words alone) is taken off to leave each row's full score.
+# Both sides are materialized: a correlated lookup would make FTS5 redo its per-query work
+# (the words' document counts) for every row.
+_SQLITE_NARROWED = f"""
+    SELECT * FROM (
+        WITH a AS MATERIALIZED (
+            SELECT f.rowid AS row, f.rank AS rank FROM entries_fts AS f {{tenant_join}}
+            WHERE entries_fts MATCH :match {{session_range}}
+                AND f.rowid NOT IN ({_WITHHELD_ROWS})),
+        b AS MATERIALIZED (
+            SELECT f.rowid AS row, f.rank AS rank FROM entries_fts AS f
+            WHERE entries_fts MATCH :scored {{session_range}})
+        SELECT 0 AS source, a.row AS row, round(a.rank - b.rank, 9) AS rank
+        FROM a JOIN b ON b.row = a.row)
+"""
 _SQLITE_MEMORY = """
-    SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row, f.rank AS rank
+    SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row, round(f.rank, 9) AS rank
     FROM memory_fts AS f JOIN memory_items AS m ON m.rowid = f.rowid {tenant_join}
     WHERE memory_fts MATCH :memory_match {session_filter}
 """
@@ -116,18 +136,32 @@ def _varint(block: bytes) -> int:
     return (value << 8) | block[8]
 
 
-def _informative(connection: Connection, query: SearchQuery) -> SearchQuery:
+@dataclass(frozen=True)
+class _Vocabulary:
+    """What the index says of a query's words: how many messages are indexed, and how many
+    hold each word found in the vocabulary as written."""
+
+    messages: int
+    documents: dict[str, int]
+
+
+def _vocabulary(connection: Connection, query: SearchQuery) -> _Vocabulary:
+    block = connection.execute(_INDEXED_MESSAGES).scalar()
+    if not block:
+        return _Vocabulary(0, {})
+    rows = connection.execute(_DOCUMENTS, {"terms": list(query.terms)})
+    return _Vocabulary(_varint(bytes(block)), {str(row.term): int(row.doc) for row in rows})
+
+
+def _informative(query: SearchQuery, vocabulary: _Vocabulary) -> SearchQuery:
     """``query`` without the words in half the indexed messages or more, when another word is
     known to match: FTS5's BM25 floors such a word's IDF to 1e-6, so it adds nothing to a
     score, while matching it costs a score for most rows of the index. The vocabulary holds
     stems, so a word not found there (stemmed differently, or absent) is kept but is no proof
     of a match; then the query stays whole."""
-    block = connection.execute(_INDEXED_MESSAGES).scalar()
-    if not block:
+    counts, half = vocabulary.documents, vocabulary.messages / 2
+    if not vocabulary.messages:
         return query
-    half = _varint(bytes(block)) / 2
-    rows = connection.execute(_DOCUMENTS, {"terms": list(query.terms)})
-    counts = {str(row.term): int(row.doc) for row in rows}
     kept = tuple(term for term in query.terms if counts.get(term, 0) < half)
     if any(counts.get(term, 0) > 0 for term in kept):
         return SearchQuery(kept)
@@ -148,11 +182,11 @@ class SearchRow:
     memory_payload: dict[str, Any] | None
 
 
-def _statement(dialect: str, *, session: bool, after: bool) -> str:
+def _statement(dialect: str, *, session: bool, after: bool, narrowed: bool = False) -> str:
     memory_filter = "AND m.session_pk = :session_pk" if session else ""
     memory_tenant = "" if session else _OF_TENANT.format(pk="m.session_pk")
     if dialect == "sqlite":
-        entries = _SQLITE_ENTRIES.format(
+        entries = (_SQLITE_NARROWED if narrowed else _SQLITE_ENTRIES).format(
             session_range="AND f.rowid BETWEEN :row_lo AND :row_hi" if session else "",
             tenant_join="" if session else _OF_TENANT.format(pk="f.rowid / 4294967296"),
         )
@@ -194,6 +228,20 @@ def row_from_result(row: Any) -> SearchRow:
     )
 
 
+def _narrowed_matches(tenant: str, plan: Narrowing) -> dict[str, str]:
+    scored, every = plan.scored.fts5(), f"{plan.scored.fts5()} OR {plan.bounded.fts5()}"
+    return {
+        "match": f"{tenant}body : (({scored}) AND ({every}))",
+        "scored": f"{tenant}body : ({scored})",
+    }
+
+
+def _exact(rows: Sequence[SearchRow], plan: Narrowing, limit: int) -> bool:
+    """Whether a narrowed page is the full query's: it is full, and its last row scores above
+    anything a row holding bounded words alone could (with room for the rounding)."""
+    return len(rows) == limit and rows[-1].key.rank < -plan.bound - 1e-6
+
+
 class SearchRepository:
     """Ranked full-text candidates of a tenant, on one unit of work's connection."""
 
@@ -213,16 +261,7 @@ class SearchRepository:
         one session's, by ``session_pk``) messages and memory items matching any term,
         tombstoned entries left out."""
         dialect = self._connection.dialect.name
-        sql = _statement(dialect, session=session_pk is not None, after=after is not None)
         params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
-        if dialect == "sqlite":
-            # Words match the text column only; a tenant-wide search ANDs in the tenant's token.
-            words = f"body : ({_informative(self._connection, query).fts5()})"
-            tenant = f'tenant : "{tenant_id.encode().hex()}" AND ' if session_pk is None else ""
-            params["match"] = tenant + words
-            params["memory_match"] = query.fts5()
-        else:
-            params["words"] = query.text()
         if session_pk is not None:
             params.update(
                 session_pk=session_pk,
@@ -231,8 +270,28 @@ class SearchRepository:
             )
         if after is not None:
             params.update(after_rank=after.rank, after_source=after.source, after_row=after.row)
-        rows = self._connection.execute(text(sql), params)
-        return [row_from_result(row) for row in rows]
+        shape = {"session": session_pk is not None, "after": after is not None}
+        if dialect != "sqlite":
+            params["words"] = query.text()
+            return self._rows(_statement(dialect, **shape), params)
+        # Words match the text column only; a tenant-wide search ANDs in the tenant's token.
+        tenant = f'tenant : "{tenant_id.encode().hex()}" AND ' if session_pk is None else ""
+        params["memory_match"] = query.fts5()
+        vocabulary = _vocabulary(self._connection, query)
+        words = _informative(query, vocabulary)
+        plan = narrowing(words, vocabulary.documents, vocabulary.messages)
+        if plan is not None:
+            rows = self._rows(
+                _statement(dialect, **shape, narrowed=True),
+                {**params, **_narrowed_matches(tenant, plan)},
+            )
+            if _exact(rows, plan, limit):
+                return rows
+        params["match"] = f"{tenant}body : ({words.fts5()})"
+        return self._rows(_statement(dialect, **shape), params)
+
+    def _rows(self, sql: str, params: dict[str, Any]) -> list[SearchRow]:
+        return [row_from_result(row) for row in self._connection.execute(text(sql), params)]
 
     def observation_sources(self, session_pk: int, ids: Sequence[str]) -> dict[str, list[str]]:
         """The source entry ids of the session's observations among ``ids`` (unknown ids are
