@@ -29,7 +29,7 @@ from om_workers.celery.webhooks import PublishWebhook, announce, webhook_publish
 from om_workers.config import get_settings
 from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.deferred import DEFERRED
-from om_workers.coordination.fairness import FairPublisher
+from om_workers.coordination.fairness import FairPlace, FairPublisher
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.jobs.embed import run_embed_job
@@ -159,18 +159,18 @@ def flush_task(
     )
     with span, log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
         fair = fair_publisher(deps)
+        place = None
         if fair is not None:
             # A prefork child is not in the pool its parent advertises: its own liveness key
             # (kept from now on) tells the fair queue when it died with the job.
             LIVENESS.keep_alive(deps.redis, deps.lock_ttl_s)
             liveness_ttl_s = liveness.ttl_s(deps.lock_ttl_s)
-            _quietly(
-                "marking a flush job running",
-                lambda: fair.started(job_id, LIVENESS.worker_id, liveness_ttl_s),
-            )
+            # Marked running with the lock's acquire and freed with its release: no round
+            # trips of its own.
+            place = fair.place(job_id, LIVENESS.worker_id, liveness_ttl_s)
         retrying = False
         try:
-            outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
+            outcome = run_flush_job(deps, tenant_id, session_id, job_id, force, place=place)
             if webhooks is not None:
                 announce(deps.store, outcome.ran_job_id, webhooks)
             if outcome.outcome == "succeeded" and deps.embedder is not None:
@@ -186,7 +186,9 @@ def flush_task(
                 retrying = (task.request.retries or 0) < max_retries
                 raise task.retry(countdown=countdown_s, max_retries=max_retries)
         finally:
-            if fair is not None and not retrying:
+            if place is not None and place.freed:
+                _send_admitted(place, deps.lock_ttl_s)
+            elif fair is not None and not retrying:
                 _free_place(fair, job_id, deps.lock_ttl_s)
         tracing.set_attributes({"om.outcome": outcome.outcome})
         # Inside the job's log context and span: the line names the job and its trace.
@@ -214,6 +216,18 @@ def _free_place(fair: FairPublisher, job_id: str, lock_ttl_s: float) -> None:
         DEFERRED.retry(
             what, lambda: fair.finished(job_id), timing.redis_retry_deadline_s(lock_ttl_s)
         )
+
+
+def _send_admitted(place: FairPlace, lock_ttl_s: float) -> None:
+    """Publish the jobs admitted when the job's place was freed; those the broker refused
+    wait in their line again, and are admitted again once it is back."""
+    try:
+        place.send_admitted()
+    except Exception as exc:
+        what = f"publishing the flush jobs admitted after flush {place.job_id}"
+        log.warning("%s failed (%s); retrying in the background", what, exc)
+        fill = place.publisher.fill
+        DEFERRED.retry(what, fill, timing.redis_retry_deadline_s(lock_ttl_s))
 
 
 def _retry(
