@@ -172,7 +172,7 @@ def flush_task(
         try:
             outcome = run_flush_job(deps, tenant_id, session_id, job_id, force, place=place)
             if webhooks is not None:
-                announce(deps.store, outcome.ran_job_id, webhooks)
+                announce(deps.store, outcome.ran_job_id, webhooks, outcome.deliveries)
             if outcome.outcome == "succeeded" and deps.embedder is not None:
                 _quietly(
                     "queueing the embedding of a flushed session",

@@ -62,7 +62,8 @@ class FlushOutcome:
     ``job_id`` is the message's job; ``ran_job_id`` the job whose row it ran or finished (another
     job's when it served that job's request, ``None`` when it touched no row); ``error`` the
     redacted reason of a failed job (also stored on its row); ``reason`` why a job that
-    recorded nothing did nothing.
+    recorded nothing did nothing; ``deliveries`` the webhook deliveries its finish wrote, to
+    publish (``None``: not known, read them back by the job's id).
     """
 
     outcome: Outcome
@@ -71,6 +72,7 @@ class FlushOutcome:
     error: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
+    deliveries: tuple[str, ...] | None = None
 
 
 def run_flush_job(
@@ -287,6 +289,7 @@ def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None)
         finished.error,
         finished.counts,
         finished.reason,
+        finished.deliveries,
     )
 
 
