@@ -29,7 +29,7 @@ from om_workers.celery.webhooks import PublishWebhook, announce, webhook_publish
 from om_workers.config import get_settings
 from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.deferred import DEFERRED
-from om_workers.coordination.fairness import FairPublisher
+from om_workers.coordination.fairness import FairPlace, FairPublisher
 from om_workers.coordination.liveness import LIVENESS
 from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.jobs.embed import run_embed_job
@@ -159,20 +159,20 @@ def flush_task(
     )
     with span, log_context(job_id=job_id, tenant_id=tenant_id, session_id=session_id):
         fair = fair_publisher(deps)
+        place = None
         if fair is not None:
             # A prefork child is not in the pool its parent advertises: its own liveness key
             # (kept from now on) tells the fair queue when it died with the job.
             LIVENESS.keep_alive(deps.redis, deps.lock_ttl_s)
             liveness_ttl_s = liveness.ttl_s(deps.lock_ttl_s)
-            _quietly(
-                "marking a flush job running",
-                lambda: fair.started(job_id, LIVENESS.worker_id, liveness_ttl_s),
-            )
+            # Marked running with the lock's acquire and freed with its release: no round
+            # trips of its own.
+            place = fair.place(job_id, LIVENESS.worker_id, liveness_ttl_s)
         retrying = False
         try:
-            outcome = run_flush_job(deps, tenant_id, session_id, job_id, force)
+            outcome = run_flush_job(deps, tenant_id, session_id, job_id, force, place=place)
             if webhooks is not None:
-                announce(deps.store, outcome.ran_job_id, webhooks)
+                announce(deps.store, outcome.ran_job_id, webhooks, outcome.deliveries)
             if outcome.outcome == "succeeded" and deps.embedder is not None:
                 _quietly(
                     "queueing the embedding of a flushed session",
@@ -180,13 +180,15 @@ def flush_task(
                         EMBED_TASK, args=[tenant_id, session_id], queue=QUEUE
                     ),
                 )
-            retry = _retry(deps, outcome, tenant_id, session_id, task.request.retries)
+            retry = _retry(deps, outcome, tenant_id, session_id, task.request)
             if retry is not None:
                 countdown_s, max_retries = retry
                 retrying = (task.request.retries or 0) < max_retries
                 raise task.retry(countdown=countdown_s, max_retries=max_retries)
         finally:
-            if fair is not None and not retrying:
+            if place is not None and place.freed:
+                _send_admitted(place, deps.lock_ttl_s)
+            elif fair is not None and not retrying:
                 _free_place(fair, job_id, deps.lock_ttl_s)
         tracing.set_attributes({"om.outcome": outcome.outcome})
         # Inside the job's log context and span: the line names the job and its trace.
@@ -216,8 +218,20 @@ def _free_place(fair: FairPublisher, job_id: str, lock_ttl_s: float) -> None:
         )
 
 
+def _send_admitted(place: FairPlace, lock_ttl_s: float) -> None:
+    """Publish the jobs admitted when the job's place was freed; those the broker refused
+    wait in their line again, and are admitted again once it is back."""
+    try:
+        place.send_admitted()
+    except Exception as exc:
+        what = f"publishing the flush jobs admitted after flush {place.job_id}"
+        log.warning("%s failed (%s); retrying in the background", what, exc)
+        fill = place.publisher.fill
+        DEFERRED.retry(what, fill, timing.redis_retry_deadline_s(lock_ttl_s))
+
+
 def _retry(
-    deps: FlushDeps, outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+    deps: FlushDeps, outcome: FlushOutcome, tenant_id: str, session_id: str, request: Any
 ) -> tuple[float, int] | None:
     """``(countdown seconds, max retries)`` when the message is to be retried, else ``None``.
 
@@ -226,17 +240,30 @@ def _retry(
     lock is still held waits for that lock (:func:`_redelivered_into_a_held_lock`)."""
     if outcome.outcome == "unavailable":
         return RETRY_COUNTDOWN_S, MAX_UNAVAILABLE_RETRIES
-    wait_s = _redelivered_into_a_held_lock(deps, outcome, tenant_id, session_id, retries)
+    retries = request.retries
+    info = getattr(request, "delivery_info", None) or {}
+    # A retried message was already judged given back; its copy is a new message.
+    redelivered = bool(info.get("redelivered")) or (retries or 0) > 0
+    wait_s = _redelivered_into_a_held_lock(
+        deps, outcome, tenant_id, session_id, retries, redelivered=redelivered
+    )
     if wait_s is not None:
         return wait_s, busy_retry_limit(get_settings())
     return None
 
 
 def _redelivered_into_a_held_lock(
-    deps: FlushDeps, outcome: FlushOutcome, tenant_id: str, session_id: str, retries: int | None
+    deps: FlushDeps,
+    outcome: FlushOutcome,
+    tenant_id: str,
+    session_id: str,
+    retries: int | None,
+    *,
+    redelivered: bool = False,
 ) -> int | None:
     """Whole seconds to wait before retrying a message that met a busy session lock while its
-    job is still ``running``, on a RabbitMQ broker; ``None``: keep the ``busy`` outcome (ack).
+    job is still ``running``, or still ``queued`` in a message RabbitMQ gave back
+    (``redelivered``), on a RabbitMQ broker; ``None``: keep the ``busy`` outcome (ack).
 
     RabbitMQ gives a killed worker's message back the moment its connection drops, while that
     worker's session lock lives on until its holder's liveness key expires (a few seconds) or
@@ -245,6 +272,11 @@ def _redelivered_into_a_held_lock(
     least 1 s, at most the lock TTL; the retried message waits in the broker, native delayed
     delivery), and then takes the dead holder's lock over. On Redis the visibility timeout
     exceeds the lock TTL, so a redelivered message never meets the dead worker's lock.
+
+    A ``queued`` job is left to the lock's holder (it reads the session after the request and
+    serves it), unless the message was given back: its first consumer died holding it, maybe
+    holding the lock too after claiming the job's marker (then no one would serve it until the
+    reconciler counted the job stale), so it waits for the lock like a running job's message.
 
     A duplicate of a job that a live worker is running is retried the same way until that job
     ends (then it is ``skipped``), while ``retries`` (the message's retry count) is below
@@ -258,8 +290,9 @@ def _redelivered_into_a_held_lock(
     if (retries or 0) >= busy_retry_limit(settings):
         return None
     try:
-        if deps.store.get_job(tenant_id, outcome.job_id).state != "running":
-            return None  # queued: the lock holder reads the session after it and serves it
+        state = deps.store.get_job(tenant_id, outcome.job_id).state
+        if state != "running" and not (state == "queued" and redelivered):
+            return None  # the lock's live holder reads the session after it and serves it
     except Exception:  # the row cannot be read: drop as busy, the reconciler heals the job
         log.warning("flush %s met a busy lock and its row could not be read", outcome.job_id)
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Final
 
@@ -89,13 +89,20 @@ def _schedule(result: AttemptResult, publish: PublishWebhook) -> None:
         log.warning("publishing the retry of webhook %s failed", result.delivery_id)
 
 
-def announce(store: SqlStore, source_id: str | None, publish: PublishWebhook) -> None:
-    """Publish the pending deliveries a job (``source_id``) wrote as it ended. Never raises:
-    what is not published now is published by the reconciler once due."""
+def announce(
+    store: SqlStore,
+    source_id: str | None,
+    publish: PublishWebhook,
+    written: Sequence[str] | None = None,
+) -> None:
+    """Publish the pending deliveries a job (``source_id``) wrote as it ended: ``written``
+    when its finish said which (none: nothing to read back), else those the store holds for
+    it. Never raises: what is not published now is published by the reconciler once due."""
     if source_id is None:
         return
     try:
-        for delivery_id in store.webhooks.pending_of(source_id):
+        found = store.webhooks.pending_of(source_id) if written is None else written
+        for delivery_id in found:
             publish(delivery_id, 0.0)
     except Exception:
         log.warning("publishing the webhooks of %s failed; the reconciler sends them", source_id)

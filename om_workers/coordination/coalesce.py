@@ -22,12 +22,13 @@ from the store's unobserved-token count, so lost Redis state costs latency, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from om_workers.coordination import keys
+from om_workers.coordination.batch import ScriptCall
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.locks import ReleaseResult, SessionLock
 from om_workers.errors import CoordinationError
@@ -108,14 +109,17 @@ def drop_marker(client: redis.Redis, tenant_id: str, session_id: str, job_id: st
         return bool(client.register_script(keys.DELETE_IF_EQUAL)(keys=[key], args=[job_id]))
 
 
-def release_and_republish(lock: SessionLock, publish: Publish) -> ReleaseResult:
-    """Release the lock and publish the pending job, if one was requested during the job.
+def release_and_republish(
+    lock: SessionLock, publish: Publish, *, after: Sequence[ScriptCall] = ()
+) -> ReleaseResult:
+    """Release the lock and publish the pending job, if one was requested during the job;
+    ``after`` rides along with the release (:meth:`SessionLock.release`).
 
     Returns the :class:`ReleaseResult`. When ``publish`` raises, the marker stays, so the
     reconciler re-publishes it later, and the exception propagates.
     Raises :class:`om_workers.errors.RedisUnavailableError` when Redis cannot be reached.
     """
-    result = lock.release()
+    result = lock.release(after=after)
     if result.pending_job_id is not None:
         publish(result.pending_job_id)
     return result

@@ -26,6 +26,7 @@ its ``pending`` marker and its ``queued`` row, which the reconciler publishes ag
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, cast
@@ -35,8 +36,12 @@ from opentelemetry.trace import SpanKind
 
 from om_core.policy.fairness import DEFAULT_HALF_LIFE_S, QueuedJob, TenantLoad
 from om_workers.coordination import keys, timing
+from om_workers.coordination.batch import Reply, ScriptCall
 from om_workers.coordination.connection import translate_errors
+from om_workers.errors import CoordinationError
 from om_workers.telemetry import tracing
+
+log = logging.getLogger(__name__)
 
 Step = Literal["add", "start", "done", "return", "sweep", "fill", "reap", "departed"]
 
@@ -176,9 +181,50 @@ class FairQueue:
         liveness_ttl_s: float = 0.0,
         reap: bool = False,
     ) -> tuple[bool, list[QueuedJob]]:
+        args = self._args(
+            step,
+            job_id,
+            tenant_id,
+            session_id,
+            sweep_ms=sweep_ms,
+            worker_id=worker_id,
+            liveness_ttl_s=liveness_ttl_s,
+            reap=reap,
+        )
+        with translate_errors("scheduling a flush"):
+            reply = self._script(keys=keys.fair_queue_keys(tenant_id), args=args)
+        return _parse(reply)
+
+    def call(
+        self,
+        step: Literal["start", "done"],
+        job_id: str,
+        on_reply: Callable[[Reply], None],
+        *,
+        worker_id: str = "",
+        liveness_ttl_s: float = 0.0,
+    ) -> ScriptCall:
+        """The :meth:`start` or :meth:`done` step of ``job_id`` as a call to send along with
+        another script (:func:`~om_workers.coordination.batch.run_together`); ``on_reply``
+        gets its reply (read it with :func:`admitted_of`) or its error."""
+        args = self._args(step, job_id, worker_id=worker_id, liveness_ttl_s=liveness_ttl_s)
+        return ScriptCall(self._script, keys.fair_queue_keys(), args, on_reply)
+
+    def _args(
+        self,
+        step: Step,
+        job_id: str = "",
+        tenant_id: str | None = None,
+        session_id: str = "",
+        *,
+        sweep_ms: int = 0,
+        worker_id: str = "",
+        liveness_ttl_s: float = 0.0,
+        reap: bool = False,
+    ) -> list[str | int]:
         now = "" if self._clock is None else self._clock()
         watch_liveness = reap or liveness_ttl_s > 0
-        args: list[str | int] = [
+        return [
             step,
             job_id,
             tenant_id or "",
@@ -191,16 +237,25 @@ class FairQueue:
             keys.WORKER_PREFIX if watch_liveness else "",
             timing.ttl_ms(liveness_ttl_s) if liveness_ttl_s > 0 else 0,
         ]
+
+
+def admitted_of(reply: Reply) -> list[QueuedJob]:
+    """The jobs a fair-queue step's reply admitted. Raises the
+    :class:`~om_workers.errors.CoordinationError` of a step that failed."""
+    return _parse(reply)[1]
+
+
+def _parse(reply: Reply) -> tuple[bool, list[QueuedJob]]:
+    if isinstance(reply, redis.RedisError):
         with translate_errors("scheduling a flush"):
-            reply = cast(
-                list[object], self._script(keys=keys.fair_queue_keys(tenant_id), args=args)
-            )
-        parts = [str(part) for part in reply[1:]]
-        admitted = [
-            QueuedJob(tenant, session, job)
-            for tenant, session, job in zip(parts[::3], parts[1::3], parts[2::3], strict=True)
-        ]
-        return int(cast(int, reply[0])) == 1, admitted
+            raise reply
+    values = cast(list[object], reply)
+    parts = [str(part) for part in values[1:]]
+    admitted = [
+        QueuedJob(tenant, session, job)
+        for tenant, session, job in zip(parts[::3], parts[1::3], parts[2::3], strict=True)
+    ]
+    return int(cast(int, values[0])) == 1, admitted
 
 
 def send_admitted(
@@ -285,6 +340,15 @@ class FairPublisher:
         like :meth:`__call__`."""
         send_admitted(self.queue.done(job_id), self._send, self.queue)
 
+    def send_admitted(self, admitted: Sequence[QueuedJob]) -> None:
+        """Send jobs a step admitted (:func:`send_admitted`). Raises like :meth:`__call__`."""
+        send_admitted(admitted, self._send, self.queue)
+
+    def place(self, job_id: str, worker_id: str, liveness_ttl_s: float = 0.0) -> FairPlace:
+        """The place of the job whose message the worker process ``worker_id`` took (see
+        :meth:`FairQueue.start` for ``liveness_ttl_s``)."""
+        return FairPlace(self, job_id, worker_id, liveness_ttl_s)
+
     def fill(self) -> None:
         """Send what the capacity admits now (a worker joined the pool). Raises like
         :meth:`__call__`."""
@@ -294,3 +358,59 @@ class FairPublisher:
         """Forget jobs in flight longer than ``older_than_s`` seconds and send what the
         capacity then admits (the reconciler, every pass). Raises like :meth:`__call__`."""
         send_admitted(self.queue.sweep(older_than_s), self._send, self.queue)
+
+
+class FairPlace:
+    """One ``om.flush`` message's place in the fair queue, marked running and freed in the
+    session lock's own round trips: :meth:`start` rides along with the lock acquire,
+    :meth:`done` with its release (see :mod:`om_workers.coordination.batch`).
+
+    A failed ``start`` costs fairness, never the job, so it is logged, not raised (the
+    reconciler's sweep frees a place left counted). Once :meth:`done` reached Redis,
+    :attr:`freed` is true and :attr:`admitted` holds the jobs admitted in its stead, which the
+    worker publishes with :meth:`send_admitted`; until then the place is the worker's to free
+    (:meth:`FairPublisher.finished`).
+    """
+
+    def __init__(
+        self, publisher: FairPublisher, job_id: str, worker_id: str, liveness_ttl_s: float
+    ) -> None:
+        self.job_id = job_id
+        self.freed = False
+        self.admitted: list[QueuedJob] = []
+        self.publisher = publisher
+        self._worker_id = worker_id
+        self._liveness_ttl_s = liveness_ttl_s
+
+    def start(self) -> ScriptCall:
+        """The step that counts the job as running in this worker process."""
+        return self.publisher.queue.call(
+            "start",
+            self.job_id,
+            self._started,
+            worker_id=self._worker_id,
+            liveness_ttl_s=self._liveness_ttl_s,
+        )
+
+    def done(self) -> ScriptCall:
+        """The step that frees the job's place (only when its message is finished with, not
+        when it will be retried)."""
+        return self.publisher.queue.call("done", self.job_id, self._done)
+
+    def send_admitted(self) -> None:
+        """Publish the jobs :meth:`done` admitted. Raises the first broker error after trying
+        the rest (those refused wait in their line again)."""
+        admitted, self.admitted = self.admitted, []
+        self.publisher.send_admitted(admitted)
+
+    def _started(self, reply: Reply) -> None:
+        if isinstance(reply, Exception):
+            log.warning("marking flush %s running failed: %s", self.job_id, reply)
+
+    def _done(self, reply: Reply) -> None:
+        try:
+            self.admitted = admitted_of(reply)
+        except CoordinationError as exc:
+            log.warning("freeing the fair-queue place of flush %s failed: %s", self.job_id, exc)
+            return
+        self.freed = True

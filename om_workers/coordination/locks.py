@@ -21,13 +21,14 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import redis
 
 from om_workers.coordination import keys, liveness, timing
+from om_workers.coordination.batch import Reply, ScriptCall, run_together
 from om_workers.coordination.connection import translate_errors
 from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats
 from om_workers.coordination.liveness import LIVENESS, Liveness
@@ -98,9 +99,10 @@ class SessionLock:
 
     # -- taking and keeping ------------------------------------------------------------------
 
-    def acquire(self, *, claim_pending: bool = False) -> bool:
+    def acquire(self, *, claim_pending: bool = False, before: Sequence[ScriptCall] = ()) -> bool:
         """Take the lock if it is free or its holder's process is dead; True when this instance
-        now holds it, False when busy.
+        now holds it, False when busy. ``before`` are script calls sent ahead of the lock's in
+        the same round trip (each gets its own reply, whatever becomes of the lock).
 
         With ``claim_pending`` the session's ``pending`` marker is deleted in the same atomic
         step and its job id kept in :attr:`claimed_job_id` (``None``: no marker). Claim before
@@ -116,17 +118,21 @@ class SessionLock:
             if self._used:
                 raise CoordinationError(f"lock {self.key!r} was already acquired by this instance")
         started = self._clock()
-        with translate_errors("taking the session lock"):
-            taken, pending = self._acquire(
-                keys=[self.key, self.pending_key, self._worker_key],
-                args=[
-                    self.token,
-                    self._ttl_ms,
-                    "1" if claim_pending else "0",
-                    keys.WORKER_PREFIX,
-                    timing.ttl_ms(liveness.ttl_s(self.ttl_s)),
-                ],
-            )
+        replies: list[Reply] = []
+        own = ScriptCall(
+            self._acquire,
+            [self.key, self.pending_key, self._worker_key],
+            [
+                self.token,
+                self._ttl_ms,
+                "1" if claim_pending else "0",
+                keys.WORKER_PREFIX,
+                timing.ttl_ms(liveness.ttl_s(self.ttl_s)),
+            ],
+            replies.append,
+        )
+        run_together(self._client, "taking the session lock", [*before, own])
+        taken, pending = _answer("taking the session lock", replies[0])
         if taken not in (1, 2):
             return False
         self.took_over = taken == 2
@@ -225,8 +231,10 @@ class SessionLock:
 
     # -- using and letting go -----------------------------------------------------------------
 
-    def release(self) -> ReleaseResult:
-        """Stop the heartbeat and delete the lock if this instance still holds it.
+    def release(self, *, after: Sequence[ScriptCall] = ()) -> ReleaseResult:
+        """Stop the heartbeat and delete the lock if this instance still holds it; ``after``
+        are script calls sent behind the lock's in the same round trip (each gets its own
+        reply).
 
         Returns whether it was released and the pending job id, if any (see
         :class:`ReleaseResult`). Safe to call more than once and after the lock was lost.
@@ -236,8 +244,10 @@ class SessionLock:
         self._stop.set()
         with self._beating:  # a beat in progress finishes first; later ones see the stop
             pass
-        with translate_errors("releasing the session lock"):
-            released, pending = self._release(keys=[self.key, self.pending_key], args=[self.token])
+        replies: list[Reply] = []
+        own = ScriptCall(self._release, [self.key, self.pending_key], [self.token], replies.append)
+        run_together(self._client, "releasing the session lock", [own, *after])
+        released, pending = _answer("releasing the session lock", replies[0])
         with self._state:
             was_held = self._held and not self._lost
             self._held = False
@@ -252,3 +262,13 @@ class SessionLock:
             self._lost = True
         if self._on_lost is not None:
             self._on_lost()
+
+
+def _answer(action: str, reply: Reply) -> tuple[object, object]:
+    """The two-element reply of the acquire or release script; raises the
+    :class:`CoordinationError` of a script that failed."""
+    if isinstance(reply, redis.RedisError):
+        with translate_errors(action):
+            raise reply
+    taken, pending = cast(list[object], reply)
+    return taken, pending

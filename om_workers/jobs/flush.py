@@ -35,6 +35,7 @@ from om_core.flush.runtime import FlushResult, ObservationalMemoryRuntime, Worke
 from om_workers.coordination import timing
 from om_workers.coordination.coalesce import drop_marker, release_and_republish
 from om_workers.coordination.deferred import DEFERRED
+from om_workers.coordination.fairness import FairPlace
 from om_workers.coordination.locks import SessionLock
 from om_workers.errors import (
     FlushJobNotFoundError,
@@ -61,7 +62,8 @@ class FlushOutcome:
     ``job_id`` is the message's job; ``ran_job_id`` the job whose row it ran or finished (another
     job's when it served that job's request, ``None`` when it touched no row); ``error`` the
     redacted reason of a failed job (also stored on its row); ``reason`` why a job that
-    recorded nothing did nothing.
+    recorded nothing did nothing; ``deliveries`` the webhook deliveries its finish wrote, to
+    publish (``None``: not known, read them back by the job's id).
     """
 
     outcome: Outcome
@@ -70,12 +72,23 @@ class FlushOutcome:
     error: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
+    deliveries: tuple[str, ...] | None = None
 
 
 def run_flush_job(
-    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool = False
+    deps: FlushDeps,
+    tenant_id: str,
+    session_id: str,
+    job_id: str,
+    force: bool = False,
+    *,
+    place: FairPlace | None = None,
 ) -> FlushOutcome:
     """Run the flush job ``job_id`` of one session (see the module docstring).
+
+    ``place`` is the message's place in the fair queue: marked running in the lock acquire's
+    round trip, and freed in the release's when the job ended (not when it could not start,
+    which the caller may retry); :attr:`FairPlace.freed` tells whether it was.
 
     ``force`` runs the job even when its job row is missing its ``pending`` marker and was
     never started; without it such a job runs too (a lost marker must not lose work), so
@@ -87,17 +100,22 @@ def run_flush_job(
     :data:`om_workers.metrics.METRICS`, with the wall time of jobs that ran the pipeline.
     """
     started = time.monotonic()
-    outcome = _guarded(deps, tenant_id, session_id, job_id, force)
+    outcome = _guarded(deps, tenant_id, session_id, job_id, force, place)
     ran = outcome.outcome in ("succeeded", "failed")
     METRICS.observe_job(outcome.outcome, time.monotonic() - started if ran else None)
     return outcome
 
 
 def _guarded(
-    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
+    deps: FlushDeps,
+    tenant_id: str,
+    session_id: str,
+    job_id: str,
+    force: bool,
+    place: FairPlace | None,
 ) -> FlushOutcome:
     try:
-        return _run(deps, tenant_id, session_id, job_id, force)
+        return _run(deps, tenant_id, session_id, job_id, force, place)
     except OMWorkersError as exc:
         log.warning("flush job %s of %s/%s could not start: %s", job_id, tenant_id, session_id, exc)
         return FlushOutcome("unavailable", job_id, error=str(exc))
@@ -107,13 +125,18 @@ def _guarded(
 
 
 def _run(
-    deps: FlushDeps, tenant_id: str, session_id: str, job_id: str, force: bool
+    deps: FlushDeps,
+    tenant_id: str,
+    session_id: str,
+    job_id: str,
+    force: bool,
+    place: FairPlace | None,
 ) -> FlushOutcome:
     lock = SessionLock(
         deps.redis, tenant_id, session_id, ttl_s=deps.lock_ttl_s, on_lost=METRICS.lock_lost.inc
     )
     with tracing.span("session lock acquire", attributes={"om.job_id": job_id}):
-        acquired = lock.acquire(claim_pending=True)
+        acquired = lock.acquire(claim_pending=True, before=[] if place is None else [place.start()])
         tracing.set_attributes({"om.lock.acquired": acquired})
     if not acquired:
         # Drop the message and leave ``pending`` alone: the holder's release publishes it.
@@ -125,12 +148,16 @@ def _run(
         # job holds the lock, that job reads the whole session after this job's request and
         # serves it.
         return FlushOutcome("busy", job_id, job_id)
+    ended: FlushOutcome | None = None
     try:
-        return _run_locked(deps, lock, tenant_id, session_id, job_id, force)
+        ended = _run_locked(deps, lock, tenant_id, session_id, job_id, force)
+        return ended
     finally:
         publish = _bound_publish(deps, tenant_id, session_id)
+        # A job that raised may be retried by the caller and keeps its place.
+        after = [place.done()] if place is not None and ended is not None else []
         try:
-            release_and_republish(lock, publish)
+            release_and_republish(lock, publish, after=after)
         except Exception as exc:
             # Redis or the broker is out: release and re-publish once it is back, so the
             # session does not wait for the lock TTL and the reconciler.
@@ -262,6 +289,7 @@ def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None)
         finished.error,
         finished.counts,
         finished.reason,
+        finished.deliveries,
     )
 
 

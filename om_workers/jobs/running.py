@@ -32,12 +32,14 @@ FinalState = Literal["succeeded", "failed", "skipped"]
 @dataclass(frozen=True)
 class Finished:
     """How a job ended: its final ``state``, the ``error`` stored on its row (redacted) and
-    the ``reason`` it did nothing, as the row now holds them."""
+    the ``reason`` it did nothing, as the row now holds them; ``deliveries``: the webhook
+    deliveries its finish wrote (``None``: not known, as when the row had finished already)."""
 
     state: FinalState
     error: str | None = None
     reason: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
+    deliveries: tuple[str, ...] | None = None
 
 
 class RunningJob:
@@ -99,7 +101,7 @@ class RunningJob:
                 if row is None:
                     log.warning("flush job %s was finished meanwhile; kept its state", self.job.id)
                     return Finished(state, error, reason, counts)
-                return Finished(state, row.error, row.reason, counts)
+                return Finished(state, row.error, row.reason, counts, row.deliveries)
         if isinstance(self.memory.fenced, StaleEpochError):
             METRICS.fence_rejections.inc()
         fenced = f"fenced out before writing: {self.memory.fenced}"
@@ -133,7 +135,7 @@ class RunningJob:
         if row is None:
             log.warning("flush job %s not finished as failed: finished or gone", self.job.id)
             return Finished("failed", error, None, counts)
-        return Finished("failed", row.error, row.reason, counts)
+        return Finished("failed", row.error, row.reason, counts, row.deliveries)
 
 
 __all__ = ["Finished", "RunningJob"]

@@ -214,6 +214,9 @@ class FlushJob:
     error: str | None = None
     reason: str | None = None
     prompt_version: str | None = None
+    deliveries: tuple[str, ...] = field(default=(), compare=False)
+    """The ids of the webhook deliveries written by the finish that returned this row (in its
+    transaction), to publish without reading them back; empty on every other read."""
 
 
 @dataclass(frozen=True, slots=True)

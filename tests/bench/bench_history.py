@@ -236,6 +236,7 @@ def postgres_url() -> Iterator[str | None]:
 
 
 def run() -> Section:
+    load_before = os.getloadavg()[0]
     section = Section("9. Flush cost against history (one worker flush of 40 new messages)")
     results: list[Figures] = []
     with tempfile.TemporaryDirectory() as folder, EmbeddedRedis() as redis_server:
@@ -289,6 +290,10 @@ def run() -> Section:
                 + "."
             )
         section.notes.append(note)
+    section.notes.append(
+        f"Load average (1 min) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
+        "end (2 cores, shared with other work)."
+    )
     return section
 
 

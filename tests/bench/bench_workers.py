@@ -12,6 +12,7 @@ slots each (I/O bound: the ideal is linear in processes).
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -175,6 +176,7 @@ def noop_seconds(tasks: int, tmp: Path) -> float:
 
 
 def run() -> Section:
+    load_before = os.getloadavg()[0]
     section = Section("1-3. Workers: overhead, I/O-bound concurrency, scale-out (threads pool)")
     calls = calls_per_flush()
     with tempfile.TemporaryDirectory() as folder:
@@ -224,12 +226,19 @@ def run() -> Section:
     section.notes.append(
         f"{calls} provider calls per flush. Figure 1 is the best of 3 runs of each kind, "
         "alternating. The worker is CPU-bound there (its CPU time equals the wall time): about "
-        "9 ms of CPU a flush against about 1.4 ms a no-op task. A flush job costs four Redis "
-        "round trips (lock and claim, release; fair queue start and done), two SQLite write "
-        "transactions (start; last records with the finish) and one read, about 16 SQL "
-        "statements with SQLAlchemy's per-statement cost, the extractive observer, and, with "
+        "13 ms of CPU a flush at load averages of 10 to 27 (`python -m "
+        "tests.bench.profile_flush`; about 15 ms before the fair queue's steps rode on the "
+        "lock's; on a quieter machine earlier, 9 ms against 1.4 ms a no-op task). A flush job "
+        "costs two Redis round trips (the fair queue's start with the lock's acquire and claim; "
+        "the release with the fair queue's done), two SQLite write transactions (start; last "
+        "records with the finish) and one read (the view), about 18 SQL statements with "
+        "SQLAlchemy's per-statement cost, the extractive observer, and, with "
         "fair queueing, the worker's publish of the job admitted in its place (the publisher "
         "pays that first in, first out). Writers queue on one lock (SQLite has one writer), "
         "so 16 threads and the GIL stretch each write."
+    )
+    section.notes.append(
+        f"Load average (1 min) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
+        "end (2 cores, shared with other work)."
     )
     return section

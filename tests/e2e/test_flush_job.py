@@ -10,6 +10,8 @@ import redis
 from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.prompts import DEFAULT_PROMPTS, PromptSet
 from om_core.flush.provider import Provider, ProviderRequest, ProviderResponse
+from om_core.policy.webhooks import secret_from_bytes
+from om_workers.celery.webhooks import announce
 from om_workers.coordination import keys
 from om_workers.coordination.locks import SessionLock
 from om_workers.jobs.deps import FlushDeps
@@ -18,6 +20,7 @@ from om_workers.jobs.requests import request_flush
 from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
 from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed
+from tests.store.test_flush_cost import recorded
 
 SECRET = "sk-live-0123456789abcdef"
 Published = list[tuple[str, str, str]]
@@ -285,3 +288,24 @@ def test_job_row_records_the_prompt_version_it_ran_with(
     job = enqueue(ours, tenant, "s1")
     assert run_flush_job(ours, tenant, "s1", job, False).outcome == "succeeded"
     assert store.get_job(tenant, job).prompt_version == "ours-1"
+
+
+def test_a_job_publishes_the_webhooks_its_finish_wrote_without_reading_them_back(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published)
+    quiet = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", quiet, False)
+    assert outcome.outcome == "succeeded" and outcome.deliveries == ()  # no endpoint listens
+    secret = secret_from_bytes(bytes(range(32)))
+    store.webhooks.add_endpoint(
+        tenant, "https://hooks.example.com/om", secret, ("flush.succeeded",)
+    )
+    add_chat(store, tenant, "s1", 1)
+    job = enqueue(deps, tenant, "s1")
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.deliveries == store.webhooks.pending_of(job) and len(outcome.deliveries) == 1
+    sent: list[str] = []
+    with recorded(store) as statements:
+        announce(store, outcome.ran_job_id, lambda d, _: sent.append(d), outcome.deliveries)
+    assert sent == list(outcome.deliveries) and statements == []

@@ -26,13 +26,17 @@ from om_workers.celery.config import QUEUE, broker_kind, celery_config, create_c
 from om_workers.celery.limits import time_limits
 from om_workers.celery.tasks import publisher
 from om_workers.config import Settings
+from om_workers.coordination import keys
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.coordination.timing import TimeLimits
 from om_workers.errors import ConfigError
+from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.flush import FlushOutcome
+from om_workers.jobs.requests import request_flush
 from om_workers.store import SqlStore
 from tests.e2e.rabbitmq import AMQP_PORT, answers, fresh_vhost, queue_facts
 from tests.e2e.support import (
+    LOW,
     add_chat,
     assert_observed_once,
     covered_sources,
@@ -137,7 +141,7 @@ def test_a_redelivery_into_a_dead_workers_lock_waits_for_it_on_rabbitmq_only(
         publish=lambda *job: None,  # a plain publisher: no fair queue
     )
     monkeypatch.setattr(tasks, "get_settings", lambda: settings)
-    monkeypatch.setattr(tasks, "run_flush_job", lambda *a: FlushOutcome("busy", "j1", "j1"))
+    monkeypatch.setattr(tasks, "run_flush_job", lambda *a, **k: FlushOutcome("busy", "j1", "j1"))
     if broker == "redis":  # the visibility timeout outlasts the lock: dropped as busy
         assert tasks.flush_task(_FakeTask(0), deps, "t", "s", "j1") == "busy"
         return
@@ -149,6 +153,52 @@ def test_a_redelivery_into_a_dead_workers_lock_waits_for_it_on_rabbitmq_only(
     # Celery reads None as the task's default of 3.
     assert retried.value.options == {"countdown": 2, "max_retries": limit}
     assert tasks.flush_task(_FakeTask(limit), deps, "t", "s", "j1") == "busy"
+
+
+class _Delivered(_FakeTask):
+    """A fake task whose message RabbitMQ flagged ``redelivered`` (or not)."""
+
+    def __init__(self, retries: int, redelivered: bool) -> None:
+        super().__init__(retries)
+        self.request.delivery_info = {"redelivered": redelivered}
+
+
+def test_a_redelivered_queued_job_waits_for_the_dead_workers_lock_then_runs(
+    monkeypatch: pytest.MonkeyPatch, store: SqlStore, client: redis.Redis, tenant: str
+) -> None:
+    settings = Settings(
+        redis_url="redis://r:6379/0",
+        broker_url=AMQP,
+        lock_ttl_s=2,
+        http_timeout_s=2,
+        soft_time_limit_s=20,
+        hard_time_limit_s=25,
+    )
+    monkeypatch.setattr(tasks, "get_settings", lambda: settings)
+    store.create_session(tenant, "s1")
+    chat = add_chat(store, tenant, "s1", 2)
+    deps = FlushDeps(
+        store=store, redis=client, publish=lambda *job: None, memory_settings=LOW, lock_ttl_s=2.0
+    )
+    job = request_flush(store, client, tenant, "s1", publish=deps.publish).job_id
+    # A worker took the message, the lock and the marker, and was killed before it started the
+    # job: its liveness key outlives it by a moment, and RabbitMQ gives the message back at once.
+    dead = "killed-host-1-0badf00d"
+    client.set(keys.worker_key(dead), "1", px=1_500)
+    client.set(keys.lock_key(tenant, "s1"), f"{dead}/0123", px=2_000)
+    client.delete(keys.pending_key(tenant, "s1"))
+    # A first delivery meeting a busy lock leaves a queued job to the holder, as before.
+    assert tasks.flush_task(_Delivered(0, False), deps, tenant, "s1", job) == "busy"
+    # The redelivered copy is retried once the dead holder's liveness key is gone.
+    with pytest.raises(_Retry) as retried:
+        tasks.flush_task(_Delivered(0, True), deps, tenant, "s1", job)
+    # Whole seconds until the key expires (1.5 s when set), never beyond the lock TTL.
+    assert retried.value.options["max_retries"] == 14
+    assert retried.value.options["countdown"] in (1, 2)
+    assert store.get_job(tenant, job).state == "queued"
+    wait_for(lambda: not client.exists(keys.worker_key(dead)), 10.0, "the liveness key expired")
+    assert tasks.flush_task(_Delivered(1, False), deps, tenant, "s1", job) == "succeeded"
+    assert sorted(covered_sources(store, tenant, "s1")) == sorted(chat)
 
 
 # --- end to end on the machine's RabbitMQ ----------------------------------------------------

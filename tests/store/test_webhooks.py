@@ -40,8 +40,9 @@ def test_finishing_a_flush_job_writes_its_event_for_each_listening_endpoint(
     job = store.create_job(tenant, session_id)
     store.start_job(tenant, job.id)
     assert store.webhooks.pending_of(job.id) == ()  # nothing before the end
-    store.finish_job(tenant, job.id, "succeeded", counts={"observations": 2})
+    finished = store.finish_job(tenant, job.id, "succeeded", counts={"observations": 2})
     (delivery_id,) = store.webhooks.pending_of(job.id)
+    assert finished.deliveries == (delivery_id,)  # the finish says what it wrote
     (delivery,) = store.webhooks.deliveries(tenant, limit=10)
     assert (delivery.id, delivery.endpoint_id, delivery.event_type) == (
         delivery_id,

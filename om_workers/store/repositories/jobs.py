@@ -7,6 +7,7 @@ than running it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -171,14 +172,14 @@ def _announce(
     state: str,
     counts: dict[str, int],
     now: datetime,
-) -> None:
+) -> tuple[str, ...]:
     """The job's end as a webhook event in the finishing transaction (ids, state and counts
-    only: an error message may quote the session)."""
+    only: an error message may quote the session); the ids of the deliveries written."""
     if state not in ("succeeded", "failed"):
-        return
+        return ()
     event: EventType = "flush.succeeded" if state == "succeeded" else "flush.failed"
     data = {"job_id": job_id, "session_id": session_id, "state": state, "counts": counts}
-    enqueue_event(
+    return enqueue_event(
         connection,
         tenant_id,
         event,
@@ -303,8 +304,10 @@ class JobRepository:
         if row is None:
             return None
         job = _to_job(row)
-        _announce(self._connection, job.id, tenant_id, job.session_id, job.state, job.counts, now)
-        return job
+        deliveries = _announce(
+            self._connection, job.id, tenant_id, job.session_id, job.state, job.counts, now
+        )
+        return dataclasses.replace(job, deliveries=deliveries)
 
     def why_not_updated(self, tenant_id: str, job_id: str) -> Exception:
         """Why a job was not started or finished: it does not exist

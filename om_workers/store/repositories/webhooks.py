@@ -167,17 +167,17 @@ def enqueue_event(
     source_id: str,
     data: Mapping[str, Any],
     now: datetime,
-) -> int:
+) -> tuple[str, ...]:
     """Write one pending delivery of the event for each enabled endpoint of the tenant that
-    listens to ``event_type``, due at once; how many. ``data`` holds ids, states and counts
-    only (it is sent as it is)."""
+    listens to ``event_type``, due at once; their ids, to publish once the transaction
+    committed. ``data`` holds ids, states and counts only (it is sent as it is)."""
     listening = [
         row.id
         for row in connection.execute(_LISTENING, {"tenant": tenant_id})
         if event_type in row.event_types
     ]
     if not listening:
-        return 0
+        return ()
     timestamp = now.isoformat().replace("+00:00", "Z")
     payload = event_payload(event_type, timestamp, data).decode()
     rows = [
@@ -200,7 +200,7 @@ def enqueue_event(
         for endpoint_id in listening
     ]
     connection.execute(_INSERT_DELIVERY, rows)
-    return len(rows)
+    return tuple(row["id"] for row in rows)
 
 
 def delete_session_deliveries(connection: Connection, tenant_id: str, session_id: str) -> None:
