@@ -164,7 +164,7 @@ def top_by_cosine(
         if not sampled:
             sampled, common = True, estimate(matrix)
             q = common.apply(q.reshape(1, -1))[0] if common is not None else q
-        scores = (common.apply(matrix) if common is not None else matrix) @ q
+        scores = common.scores(matrix, q) if common is not None else matrix @ q
         keep = min(depth, len(same))
         for n in np.argpartition(-scores, keep - 1)[:keep]:
             item = (float(scores[n]), -same[n].source, -same[n].row)

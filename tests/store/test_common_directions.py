@@ -93,3 +93,23 @@ def test_the_statistics_read_a_bounded_sample_of_the_scope() -> None:
 @pytest.mark.parametrize(("dimension", "removed"), [(16, 1), (384, 6), (768, 12), (1536, 23)])
 def test_the_components_removed_grow_with_the_dimension(dimension: int, removed: int) -> None:
     assert components_for(dimension) == removed
+
+
+def test_scores_are_the_cosines_of_the_corrected_rows() -> None:
+    vectors = np.stack(_chat(np.random.default_rng(13), 2 * MIN_VECTORS))
+    common = estimate(vectors)
+    assert common is not None
+    query = common.apply(np.asarray([_query()], dtype="float32"))[0]
+    expected = common.apply(vectors) @ query
+    assert common.scores(vectors, query) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_sample_seen_before_reuses_its_statistics_and_a_changed_one_does_not() -> None:
+    vectors = np.stack(_chat(np.random.default_rng(17), MIN_VECTORS + 1))
+    first = estimate(vectors)
+    assert first is not None and estimate(vectors.copy()) is first
+    changed = vectors.copy()
+    changed[1] = _unit(changed[1] + 0.5)
+    again = estimate(changed)
+    assert again is not None and again is not first
+    assert not np.allclose(again.mean, first.mean)
