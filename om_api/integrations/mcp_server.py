@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Protocol
+from typing import Annotated, Any, Final, Literal, Protocol
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -276,13 +276,20 @@ class _Tools:
             ),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="Most hits.")] = 10,
+        mode: Annotated[
+            Literal["lexical", "hybrid"],
+            Field(
+                description="lexical: by the query's words; hybrid: by its words and its "
+                "meaning, fused (fails when the server's embeddings are off)."
+            ),
+        ] = "lexical",
     ) -> str:
-        """Find past messages and memory by words, best first: each hit names its session and
-        its id (a message id, or an om:/reflection: memory id to pass to recall for the exact
-        sources) with a snippet, matches in «». Use it when the context does not hold a detail
-        the user refers to."""
+        """Find past messages and memory by words (mode hybrid: also by meaning), best first:
+        each hit names its session and its id (a message id, or an om:/reflection: memory id
+        to pass to recall for the exact sources) with a snippet, matches in «». Use it when
+        the context does not hold a detail the user refers to."""
         async with self._api(ctx) as client:
-            page = await client.search(query, session_id=session_id, limit=limit)
+            page = await client.search(query, session_id=session_id, limit=limit, mode=mode)
         if not page.hits:
             return f"No hits for {query!r}."
         lines: list[str] = []

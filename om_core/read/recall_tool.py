@@ -20,7 +20,10 @@ GetEntries = Callable[[str], Sequence[SessionEntry]]
 GetInvalidated = Callable[[str], Iterable[str]]
 GetShared = Callable[[str], Sequence[SharedScopeMemory]]
 Search = Callable[[str, str, int], SearchPage]
-"""``search(session_id, query, limit)``: the host's full-text search of that session."""
+"""``search(session_id, query, limit)``: the host's full-text search of that session (or, as
+``hybrid_search``, its words-and-vectors search)."""
+SEARCH_MODES = ("lexical", "hybrid")
+"""The values of a query's ``mode``: the host's ``search`` or its ``hybrid_search``."""
 
 RECALL_TOOL_NAME = "recall"
 _PAGE_KEYS = frozenset({"cursor", "limit", "direction", "detail"})
@@ -37,7 +40,8 @@ class RecallMemoryTool:
     ``get_shared(session_id)`` (resolved shared scopes) extends exact-id recall to memory
     bound to a granted shared scope; paging stays on the current branch. With ``search``,
     ``query`` (and an optional ``limit``) is a third mode: the session's hits, best first,
-    each an id the next call can recall or page from.
+    each an id the next call can recall or page from; with ``hybrid_search`` too, the query
+    takes ``mode`` (``lexical``, the default, or ``hybrid``: that search runs instead).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class RecallMemoryTool:
         get_invalidated_ids: GetInvalidated | None = None,
         get_shared: GetShared | None = None,
         search: Search | None = None,
+        hybrid_search: Search | None = None,
     ) -> None:
         self._get_entries = get_entries
         self._secrets = normalize_secrets(secrets)
@@ -56,6 +61,7 @@ class RecallMemoryTool:
         self._get_invalidated = get_invalidated_ids
         self._get_shared = get_shared
         self._search = search
+        self._hybrid_search = hybrid_search
 
     @property
     def definition(self) -> dict[str, Any]:
@@ -83,7 +89,7 @@ class RecallMemoryTool:
         }
 
     def _search_definition(self) -> dict[str, Any]:
-        return {
+        definition: dict[str, Any] = {
             "name": RECALL_TOOL_NAME,
             "description": (
                 "Recall the exact raw messages behind a memory id (om:<id> or "
@@ -105,18 +111,39 @@ class RecallMemoryTool:
                 },
             },
         }
+        if self._hybrid_search is not None:
+            definition["description"] += (
+                " With query, mode hybrid also finds by meaning (default: lexical, by words)."
+            )
+            definition["parameters"]["properties"]["mode"] = {
+                "type": "string",
+                "enum": list(SEARCH_MODES),
+            }
+        return definition
+
+    def _searcher(self, mode: Any, lexical: Search) -> Search:
+        """The host's search for ``mode`` (``lexical`` for the default); raises
+        :class:`InvalidInputError` for another value or a hybrid mode without a hybrid search."""
+        if mode not in SEARCH_MODES:
+            raise InvalidInputError(f"mode must be one of {list(SEARCH_MODES)}")
+        if mode == "lexical":
+            return lexical
+        if self._hybrid_search is None:
+            raise InvalidInputError("this recall tool has no hybrid search: use mode lexical")
+        return self._hybrid_search
 
     def _query(self, session_id: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         if self._search is None:
             raise InvalidInputError("this recall tool has no search: give an id or a cursor")
-        if set(arguments) - {"query", "limit"}:
-            raise AmbiguousInputError("only 'limit' goes with 'query'")
+        if set(arguments) - {"query", "limit", "mode"}:
+            raise AmbiguousInputError("only 'limit' and 'mode' go with 'query'")
+        search = self._searcher(arguments.get("mode", "lexical"), self._search)
         query, limit = arguments["query"], arguments.get("limit", _SEARCH_LIMIT)
         if not isinstance(query, str):
             raise InvalidInputError("query must be a string")
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise InvalidInputError(f"limit must be an integer within 1..{MAX_SEARCH_LIMIT}")
-        page = self._search(session_id, query, check_limit(limit))
+        page = search(session_id, query, check_limit(limit))
         hits = [
             {
                 "id": hit.id,

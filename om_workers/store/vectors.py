@@ -27,6 +27,7 @@ from om_core.policy.redaction import redact
 from om_core.read.search import SearchKey
 from om_workers.embeddings.port import Embedder, EmbeddingError
 from om_workers.errors import ConfigError
+from om_workers.store.common_directions import CommonDirections, estimate
 from om_workers.store.repositories.vectors import MEMORY, MESSAGE, Pending, StoredVector, pack
 from om_workers.store.service import Service
 
@@ -143,18 +144,27 @@ def _chunks(vectors: Iterator[StoredVector], size: int) -> Iterator[list[StoredV
 def top_by_cosine(
     vectors: Iterator[StoredVector], query: Sequence[float], depth: int
 ) -> list[SearchKey]:
-    """The ``depth`` best of ``vectors`` by dot product with ``query`` (both unit length),
-    best first; vectors of another dimension are skipped."""
+    """The ``depth`` best of ``vectors`` by cosine with ``query`` (both unit length), best
+    first, once the scope's common directions are removed from both (see
+    :mod:`~om_workers.store.common_directions`; estimated from the first vectors of the scan,
+    a scope too small for that is scored by the plain dot product); vectors of another
+    dimension are skipped."""
     np = _numpy()
     q = np.asarray(query, dtype="<f4")
     width = len(query) * 4
     best: list[tuple[float, int, int]] = []
+    common: CommonDirections | None = None
+    sampled = False
     for chunk in _chunks(vectors, SCAN_CHUNK):
         same = [v for v in chunk if len(v.vector) == width]
         if not same:
             continue
         matrix = np.frombuffer(b"".join(v.vector for v in same), dtype="<f4")
-        scores = matrix.reshape(len(same), len(query)) @ q
+        matrix = matrix.reshape(len(same), len(query))
+        if not sampled:
+            sampled, common = True, estimate(matrix)
+            q = common.apply(q.reshape(1, -1))[0] if common is not None else q
+        scores = common.scores(matrix, q) if common is not None else matrix @ q
         keep = min(depth, len(same))
         for n in np.argpartition(-scores, keep - 1)[:keep]:
             item = (float(scores[n]), -same[n].source, -same[n].row)

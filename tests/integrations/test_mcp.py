@@ -1,25 +1,31 @@
 """``om mcp`` end to end: the MCP SDK's own client talks to the server over stdio, and the
 server talks to the real API of the embedded stack (``stack``). MCP over HTTP, served by the API
-itself at ``/mcp``, is tested in ``test_mcp_remote``.
+itself at ``/mcp``, is tested in ``test_mcp_remote``. The search tool's hybrid mode runs against a
+second stack whose embeddings are on (a bag-of-words embeddings server on 127.0.0.1).
 
 Each test spawns ``python -m om_api.cli mcp`` as a child process (the SDK stops it).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from om_api.cli.stack import StackInfo
+from om_api.cli.stack import Stack, StackConfig, StackInfo
+from tests.e2e import embeddings_server
+from tests.e2e.support import LOW
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"context", "recall", "search", "sessions", "entries", "append", "flush", "status"}
@@ -110,6 +116,10 @@ async def _remember_and_recall(session: ClientSession, session_id: str) -> None:
     )
     assert f"[{session_id}-fact] message in session {session_id}:" in found
     assert f"[{refs[0]}]" in found and "«Zephyr»" in found
+    by_words = await _call(
+        session, "search", query="Zephyr deploy window", session_id=session_id, mode="lexical"
+    )
+    assert _text(by_words) == found
 
 
 def test_stdio_tools_append_flush_context_recall_and_page(stack: StackInfo, tmp_path: Path) -> None:
@@ -163,7 +173,23 @@ def test_stdio_errors_are_one_line_tool_errors_without_the_key(
             malformed_memory = await _tool_error(
                 session, "recall", session_id=fresh, memory_id="not-a-memory-id"
             )
-            return [unknown_session, unknown_memory, malformed_session, malformed_memory]
+            # The stack's embeddings are off: the API's 422 reaches the model as its reason.
+            hybrid = await _tool_error(
+                session, "search", query="deploy window", session_id=fresh, mode="hybrid"
+            )
+            assert "OM_EMBEDDINGS_PROVIDER" in hybrid
+            unknown_mode = await _tool_error(
+                session, "search", query="deploy window", session_id=fresh, mode="semantic"
+            )
+            assert "mode" in unknown_mode
+            return [
+                unknown_session,
+                unknown_memory,
+                malformed_session,
+                malformed_memory,
+                hybrid,
+                unknown_mode,
+            ]
 
     async def refused(errlog: TextIO, bad_key: str) -> str:
         async with _stdio_session(stack, errlog, key=bad_key) as session:
@@ -174,7 +200,59 @@ def test_stdio_errors_are_one_line_tool_errors_without_the_key(
         messages = anyio.run(scenario, errlog)
         unauthorized = anyio.run(refused, errlog, bad_key)
     assert "unauthorized" in unauthorized
-    for message in [*messages[:2], unauthorized]:
+    for message in [*messages[:2], messages[4], unauthorized]:
         assert "\n" not in message and "Traceback" not in message
     for message in [*messages, unauthorized]:
         assert stack.api_key not in message and bad_key not in message
+
+
+@pytest.fixture(scope="module")
+def hybrid_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """An embedded stack whose embeddings are on, over the bag-of-words test server."""
+    root = tmp_path_factory.mktemp("mcp-hybrid")
+    with embeddings_server.running() as server:
+        config = StackConfig(
+            database_url=f"sqlite:///{root / 'om.db'}",
+            api_port=0,
+            flower_port=0,
+            beat=False,
+            flower=False,
+            env={
+                "OM_SETTINGS_JSON": json.dumps(LOW),
+                "OM_EMBEDDINGS_PROVIDER": "openai",
+                "OM_EMBEDDINGS_URL": server.url,
+                "OM_EMBEDDINGS_MODEL": "bow",
+            },
+            log_dir=root / "logs",
+        )
+        with Stack(config) as running:
+            yield running.info
+
+
+def test_stdio_search_in_hybrid_mode_also_finds_by_vector(
+    hybrid_stack: StackInfo, tmp_path: Path
+) -> None:
+    session_id = f"mcp-hybrid-{uuid.uuid4().hex[:8]}"
+    # No message holds this word: the full text finds nothing, the nearest vectors do.
+    query = "quokka"
+
+    async def scenario(errlog: TextIO) -> tuple[str, str]:
+        async with _stdio_session(hybrid_stack, errlog) as session:
+            await _call(session, "append", session_id=session_id, messages=_messages(session_id))
+            job = await _call(session, "flush", session_id=session_id, wait=True, wait_seconds=120)
+            assert job.structured_content is not None
+            assert job.structured_content["state"] == "succeeded", job.structured_content
+            arguments = {"query": query, "session_id": session_id}
+            lexical = _text(await _call(session, "search", **arguments, mode="lexical"))
+            # The workers embed the session after its flush; the wait only bounds a failure.
+            deadline = time.monotonic() + 120
+            while True:
+                hybrid = _text(await _call(session, "search", **arguments, mode="hybrid"))
+                if not hybrid.startswith("No hits") or time.monotonic() > deadline:
+                    return lexical, hybrid
+                await anyio.sleep(0.5)
+
+    with (tmp_path / "mcp-stderr.log").open("w") as errlog:
+        lexical, hybrid = anyio.run(scenario, errlog)
+    assert lexical == f"No hits for {query!r}."
+    assert f"message in session {session_id}:" in hybrid

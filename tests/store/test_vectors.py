@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import func, select, update
 from store_factories import message, observations
 
-from om_core.errors import InvalidSearchQueryError
+from om_core.errors import InvalidInputError, InvalidSearchQueryError
 from om_core.ledger.funnel import funnel_copy_id
+from om_core.read.recall_tool import RecallMemoryTool
 from om_core.read.search import SearchHit
 from om_workers.embeddings.local import LocalEmbedder
 from om_workers.errors import SessionNotFoundError
@@ -101,6 +102,44 @@ def test_hybrid_finds_by_meaning_what_shares_no_word_with_the_query(
     hits = _hybrid(store, embedder, tenant, q, session_id)
     assert hits[0].id == ids[0] and hits[0].kind == "message"
     assert hits[0].score > hits[-1].score
+
+
+def test_the_recall_tools_query_takes_the_hybrid_mode_its_host_gives(
+    store: SqlStore, tenant: str, session_id: str, embedder: LocalEmbedder
+) -> None:
+    ids = _chat(
+        store,
+        tenant,
+        session_id,
+        "My apartment rental agreement terminates at the end of April.",
+        "I had pasta for lunch today.",
+    )
+    _embed(store, embedder, tenant, session_id)
+    tool = RecallMemoryTool(
+        get_entries=lambda sid: store.read_branch(tenant, sid),
+        search=lambda sid, q, limit: store.search(tenant, q, session_id=sid, limit=limit),
+        hybrid_search=lambda sid, q, limit: store.search(
+            tenant,
+            q,
+            session_id=sid,
+            limit=limit,
+            semantic=Semantic(embedder.embed_query(q), embedder.name),
+        ),
+    )
+    assert tool.definition["parameters"]["properties"]["mode"]["enum"] == ["lexical", "hybrid"]
+    assert tool(session_id, {"query": "lease expiry"})["hits"] == []
+    assert tool(session_id, {"query": "lease expiry", "mode": "lexical"})["hits"] == []
+    found = tool(session_id, {"query": "lease expiry", "mode": "hybrid", "limit": 1})
+    assert [hit["id"] for hit in found["hits"]] == [ids[0]]
+    with pytest.raises(InvalidInputError, match="mode"):
+        tool(session_id, {"query": "lease expiry", "mode": "semantic"})
+    lexical_only = RecallMemoryTool(
+        get_entries=lambda sid: store.read_branch(tenant, sid),
+        search=lambda sid, q, limit: store.search(tenant, q, session_id=sid, limit=limit),
+    )
+    assert "mode" not in lexical_only.definition["parameters"]["properties"]
+    with pytest.raises(InvalidInputError, match="no hybrid search"):
+        lexical_only(session_id, {"query": "lease expiry", "mode": "hybrid"})
 
 
 def test_hybrid_pages_follow_one_order_without_overlap(
