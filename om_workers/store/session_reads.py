@@ -137,8 +137,7 @@ class SessionReads(Service):
         root), the ids ``invalidation_scope`` withholds, and the unobserved messages older
         than the tail (only when the tail stops short of the observation cursor)."""
         with self._units.read() as uow:
-            head = uow.sessions.head(tenant_id, session_id)
-            segments = uow.entries.segments(head.pk, head.leaf_id)
+            head, segments = uow.sessions.head_with_segments(tenant_id, session_id)
             state = uow.memory.context_state(head, segments, memory_only=True)
             limit = first_tail
             while True:

@@ -23,9 +23,11 @@ from .bench_history import postgres_url
 from .bench_turns import bare_server, drive, om_stack
 
 PARTS: dict[str, tuple[str, ...]] = {
-    "GET context (route)": ("context (om_api/server/routes/memory.py",),
-    "POST entries (route)": ("append_entries (om_api/server/routes/sessions.py",),
-    "POST flush (route)": ("flush (om_api/server/routes/jobs.py",),
+    # The async routes' coroutines and the functions they hand to the thread pool.
+    "GET context (route)": ("context (om_api/server/routes/memory.py", "context_answer ("),
+    "POST entries (route)": ("append_entries (om_api/server/routes/sessions.py", "_appended ("),
+    "POST flush (route)": ("flush (om_api/server/routes/jobs.py", "_requested ("),
+    "thread-pool hops": ("run_in_threadpool (",),
     "auth: API key lookup": ("resolve_api_key_id (",),
     "rate limits": ("check (om_api/server/limits.py",),
     "flush: fair queue + publish": ("FairPublisher", "fairness.py"),

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from om_api.schemas import MAX_BATCH_ENTRIES
 from om_api.server.proxy.wire import INSTRUCTION_ROLES, ReadMessages, next_id
-from om_api.server.routes.memory import context as read_context
+from om_api.server.routes.memory import context_answer as read_context
 from om_api.server.state import ApiState
 from om_core.errors import ObservationalMemoryError
 from om_core.ledger.models import Message, SessionEntry

@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut, JobState
 from om_api.server.auth import TenantId
-from om_api.server.convert import erasure_job_out, job_out
+from om_api.server.convert import erasure_job_out, job_out, json_answer
 from om_api.server.logging import bind_log_context, redact_text
 from om_api.server.metrics import EnqueueOutcome
 from om_api.server.routes import JobPath, SessionPath, error_answers
-from om_api.server.state import State
+from om_api.server.state import ApiState, State
 from om_api.server.usage_wire import job_usage_out
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.errors import CoordinationError, FlushJobNotFoundError
@@ -37,12 +38,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     response_model=FlushTicket,
     responses=ERRORS,
 )
-def flush(
+async def flush(
     state: State,
     tenant_id: TenantId,
     session_id: SessionPath,
     body: Annotated[FlushRequest | None, Body()] = None,
-) -> JSONResponse:
+) -> Response:
     """Request a flush; returns the job serving it.
 
     ``coalesced`` is true when a job that existed already answers: one pending for the
@@ -52,9 +53,26 @@ def flush(
     or another tenant's session (checked before Redis is touched), 503 + ``Retry-After``
     when Redis is down.
     """
-    request = body or FlushRequest()
+    # Asked after every agent turn: the store and Redis in one thread-pool hop, the rest
+    # (metrics, the answer) on the event loop.
+    serving = await run_in_threadpool(
+        _requested, state, tenant_id, session_id, body or FlushRequest()
+    )
+    bind_log_context(job_id=serving.job_id)
+    state.metrics.observe_enqueue(_outcome(serving))
+    ticket = FlushTicket(
+        job_id=serving.job_id,
+        coalesced=serving.coalesced,
+        state=cast("JobState", serving.state),
+    )
+    return json_answer(ticket, status_code=202)
+
+
+def _requested(
+    state: ApiState, tenant_id: str, session_id: str, request: FlushRequest
+) -> ServingJob:
     try:
-        serving = request_flush(
+        return request_flush(
             state.store,
             state.redis,
             tenant_id,
@@ -71,14 +89,6 @@ def flush(
         state.store.get_session(tenant_id, session_id)
         state.metrics.observe_enqueue("unavailable")
         raise
-    bind_log_context(job_id=serving.job_id)
-    state.metrics.observe_enqueue(_outcome(serving))
-    body_out = FlushTicket(
-        job_id=serving.job_id,
-        coalesced=serving.coalesced,
-        state=cast("JobState", serving.state),
-    )
-    return JSONResponse(body_out.model_dump(mode="json"), status_code=202)
 
 
 def _outcome(serving: ServingJob) -> EnqueueOutcome:

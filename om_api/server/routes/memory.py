@@ -7,6 +7,8 @@ import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
@@ -22,7 +24,7 @@ from om_api.schemas import (
     ViewOut,
 )
 from om_api.server.auth import TenantId
-from om_api.server.convert import context_out, entry_out
+from om_api.server.convert import context_out, entry_out, json_answer
 from om_api.server.errors import ApiError
 from om_api.server.routes import MemoryPath, SessionPath, error_answers
 from om_api.server.state import ApiState, State
@@ -105,24 +107,17 @@ def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) ->
     )
 
 
-@router.get("/context", response_model=ContextOut, responses=ERRORS)
-def context(
-    state: State,
-    tenant_id: TenantId,
-    session_id: SessionPath,
-    scope: Annotated[str | None, Query(pattern=SCOPE_ID_PATTERN)] = None,
-    include: IncludeMode = "self+ancestors",
-    max_tokens: Annotated[int | None, Query(ge=MIN_CONTEXT_TOKENS, le=MAX_CONTEXT_TOKENS)] = None,
+def context_answer(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str,
+    scope: str | None,
+    include: IncludeMode,
+    max_tokens: int | None,
 ) -> ContextOut:
-    """The two context blocks for the next provider turn: ``observational-memory`` (rendered
-    for ``scope``, default the current leaf scope, with ``include``) and ``recent-messages``
-    (every message memory does not cover yet and at least the last
-    ``context.recentMessages``, with the exact entry ids it shows), within ``max_tokens``
-    estimated tokens (default ``OM_CONTEXT_MAX_TOKENS``). Unobserved messages the budget left
-    out are named in ``gap`` and a flush is requested for them. Memory items the budget left
-    out of the memory block are listed by id in its note; when some are observations no
-    reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
-    session never opened or a budget out of range."""
+    """What ``GET .../context`` answers (see :func:`context`), flush request for a gap
+    included. Blocking: reads the store (and Redis for a gap). Raises the store's errors and a
+    422 :class:`ApiError` for a scope the session never opened."""
     budget = max_tokens if max_tokens is not None else state.settings.api.context_max_tokens
     try:
         result = _context(state, tenant_id, session_id, scope, include, budget)
@@ -132,6 +127,32 @@ def context(
     if result.gap is not None or reflect:
         _observe_gap(state, tenant_id, session_id, reflect=reflect)
     return context_out(result)
+
+
+@router.get("/context", response_model=ContextOut, responses=ERRORS)
+async def context(
+    state: State,
+    tenant_id: TenantId,
+    session_id: SessionPath,
+    scope: Annotated[str | None, Query(pattern=SCOPE_ID_PATTERN)] = None,
+    include: IncludeMode = "self+ancestors",
+    max_tokens: Annotated[int | None, Query(ge=MIN_CONTEXT_TOKENS, le=MAX_CONTEXT_TOKENS)] = None,
+) -> Response:
+    """The two context blocks for the next provider turn: ``observational-memory`` (rendered
+    for ``scope``, default the current leaf scope, with ``include``) and ``recent-messages``
+    (every message memory does not cover yet and at least the last
+    ``context.recentMessages``, with the exact entry ids it shows), within ``max_tokens``
+    estimated tokens (default ``OM_CONTEXT_MAX_TOKENS``). Unobserved messages the budget left
+    out are named in ``gap`` and a flush is requested for them. Memory items the budget left
+    out of the memory block are listed by id in its note; when some are observations no
+    reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
+    session never opened or a budget out of range."""
+    # Read before every agent turn: one thread-pool hop for the store's read, where a sync
+    # route took two (the route, then FastAPI's validation of its answer).
+    answer = await run_in_threadpool(
+        context_answer, state, tenant_id, session_id, scope, include, max_tokens
+    )
+    return json_answer(answer)
 
 
 @router.get("/memory/{memory_id}", response_model=RecallOut, responses=ERRORS)

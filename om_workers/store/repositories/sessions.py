@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
+from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.listing import listing_query
 from om_workers.store.records import SessionInfo, SessionRef, session_info
 from om_workers.store.schema import sessions, snapshots, tenants
@@ -28,6 +29,21 @@ _TENANT = select(tenants.c.id).where(tenants.c.id == bindparam("tenant_id"))
 _ROW = select(sessions).where(*_THIS_SESSION)
 _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
 _HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
+
+
+def _head_with_segments_query() -> Any:
+    # The session row and its branch's segments in one statement: the recursive walk starts
+    # from the row's leaf and key, read as scalar subqueries of the same statement.
+    head = _HEAD.cte("session_head")
+    seg = segment_cte(select(head.c.pk).scalar_subquery(), select(head.c.leaf_id).scalar_subquery())
+    return (
+        select(head.c.pk, head.c.leaf_id, head.c.rewritten_at, seg.c.lo, seg.c.hi)
+        .select_from(head.outerjoin(seg, true()))
+        .order_by(seg.c.lo)
+    )
+
+
+_HEAD_WITH_SEGMENTS = _head_with_segments_query()
 _LOCK = (
     select(
         sessions.c.pk,
@@ -161,6 +177,19 @@ class SessionRepository:
         if row is None:
             raise _missing(session_id)
         return SessionHead(int(row.pk), row.leaf_id, row.rewritten_at)
+
+    def head_with_segments(
+        self, tenant_id: str, session_id: str
+    ) -> tuple[SessionHead, list[Segment]]:
+        """The session's key and leaf and its current branch's seq ranges, ascending (empty
+        while it has no entries), in one round trip. Raises :class:`SessionNotFoundError`."""
+        params = {"tenant_id": tenant_id, "session_id": session_id}
+        rows = self._connection.execute(_HEAD_WITH_SEGMENTS, params).all()
+        if not rows:
+            raise _missing(session_id)
+        first = rows[0]
+        segments = [(int(row.lo), int(row.hi)) for row in rows if row.lo is not None]
+        return SessionHead(int(first.pk), first.leaf_id, first.rewritten_at), segments
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
