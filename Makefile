@@ -14,8 +14,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# TEST_WORKERS=2 runs the suite on two processes (pytest-xdist), each test file whole on one of
+# them so its module-scoped live API starts once; each process has its own private Redis and
+# every PostgreSQL test its own schema. The default stays one process until two loaded runs in a
+# row have passed that way.
+TEST_WORKERS ?= 0
+# The bytecode is written first: the suite starts hundreds of interpreters (workers, `om api`,
+# the CLI) and each would otherwise compile the packages again where PYTHONDONTWRITEBYTECODE is
+# set.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m compileall -q om_core om_workers om_api tests
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The pure core and the in-memory contract tests: seconds, no Redis, no database, no workers.
 test-fast: $(STAMP)

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+EXIT_WAIT_S = 240
+"""A hang guard, not a speed limit: three interpreters importing the app at once on a loaded
+two-core machine took over a minute; pytest's own timeout (300 s) stays above it."""
+
 CASES = {
     "no OM_REDIS_URL": ({}, "om: OM_REDIS_URL is unset"),
     "bad OM_SETTINGS_JSON": (
@@ -38,7 +42,7 @@ def test_om_api_fails_with_one_line(tmp_path: Path) -> None:
             text=True,
         )
     for case, run in runs.items():
-        stdout, stderr = run.communicate(timeout=60)
+        stdout, stderr = run.communicate(timeout=EXIT_WAIT_S)
         assert run.returncode == 2, (case, stderr)
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(CASES[case][1]), (case, stderr)

@@ -118,7 +118,7 @@ def exercise_scope(client: httpx.Client, sid: str, scope: str) -> None:
 def test_the_exercised_routes_are_every_route_taking_a_session_or_scope_id(
     backend_api: LiveApi,
 ) -> None:
-    paths = httpx.get(f"{backend_api.url}/openapi.json").json()["paths"]
+    paths = httpx.get(f"{backend_api.url}/openapi.json", timeout=30).json()["paths"]
     documented = {
         (method.upper(), template)
         for template, operations in paths.items()

@@ -338,7 +338,7 @@ def _request_schemas(openapi: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
 
 
 def test_every_request_model_forbids_unknown_keys(backend_api: LiveApi) -> None:
-    openapi = httpx.get(f"{backend_api.url}/openapi.json").json()
+    openapi = httpx.get(f"{backend_api.url}/openapi.json", timeout=30).json()
     schemas = _request_schemas(openapi)
     names = {where for where, _ in schemas}
     assert {"AppendEntriesRequest", "EntryIn", "MessageWire", "ToolCallWire"} <= names

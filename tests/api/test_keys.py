@@ -48,7 +48,7 @@ def replica(backend_api: LiveApi, api_redis_server: EmbeddedRedis) -> Iterator[L
 
 def _tenant_routes(api: LiveApi) -> list[tuple[str, str]]:
     """Every tenant route of the API (method, concrete path), from its OpenAPI document."""
-    paths = httpx.get(f"{api.url}/openapi.json").json()["paths"]
+    paths = httpx.get(f"{api.url}/openapi.json", timeout=30).json()["paths"]
     routes = []
     for template, operations in paths.items():
         if not template.startswith("/v1/") or template.startswith("/v1/admin"):

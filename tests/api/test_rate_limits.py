@@ -1,19 +1,26 @@
 """Per-key rate limits through the live API: exactly the burst passes, the next request is a
 429 with ``Retry-After`` and writes nothing, waiting that long is enough, other keys and classes
 are unaffected, two API replicas share one budget in Redis, an admin override takes effect,
-and with Redis down the limiter fails open. Small limits, so waits are about a second.
+and with Redis down the limiter fails open.
 
-No assertion depends on how fast the machine is: where a request must be refused right after a
+No assertion depends on how fast the machine is. Where a request must be refused right after a
 burst, the tenant's limit refills once every 100 s (an override), so a slow burst is still one
-burst; where a refusal is needed at the 1/s default (to wait out its ``Retry-After``), requests
-are sent until one is refused, however many a slow machine lets through first."""
+burst. Where a refusal is needed at the 1/s default (to wait out its ``Retry-After``), requests
+are sent all at once from many threads, round after round, until one is refused: a round goes
+unrefused only if its requests reach the limiter spread over more seconds than there are
+requests beyond the burst. At 1/s the bucket is never more than a second from admitting the
+next request, so after any round a one-second wait is enough, however long the round took.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -33,8 +40,7 @@ READS_BURST = 6
 
 
 def _settings(database_url: str, redis_url: str) -> Settings:
-    # 1/s: a refused request waits at most a second, so Retry-After is exactly 1; and a burst
-    # sent within a second (however slow the machine) is surely refused after it.
+    # 1/s: a refused request waits at most a second, so Retry-After is exactly 1.
     return make_settings(database_url, redis_url).model_copy(
         update={
             "rate_limits_enabled": True,
@@ -101,8 +107,12 @@ def _entry_count(api: LiveApi, tenant_id: str) -> int:
 
 SLOW_RATE_PER_S = 0.01
 """One request back every 100 s: no refill while a test's burst runs, however slow."""
-MAX_TRIES = 50
-"""Requests sent at 1/s until one is refused: each would have to take a second to exhaust it."""
+ROUND_SIZE = 12
+"""Requests sent at once in a round at the 1/s default: the round is refused at least once
+unless they reach the limiter spread over ``ROUND_SIZE - burst`` seconds or more."""
+MAX_ROUNDS = 10
+
+T = TypeVar("T")
 
 
 def _slow(api: LiveApi, tenant_id: str, request_class: str, burst: int) -> None:
@@ -113,14 +123,35 @@ def _slow(api: LiveApi, tenant_id: str, request_class: str, burst: int) -> None:
         assert admin.put(path, json=limit).status_code == 200
 
 
-def _until_refused(client: httpx.Client, tenant_id: str) -> httpx.Response:
-    """Append until the key's 1/s appends budget refuses one; that refusal."""
-    for n in range(MAX_TRIES):
-        answer = _append(client, tenant_id, 1000 + n)
-        if answer.status_code == 429:
-            return answer
-        assert answer.status_code == 201, answer.text
-    raise AssertionError(f"{MAX_TRIES} appends at a 1/s limit were all accepted")
+def _round(send: Callable[[int], T], first: int) -> list[T]:
+    """``send(n)`` for ``ROUND_SIZE`` values of ``n`` from ``first``, all released at once."""
+    gate = threading.Barrier(ROUND_SIZE)
+
+    def one(n: int) -> T:
+        gate.wait()
+        return send(n)
+
+    with ThreadPoolExecutor(ROUND_SIZE) as pool:
+        return list(pool.map(one, range(first, first + ROUND_SIZE)))
+
+
+def _until_refused(send: Callable[[int], T], refused: Callable[[T], bool]) -> list[T]:
+    """Rounds of ``send`` until one holds a refused answer; every answer of that round."""
+    for number in range(MAX_ROUNDS):
+        answers = _round(send, 1000 + number * ROUND_SIZE)
+        if any(refused(answer) for answer in answers):
+            return answers
+    raise AssertionError(f"{MAX_ROUNDS} rounds of {ROUND_SIZE} appends at once were all accepted")
+
+
+def _appends_until_refused(client: httpx.Client, tenant_id: str) -> list[httpx.Response]:
+    """Appends of the key until its 1/s appends budget refuses one; that round's answers."""
+    answers = _until_refused(
+        lambda n: _append(client, tenant_id, n), lambda answer: answer.status_code == 429
+    )
+    for answer in answers:
+        assert answer.status_code in (201, 429), answer.text
+    return answers
 
 
 def test_exactly_the_burst_passes_then_429_writes_nothing(limited: LiveApi) -> None:
@@ -142,11 +173,17 @@ def test_exactly_the_burst_passes_then_429_writes_nothing(limited: LiveApi) -> N
 
 def test_waiting_retry_after_is_enough(limited: LiveApi) -> None:
     tenant_id, client = _new_tenant(limited)
-    refused = _until_refused(client, tenant_id)
-    assert refused.headers["Retry-After"] == "1"  # 1/s: the next request is a second away
-    assert "appends" in refused.json()["detail"]
+    answers = _appends_until_refused(client, tenant_id)
+    refusals = [answer for answer in answers if answer.status_code == 429]
+    for refused in refusals:
+        assert refused.headers["Retry-After"] == "1"  # 1/s: the next request is a second away
+        assert "appends" in refused.json()["detail"]
     written = _entry_count(limited, tenant_id)
-    time.sleep(int(refused.headers["Retry-After"]))
+    # Every accepted append wrote its entry and no refused one did.
+    assert written == len(answers) - len(refusals)
+    # The newest answer of the round, refused or not, left the bucket at most that far from
+    # admitting the next request.
+    time.sleep(int(refusals[0].headers["Retry-After"]))
     assert _append(client, tenant_id, 9999).status_code == 201
     assert _entry_count(limited, tenant_id) == written + 1
 
@@ -225,13 +262,20 @@ def test_client_with_retries_gets_through_and_without_raises_rate_limited(
 ) -> None:
     tenant_id, client = _new_tenant(limited)
     key = client.headers["Authorization"].removeprefix("Bearer ")
-    once = OMClient(limited.url, key, retry=RetryPolicy(attempts=1))
-    with once, pytest.raises(RateLimited) as raised:
-        # Until the 1/s budget refuses one, however many a slow machine lets through.
-        for n in range(MAX_TRIES):
-            once.append("s", conversation(1, prefix=f"{tenant_id}-x{n}-"))
-    assert raised.value.status == 429 and raised.value.code == "rate_limited"
-    assert raised.value.retry_after_s == 1
+
+    def send(n: int) -> RateLimited | None:
+        """One append by a client without retries: ``None``, or what it raised."""
+        try:
+            with OMClient(limited.url, key, retry=RetryPolicy(attempts=1)) as once:
+                once.append("s", conversation(1, prefix=f"{tenant_id}-x{n}-"))
+        except RateLimited as exc:
+            return exc
+        return None
+
+    raised = [exc for exc in _until_refused(send, lambda exc: exc is not None) if exc]
+    for exc in raised:
+        assert exc.status == 429 and exc.code == "rate_limited"
+        assert exc.retry_after_s == 1
     with OMClient(limited.url, key) as patient:  # the default policy honours Retry-After
         answer = patient.append("s", conversation(1, prefix=f"{tenant_id}-y-"))
     assert len(answer.appended_ids) == 1

@@ -87,7 +87,7 @@ schema: BaseSchema = schemathesis.openapi.from_dict(OPENAPI)
 
 
 def test_live_openapi_is_the_tested_one(backend_api: LiveApi) -> None:
-    assert httpx.get(f"{backend_api.url}/openapi.json").json() == OPENAPI
+    assert httpx.get(f"{backend_api.url}/openapi.json", timeout=30).json() == OPENAPI
 
 
 @schema.parametrize()

@@ -44,8 +44,10 @@ class Documented:
     """After ``om``: ``("keys", "create", "--tenant", "acme")``."""
 
 
+@functools.cache
 def _root() -> Any:
-    # Duck-typed: typer builds its own click classes (a group has ``commands``).
+    # Duck-typed: typer builds its own click classes (a group has ``commands``). Built once:
+    # every fenced line of every doc asks for it, and building it is most of the collection.
     return typer.main.get_command(app)
 
 
