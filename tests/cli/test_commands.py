@@ -196,14 +196,12 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
 
 
 def test_demo_runs_end_to_end() -> None:
-    started = time.monotonic()
     result = om("demo")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "observational-memory:" in out and "recent-messages:" in out
     assert "raw history" in out and "context total" in out
     assert "recall " in out and "found=True" in out
-    assert time.monotonic() - started < 90
 
 
 def _worker(redis_url: str, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
