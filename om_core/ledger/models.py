@@ -7,6 +7,7 @@ Python attributes are snake_case; both spellings are accepted on input, and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -22,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from om_core.ledger.ids import MEMORY_ID_PATTERN
+from om_core.ledger.tokens import count_message_tokens
 
 Role = Literal["user", "assistant", "tool", "system"]
 ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
@@ -84,6 +86,39 @@ class Message(Frozen):
         if isinstance(self.content, str):
             return self.content
         return "\n".join(p.text for p in self.content if p.text is not None)
+
+    # A context read renders and counts every unobserved message of a session's tail, and the
+    # tail's messages are the same objects from one read to the next (the store keeps them
+    # parsed): each is rendered and counted once.
+
+    @cached_property
+    def rendered(self) -> str:
+        """The message as plain text: a role tag, its text, and its tool calls (one line
+        each). See :func:`om_core.read.window.render_message`."""
+        if self.role == "tool":
+            tag = f"[tool {self.tool_name or ''} {self.tool_call_id or ''}".rstrip() + "]"
+            if self.is_error:
+                tag += " (error)"
+        else:
+            tag = f"[{self.role}]"
+        lines = [f"{tag} {self.text}".rstrip()]
+        for call in self.tool_calls:
+            arguments = json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
+            lines.append(f"  -> tool call {call.name} {arguments} (id {call.id})")
+        return "\n".join(lines)
+
+    @cached_property
+    def estimated_tokens(self) -> int:
+        """Estimated tokens (see :func:`om_core.ledger.tokens.estimate_message_tokens`)."""
+        return count_message_tokens(self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
+        """A copy whose rendering and token count are computed again (a plain copy would keep
+        the values of the message it was copied from)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("rendered", "estimated_tokens"):
+            copy.__dict__.pop(cached, None)
+        return copy
 
 
 _R = TypeVar("_R", bound=Frozen)

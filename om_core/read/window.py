@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 
 from om_core.ledger.fold import is_eligible_observation_source
@@ -78,18 +77,9 @@ def select_recent_message_entries(
 
 
 def render_message(message: Message) -> str:
-    """One message as plain text: a role tag, its text, and its tool calls."""
-    if message.role == "tool":
-        tag = f"[tool {message.tool_name or ''} {message.tool_call_id or ''}".rstrip() + "]"
-        if message.is_error:
-            tag += " (error)"
-    else:
-        tag = f"[{message.role}]"
-    lines = [f"{tag} {message.text}".rstrip()]
-    for call in message.tool_calls:
-        arguments = json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
-        lines.append(f"  -> tool call {call.name} {arguments} (id {call.id})")
-    return "\n".join(lines)
+    """One message as plain text: a role tag, its text, and its tool calls (rendered once per
+    message object: :attr:`Message.rendered`)."""
+    return message.rendered
 
 
 def render_recent_message_window(

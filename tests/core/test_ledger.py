@@ -8,13 +8,15 @@ from om_core.ledger.fold import (
     observations_uncovered_by_reflection,
     unscanned_entries,
 )
-from om_core.ledger.models import ObservationalMemoryLedger
+from om_core.ledger.models import Message, ObservationalMemoryLedger, ToolCall
 from om_core.ledger.projection import snapshot_of
 from om_core.ledger.tokens import (
+    count_message_tokens,
     estimate_entry_tokens,
     estimate_message_tokens,
     estimate_text_tokens,
 )
+from om_core.read.window import render_message
 
 from .builders import Branch, mid, obs, ref
 
@@ -179,3 +181,22 @@ def test_token_estimates() -> None:
     assert u.message is not None and c.message is not None
     assert estimate_message_tokens(c.message) == -(-len('search{"q":"weather"}') // 4)
     assert estimate_entry_tokens(b.custom({"type": "t"})) > 0
+
+
+def test_a_message_is_rendered_and_counted_once_and_a_copy_afresh() -> None:
+    message = Message(
+        role="assistant",
+        content="Looking it up.",
+        tool_calls=(ToolCall(id="c1", name="search", arguments={"q": "weather"}),),
+    )
+    rendered = render_message(message)
+    assert rendered == '[assistant] Looking it up.\n  -> tool call search {"q":"weather"} (id c1)'
+    assert render_message(message) is rendered  # the same object: kept, not rendered again
+    assert estimate_message_tokens(message) == count_message_tokens(message)
+    # A copy with other content (recall redacts this way) never keeps the original's values.
+    copy = message.model_copy(update={"content": "[redacted]", "tool_calls": ()})
+    assert render_message(copy) == "[assistant] [redacted]"
+    assert estimate_message_tokens(copy) == count_message_tokens(copy) == 3
+    # Kept values are not fields: equality and dumps ignore them.
+    assert message == Message.model_validate(message.model_dump())
+    assert "rendered" not in message.model_dump()
