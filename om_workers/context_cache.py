@@ -161,19 +161,27 @@ class ContextCache:
         self._memories: _Kept[MemoryKey, ContextMemory] = _Kept(max_memories, max_age_s)
         self.counts = CacheCounts()
 
-    def context(self, key: ContextKey, build: Callable[[], Context | None]) -> Context | None:
-        """The context kept under ``key``, else ``build()``'s (kept when not ``None``:
-        ``None`` says the build read a newer version than ``key``). ``build``'s errors pass
-        through."""
+    def kept_context(self, key: ContextKey) -> Context | None:
+        """The context kept under ``key``, else ``None`` (counted as a miss)."""
         kept = self._contexts.get(key)
-        if kept is not None:
+        if kept is None:
+            self.counts.context_misses += 1
+        else:
             self.counts.context_hits += 1
-            return kept
-        self.counts.context_misses += 1
-        built = build()
-        if built is not None:
-            self._contexts.put(key, built)
-        return built
+        return kept
+
+    def keep_context(self, key: ContextKey, context: Context) -> None:
+        """Keep ``context`` under ``key`` (the version it was built for)."""
+        self._contexts.put(key, context)
+
+    def context(self, key: ContextKey, build: Callable[[], Context]) -> Context:
+        """The context kept under ``key``, else ``build()``'s, kept from now on; ``build``'s
+        errors pass through."""
+        kept = self.kept_context(key)
+        if kept is None:
+            kept = build()
+            self.keep_context(key, kept)
+        return kept
 
     def memory(self, key: MemoryKey, build: Callable[[], ContextMemory]) -> ContextMemory:
         """The memory part kept under ``key``, else ``build()``'s, kept from now on."""

@@ -7,7 +7,7 @@ and a recall reads only the span of branch around the sources it cites.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from om_core.flush.compaction import CompactionResult, ObservationalMemoryCompactionStrategy
@@ -31,7 +31,7 @@ from om_workers.context_cache import (
     secrets_digest,
 )
 from om_workers.errors import SessionNotFoundError
-from om_workers.store import ContextState, SqlStore, tombstone_scope
+from om_workers.store import ContextParts, ContextState, ContextVersion, SqlStore, tombstone_scope
 
 TAIL_FIRST_READ = 64
 
@@ -114,11 +114,6 @@ def session_context(
     """
     check_budget(max_tokens)
     cache = context_cache(store)
-    try:
-        version = store.read_context_version(tenant_id, session_id, tombstone_scope(session_id))
-    except SessionNotFoundError:
-        cache.forget(tenant_id, session_id)
-        raise
     read = _ContextRead(
         store,
         tenant_id,
@@ -127,32 +122,29 @@ def session_context(
         scope=scope,
         include=include,
         secrets=normalize_secrets(secrets),
-        withheld=version.withheld.union(invalidated_ids),
+        invalidated_ids=frozenset(invalidated_ids),
         max_tokens=max_tokens,
     )
-    info = version.info
-    key = ContextKey(
-        tenant_id=tenant_id,
-        session_id=session_id,
-        created_at=info.created_at,
-        updated_at=info.updated_at,
-        rewritten_at=info.rewritten_at,
-        leaf_id=info.leaf_id,
-        entry_count=info.entry_count,
-        withheld=read.withheld,
-        secrets=secrets_digest(read.secrets),
-        settings=settings,
-        scope=scope,
-        include=include,
-        max_tokens=max_tokens,
-    )
-    kept = cache.context(key, lambda: read.build(cache, key))
-    return kept if kept is not None else read.built()
+    keep = settings.context.recent_messages
+    try:
+        parts = store.read_context_parts(
+            tenant_id,
+            session_id,
+            invalidation_scope=tombstone_scope(session_id),
+            first_tail=max(TAIL_FIRST_READ, 4 * keep),
+            tail_enough=read.enough,
+            kept=read.look_up(cache),
+        )
+    except SessionNotFoundError:
+        cache.forget(tenant_id, session_id)
+        raise
+    return read.kept() if parts is None else read.build(cache, parts)
 
 
 @dataclass
 class _ContextRead:
-    """One context read: the parts read and the context built from them (a miss)."""
+    """One context read: the key its version makes, the context kept under it (a hit) or the
+    one built from the parts read (a miss)."""
 
     store: SqlStore
     tenant_id: str
@@ -161,29 +153,58 @@ class _ContextRead:
     scope: str | None
     include: Include
     secrets: tuple[str, ...]
-    withheld: frozenset[str]
+    invalidated_ids: frozenset[str]
     max_tokens: int | None
-    _built: Context | None = None
+    _key: ContextKey | None = None
+    _kept: Context | None = None
 
-    def build(self, cache: ContextCache, key: ContextKey) -> Context | None:
-        """Read the parts and build the context; ``None`` (not to be kept under ``key``)
-        when the parts are of a newer branch or tombstone set than ``key`` names."""
-        keep = self.settings.context.recent_messages
-        max_tokens = self.max_tokens
+    def look_up(self, cache: ContextCache) -> Callable[[ContextVersion], bool]:
+        """What the store asks, in the read's transaction, once it has read the session's
+        version: whether a context built for it is kept (then nothing more is read)."""
 
-        def enough(state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
-            cursor = state.ledger.observation_covers_up_to_id
-            return _covers_window(tail, keep) and _reaches(tail, cursor, max_tokens)
+        def kept(version: ContextVersion) -> bool:
+            self._key = self._context_key(version)
+            self._kept = cache.kept_context(self._key)
+            return self._kept is not None
 
-        parts = self.store.read_context_parts(
-            self.tenant_id,
-            self.session_id,
-            invalidation_scope=tombstone_scope(self.session_id),
-            first_tail=max(TAIL_FIRST_READ, 4 * keep),
-            tail_enough=enough,
+        return kept
+
+    def _context_key(self, version: ContextVersion) -> ContextKey:
+        info = version.info
+        return ContextKey(
+            tenant_id=self.tenant_id,
+            session_id=self.session_id,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+            rewritten_at=info.rewritten_at,
+            leaf_id=info.leaf_id,
+            entry_count=info.entry_count,
+            withheld=version.withheld.union(self.invalidated_ids),
+            secrets=secrets_digest(self.secrets),
+            settings=self.settings,
+            scope=self.scope,
+            include=self.include,
+            max_tokens=self.max_tokens,
         )
+
+    def enough(self, state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
+        """Whether ``tail`` holds the recent window and reaches the observation cursor (or
+        more unobserved tokens than the budget can show)."""
+        cursor = state.ledger.observation_covers_up_to_id
+        keep = self.settings.context.recent_messages
+        return _covers_window(tail, keep) and _reaches(tail, cursor, self.max_tokens)
+
+    def kept(self) -> Context:
+        """The context kept for the version read (after :meth:`look_up` said so)."""
+        if self._kept is None:
+            raise RuntimeError("no context was kept for this read")
+        return self._kept
+
+    def build(self, cache: ContextCache, parts: ContextParts) -> Context:
+        """The context of ``parts`` (read in the transaction that read the key's version),
+        kept from now on; its memory part reused when the branch's memory is as kept."""
+        key = self._key if self._key is not None else self._context_key(parts.version)
         state = parts.state
-        withheld = self.withheld.union(parts.withheld)
         memory_key = MemoryKey(
             tenant_id=self.tenant_id,
             session_id=self.session_id,
@@ -191,7 +212,7 @@ class _ContextRead:
             rewritten_at=key.rewritten_at,
             snapshot_entry_id=state.snapshot_entry_id,
             memory_entry_ids=tuple(e.id for e in state.entries),
-            withheld=withheld,
+            withheld=key.withheld,
             secrets=key.secrets,
             scope=self.scope,
             include=self.include,
@@ -203,21 +224,15 @@ class _ContextRead:
             "include": self.include,
         }
         memory = cache.memory(
-            memory_key, lambda: ContextMemory(parts.tail, withheld, self.secrets, view)
+            memory_key, lambda: ContextMemory(parts.tail, key.withheld, self.secrets, view)
         )
         count, tokens, first = parts.older
         older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
-        self._built = build_context_tail(
+        built = build_context_tail(
             parts.tail, memory, self.settings, max_tokens=self.max_tokens, older=older
         )
-        current = state.leaf_id == key.leaf_id and withheld == key.withheld
-        return self._built if current else None
-
-    def built(self) -> Context:
-        """The context :meth:`build` built."""
-        if self._built is None:
-            raise RuntimeError("the context was neither kept nor built")
-        return self._built
+        cache.keep_context(key, built)
+        return built
 
 
 def session_recall(

@@ -153,15 +153,20 @@ class StoredPage:
 @dataclass(frozen=True, slots=True)
 class ContextParts:
     """What one context read fetched in one transaction (see
-    :meth:`~om_workers.store.SqlStore.read_context_parts`): the ledger ``state``, the branch
-    ``tail``, the ids the session's tombstones ``withheld``, and ``older``: the count, tokens
-    and first id of unobserved messages before the tail (zeros when the tail reaches the
-    observation cursor)."""
+    :meth:`~om_workers.store.SqlStore.read_context_parts`): the session's ``version`` (its row
+    and the ids its tombstones withhold), the ledger ``state``, the branch ``tail``, and
+    ``older``: the count, tokens and first id of unobserved messages before the tail (zeros
+    when the tail reaches the observation cursor)."""
 
+    version: ContextVersion
     state: ContextState
     tail: tuple[SessionEntry, ...]
-    withheld: frozenset[str]
     older: tuple[int, int, str | None]
+
+    @property
+    def withheld(self) -> frozenset[str]:
+        """The ids the session's tombstones withhold."""
+        return self.version.withheld
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,14 +40,6 @@ class SessionReads(Service):
         with self._units.read() as uow:
             return uow.sessions.info(tenant_id, session_id)
 
-    def read_context_version(
-        self, tenant_id: str, session_id: str, invalidation_scope: str
-    ) -> ContextVersion:
-        """The session row and the ids ``invalidation_scope`` withholds, in one read."""
-        with self._units.read() as uow:
-            info = uow.sessions.info(tenant_id, session_id)
-            return ContextVersion(info, uow.tombstones.withheld(tenant_id, invalidation_scope))
-
     def read_branch(self, tenant_id: str, session_id: str) -> tuple[SessionEntry, ...]:
         """The current branch, root to leaf."""
         with self._units.read() as uow:
@@ -131,12 +123,20 @@ class SessionReads(Service):
         invalidation_scope: str,
         first_tail: int,
         tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
-    ) -> ContextParts:
-        """Everything a context read needs, in one read transaction: the stored ledger, the
+        kept: Callable[[ContextVersion], bool],
+    ) -> ContextParts | None:
+        """Everything a context read needs, in one read transaction: the session row and the
+        ids ``invalidation_scope`` withholds (``None`` when ``kept`` says a context built for
+        that version is at hand, and nothing more is read), then the stored ledger, the
         branch tail (``first_tail`` entries, doubled until ``tail_enough`` or the branch's
-        root), the ids ``invalidation_scope`` withholds, and the unobserved messages older
-        than the tail (only when the tail stops short of the observation cursor)."""
+        root) and the unobserved messages older than the tail (only when the tail stops
+        short of the observation cursor)."""
         with self._units.read() as uow:
+            info = uow.sessions.info(tenant_id, session_id)
+            withheld = uow.tombstones.withheld(tenant_id, invalidation_scope)
+            version = ContextVersion(info, withheld)
+            if kept(version):
+                return None
             head, segments = uow.sessions.head_with_segments(tenant_id, session_id)
             state = uow.memory.context_state(head, segments, memory_only=True)
             limit = first_tail
@@ -147,7 +147,6 @@ class SessionReads(Service):
                 if len(tail) < limit or tail_enough(state, tail):
                     break
                 limit *= 2
-            withheld = uow.tombstones.withheld(tenant_id, invalidation_scope)
             cursor = state.ledger.observation_covers_up_to_id
             older: tuple[int, int, str | None] = (0, 0, None)
             if tail and cursor not in {e.id for e in tail}:
@@ -158,7 +157,7 @@ class SessionReads(Service):
                     after_seq=state.observation_cursor_seq,
                     before_seq=first_seq,
                 )
-        return ContextParts(state=state, tail=tail, withheld=withheld, older=older)
+        return ContextParts(version=version, state=state, tail=tail, older=older)
 
     def read_memory_view(
         self, tenant_id: str, session_id: str, invalidation_scope: str | None

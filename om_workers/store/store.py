@@ -309,11 +309,14 @@ class SqlStore:
         invalidation_scope: str,
         first_tail: int,
         tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
-    ) -> ContextParts:
+        kept: Callable[[ContextVersion], bool],
+    ) -> ContextParts | None:
         """What a context read needs, in one read transaction (one consistent view): the
-        stored ledger, the branch tail (``first_tail`` entries, doubled until ``tail_enough``
-        says so or the branch is read whole), the ids ``invalidation_scope`` withholds and the
-        count of unobserved messages before the tail.
+        session row and the ids ``invalidation_scope`` withholds, which are all that is read
+        when ``kept`` (called with them) says a context built for that version is at hand
+        (``None``); else the stored ledger, the branch tail (``first_tail`` entries, doubled
+        until ``tail_enough`` says so or the branch is read whole) and the count of
+        unobserved messages before the tail.
 
         Raises :class:`~om_workers.errors.SessionNotFoundError`.
         """
@@ -323,15 +326,8 @@ class SqlStore:
             invalidation_scope=invalidation_scope,
             first_tail=first_tail,
             tail_enough=tail_enough,
+            kept=kept,
         )
-
-    def read_context_version(
-        self, tenant_id: str, session_id: str, invalidation_scope: str
-    ) -> ContextVersion:
-        """The session row and the ids ``invalidation_scope`` withholds, in one read
-        transaction: what says whether a context built earlier is still the session's.
-        Raises :class:`~om_workers.errors.SessionNotFoundError`."""
-        return self._reads.read_context_version(tenant_id, session_id, invalidation_scope)
 
     def read_context_state(self, tenant_id: str, session_id: str) -> ContextState:
         """The branch's ledger from the stored snapshot plus the entries after it.

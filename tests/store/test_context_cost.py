@@ -75,3 +75,16 @@ def test_a_context_read_after_memory_parses_no_message_before_the_tail(
     with recorded(store) as whole:
         store.read_branch(tenant, "s")
     assert _whole_payload_reads(whole)
+
+
+def test_a_context_read_is_one_transaction_and_a_kept_one_reads_only_the_session_row(
+    store: SqlStore, tenant: str
+) -> None:
+    _messages(store, tenant, "s", SMALL)
+    built = _read(store, tenant, "s")  # after an append: built in one read transaction
+    assert sum(s.sql.startswith("BEGIN") for s in built) <= 1  # SQLite's; psycopg's is implicit
+    with recorded(store) as kept:
+        session_context(store, tenant, "s", settings=SETTINGS)
+    tables = [s.sql.split(" FROM ")[1].split()[0] for s in kept if " FROM " in s.sql]
+    assert tables == ["sessions", "tombstones"], [s.sql[:120] for s in kept]
+    assert sum(s.sql.startswith("BEGIN") for s in kept) <= 1
