@@ -422,6 +422,25 @@ class ApiSettings(BaseModel):
         description="Processes om api serves its port from (om api --workers); more than one "
         "when the API is busier than one core.",
     )
+    read_threads: int = setting(
+        "OM_API_READ_THREADS",
+        16,
+        ge=1,
+        le=256,
+        description="Threads of an API process that read contexts (GET .../context) at once; "
+        "more wait their turn. Apart from appends and flush requests, so that a burst of those "
+        "never delays the read an agent waits on before its model call.",
+    )
+    write_threads: int = setting(
+        "OM_API_WRITE_THREADS",
+        1,
+        ge=1,
+        le=256,
+        description="Threads of an API process that append entries and accept flush requests "
+        "at once; more wait their turn, on the event loop. One keeps the database and the GIL "
+        "free for context reads (SQLite writes one at a time anyway); raise it when the "
+        "database has cores to spare.",
+    )
     admin_token: str | None = setting(
         "OM_ADMIN_TOKEN",
         secret=True,

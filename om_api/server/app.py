@@ -25,6 +25,7 @@ from om_api.schemas import ErrorBody
 from om_api.server import console
 from om_api.server.errors import install_error_handlers
 from om_api.server.key_cache import KeyCache
+from om_api.server.lanes import Lanes
 from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import (
     REQUEST_ID_HEADER,
@@ -298,6 +299,7 @@ def create_app(
         ),
         limits=ApiRateLimits(resolved, services.accounts, RateLimiter(services.redis), metrics),
         keys=KeyCache(services.accounts, resolved.api.key_cache_s),
+        lanes=Lanes(resolved.api.read_threads, resolved.api.write_threads),
     )
     configure_logging(registry, resolved.log_level)
     tracing.configure_tracing("om-api")

@@ -17,6 +17,7 @@ import redis
 from fastapi import Depends, Request
 
 from om_api.server.key_cache import KeyCache
+from om_api.server.lanes import Lanes
 from om_api.server.limits import ApiRateLimits
 from om_api.server.logging import SecretRegistry
 from om_api.server.metrics import ApiMetrics
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ApiState:
-    """Dependencies of one app. ``publish`` is resolved on first use when not injected (the
-    Celery app needs ``OM_REDIS_URL``, which a read-only API does not)."""
+    """Dependencies of one app. ``lanes`` bound the hot routes' threads; ``publish`` is
+    resolved on first use when not injected (the Celery app needs ``OM_REDIS_URL``, which a
+    read-only API does not)."""
 
     services: Services
     metrics: ApiMetrics
@@ -42,6 +44,7 @@ class ApiState:
     publish_factory: Callable[[], PublishJob]
     limits: ApiRateLimits
     keys: KeyCache
+    lanes: Lanes
     erase_publish_factory: Callable[[], PublishErasure] | None = None
     _publish: PublishJob | None = None
     _publish_erasure: PublishErasure | None = None

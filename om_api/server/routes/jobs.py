@@ -11,7 +11,6 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import ErrorBody, FlushRequest, FlushTicket, JobOut, JobState
 from om_api.server.auth import TenantId
@@ -53,9 +52,9 @@ async def flush(
     or another tenant's session (checked before Redis is touched), 503 + ``Retry-After``
     when Redis is down.
     """
-    # Asked after every agent turn: the store and Redis in one thread-pool hop, the rest
-    # (metrics, the answer) on the event loop.
-    serving = await run_in_threadpool(
+    # Asked after every agent turn: the store and Redis in one hop into the write lane, the
+    # rest (metrics, the answer) on the event loop.
+    serving = await state.lanes.write.run(
         _requested, state, tenant_id, session_id, body or FlushRequest()
     )
     bind_log_context(job_id=serving.job_id)

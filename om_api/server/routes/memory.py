@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
@@ -147,9 +146,9 @@ async def context(
     out of the memory block are listed by id in its note; when some are observations no
     reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
     session never opened or a budget out of range."""
-    # Read before every agent turn: one thread-pool hop for the store's read, where a sync
-    # route took two (the route, then FastAPI's validation of its answer).
-    answer = await run_in_threadpool(
+    # Read before every agent turn: one hop into the read lane for the store's read, where a
+    # sync route took two (the route, then FastAPI's validation of its answer).
+    answer = await state.lanes.read.run(
         context_answer, state, tenant_id, session_id, scope, include, max_tokens
     )
     return json_answer(answer)

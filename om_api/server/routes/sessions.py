@@ -8,7 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
@@ -138,9 +137,9 @@ async def append_entries(
     not an earlier entry of the session. For a linked session the observable messages are
     copied onto its workspace in the same transaction; 409 when that workspace is gone.
     """
-    # The hot path of every agent turn: one thread-pool hop for the store's write, where a
-    # sync route took two (the route, then FastAPI's validation of its answer).
-    return await run_in_threadpool(_appended, state, tenant_id, session_id, body)
+    # The hot path of every agent turn: one hop into the write lane for the store's write,
+    # where a sync route took two (the route, then FastAPI's validation of its answer).
+    return await state.lanes.write.run(_appended, state, tenant_id, session_id, body)
 
 
 @router.get("/sessions/{session_id}/entries", response_model=EntriesPage, responses=ERRORS)
