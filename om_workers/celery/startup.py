@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from om_workers import metrics
+from om_workers import heap, metrics
 from om_workers.celery.tasks import fair_publisher
 from om_workers.config import get_settings
 from om_workers.coordination.liveness import LIVENESS
@@ -102,6 +102,12 @@ def leave_pool(**_: Any) -> None:
         _WATCHES.pop().stop()
 
 
+def settle_heap(**_: Any) -> None:
+    """``worker_ready`` and ``worker_process_init`` handler: what the process built at start
+    stays out of the garbage collector's sight (:func:`om_workers.heap.settle`)."""
+    heap.settle()
+
+
 def connect(deps: Callable[[], FlushDeps]) -> None:
     """Connect the handlers above; ``deps`` is the process's dependency factory. Connecting
     twice is harmless (``dispatch_uid``): rebuilding the app (tests) must not start a second
@@ -122,6 +128,8 @@ def connect(deps: Callable[[], FlushDeps]) -> None:
     worker_init.connect(start_worker_metrics, weak=False, dispatch_uid="om-worker-metrics")
     setup_logging.connect(setup_json_logging, weak=False, dispatch_uid="om-json-logging")
     worker_ready.connect(ready, weak=False, dispatch_uid="om-pool-join")
+    worker_ready.connect(settle_heap, weak=False, dispatch_uid="om-heap")
+    worker_process_init.connect(settle_heap, weak=False, dispatch_uid="om-heap-child")
     worker_shutdown.connect(leave_pool, weak=False, dispatch_uid="om-pool-leave")
     worker_init.connect(start_tracing, weak=False, dispatch_uid="om-tracing")
     worker_process_init.connect(start_tracing, weak=False, dispatch_uid="om-tracing-child")
