@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy.dialects import postgresql
 from store_factories import message
 
 from om_core.errors import InvalidEntryError
 from om_workers.errors import EntryNotFoundError
 from om_workers.store import SqlStore
+from om_workers.store.repositories.sessions import _HEAD_WITH_SEGMENTS_PG
 
 
 def test_fork_moves_the_leaf_and_the_next_append_branches(
@@ -106,3 +110,32 @@ def test_branch_of_many_segments_reads_in_order(
     page = store.read_page(tenant, session_id, after="main10", limit=45)
     assert [e.id for e in page.entries] == mains[11:56]
     assert page.next_cursor == "main55"
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_on_postgresql_each_segment_is_looked_up_by_index_whatever_the_statistics(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("a check of PostgreSQL's planner (SQLite's joins are index lookups)")
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("ANALYZE entries")  # statistics of an empty store
+    for start in range(0, 3000, 500):
+        store.append_entries(
+            tenant, session_id, [message(f"m{i}") for i in range(start, start + 500)]
+        )
+    store.fork(tenant, session_id, "m1200")
+    store.append_entries(tenant, session_id, [message(f"n{i}") for i in range(100)])
+    compiled = _HEAD_WITH_SEGMENTS_PG.compile(dialect=postgresql.dialect())
+    params = {**compiled.params, "tenant_id": tenant, "session_id": session_id}
+    with store.engine.connect() as connection:
+        plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", params).scalar_one()
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    whole = [n["Node Type"] for n in nodes if n.get("Relation Name") == "entries"]
+    assert set(whole) <= {"Index Scan", "Index Only Scan"}, whole  # never the whole session
+    assert [e.id for e in store.read_branch(tenant, session_id)][-2:] == ["n98", "n99"]

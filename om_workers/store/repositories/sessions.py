@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
-from om_workers.store.branch import Segment, segment_cte
+from om_workers.store.branch import Segment, segment_cte, segments_statement
 from om_workers.store.listing import listing_query
 from om_workers.store.records import SessionInfo, SessionRef, session_info
 from om_workers.store.schema import sessions, snapshots, tenants
@@ -31,11 +31,15 @@ _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
 _HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
 
 
-def _head_with_segments_query() -> Any:
+def _head_with_segments_query(*, lateral: bool) -> Any:
     # The session row and its branch's segments in one statement: the recursive walk starts
     # from the row's leaf and key, read as scalar subqueries of the same statement.
     head = _HEAD.cte("session_head")
-    seg = segment_cte(select(head.c.pk).scalar_subquery(), select(head.c.leaf_id).scalar_subquery())
+    seg = segment_cte(
+        select(head.c.pk).scalar_subquery(),
+        select(head.c.leaf_id).scalar_subquery(),
+        lateral=lateral,
+    )
     return (
         select(head.c.pk, head.c.leaf_id, head.c.rewritten_at, seg.c.lo, seg.c.hi)
         .select_from(head.outerjoin(seg, true()))
@@ -43,7 +47,8 @@ def _head_with_segments_query() -> Any:
     )
 
 
-_HEAD_WITH_SEGMENTS = _head_with_segments_query()
+_HEAD_WITH_SEGMENTS = _head_with_segments_query(lateral=False)
+_HEAD_WITH_SEGMENTS_PG = _head_with_segments_query(lateral=True)
 _LOCK = (
     select(
         sessions.c.pk,
@@ -184,7 +189,8 @@ class SessionRepository:
         """The session's key and leaf and its current branch's seq ranges, ascending (empty
         while it has no entries), in one round trip. Raises :class:`SessionNotFoundError`."""
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        rows = self._connection.execute(_HEAD_WITH_SEGMENTS, params).all()
+        query = segments_statement(self._connection, _HEAD_WITH_SEGMENTS, _HEAD_WITH_SEGMENTS_PG)
+        rows = self._connection.execute(query, params).all()
         if not rows:
             raise _missing(session_id)
         first = rows[0]
