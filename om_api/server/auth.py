@@ -69,8 +69,9 @@ async def require_tenant(request: Request, state: State, credentials: Credential
     limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
     :class:`~om_api.server.limits.RateLimitedError` over the limit.
 
-    A coroutine that leaves the event loop only for I/O: a key not cached (the store) and the
-    rate limiter (Redis) run in the thread pool; a cached key with limits off costs no hop.
+    A coroutine that leaves the event loop only for I/O: a key not cached (the store) and a
+    new lease of the key's rate limit (Redis) run in the thread pool; a cached key spending
+    its lease costs no hop.
     """
     token = _token(credentials.credentials if credentials else None)
     found = state.keys.cached(token)
@@ -84,7 +85,9 @@ async def require_tenant(request: Request, state: State, credentials: Credential
     if state.limits.enabled:
         template = str(getattr(request.scope.get("route"), "path", request.url.path))
         spent = request_class(request.method, template)
-        await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
+        # A busy key spends from the process's lease; only a new lease asks Redis.
+        if not state.limits.spend_leased(tenant_id, key_id, spent):
+            await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
     return tenant_id
 
 

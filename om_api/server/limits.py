@@ -14,6 +14,14 @@ an outage of every route.
 A tenant's overrides (``tenants.rate_limits``) are kept in the process for
 ``OM_RATE_LIMIT_CACHE_S`` (2 s by default), so an admin's change reaches every replica within
 that time without a database read per request.
+
+A busy key does not cost a Redis round trip (and a thread-pool hop) per request: the process
+takes a *lease* of several requests from the key's shared bucket at once
+(:func:`~om_core.policy.rate_limit.lease_size`: a twentieth of the burst or of a second at the
+rate, one for small limits) and spends it locally for up to :data:`LEASE_S`. Every request
+still comes out of the one bucket in Redis, so replicas together never admit more than the
+limit; a lease only moves tokens earlier (a key's burst may reach one lease more per replica),
+and one a process did not use is lost, not given twice.
 """
 
 from __future__ import annotations
@@ -21,12 +29,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Final
 
 from om_api.schemas import RateLimitOut, RateLimitsOut
 from om_api.server.errors import ApiError
 from om_api.server.metrics import ApiMetrics
-from om_core.policy.rate_limit import REQUEST_CLASSES, RateLimit, RequestClass, retry_after_header_s
+from om_core.policy.rate_limit import (
+    REQUEST_CLASSES,
+    RateLimit,
+    RequestClass,
+    lease_size,
+    retry_after_header_s,
+)
 from om_workers.config import Settings
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.errors import CoordinationError
@@ -36,6 +51,11 @@ log = logging.getLogger("om_api")
 
 RATE_LIMITED: Final = "rate_limited"
 """The ``error`` code of a 429."""
+LEASE_S: Final = 1.0
+"""How long a process may spend a lease it took, seconds; what is left then is dropped."""
+MAX_LEASES: Final = 4096
+"""Leases kept at once (one per busy key and class); past that, expired ones are dropped."""
+_FETCH_STRIPES: Final = 64
 
 
 class RateLimitedError(ApiError):
@@ -93,8 +113,18 @@ def limits_out(
     )
 
 
+@dataclass
+class _Lease:
+    """Requests of one key's class taken from its bucket and not spent yet."""
+
+    limit: RateLimit
+    left: int
+    until: float
+
+
 class ApiRateLimits:
-    """The limits of one API process: defaults, cached per-tenant overrides, the Redis limiter."""
+    """The limits of one API process: defaults, cached per-tenant overrides, the Redis limiter
+    and the leases taken from it."""
 
     def __init__(
         self, settings: Settings, accounts: AccountStore, limiter: RateLimiter, metrics: ApiMetrics
@@ -106,7 +136,12 @@ class ApiRateLimits:
         self._limiter = limiter
         self._metrics = metrics
         self._cache: dict[str, tuple[float, dict[RequestClass, RateLimit]]] = {}
+        self._leases: dict[tuple[str, RequestClass], _Lease] = {}
         self._lock = threading.Lock()
+        # One fetch of a key's lease at a time: the requests that find it spent while it is
+        # being fetched wait and spend from it, rather than each taking a lease of its own (a
+        # burst of them would empty the shared bucket into this process).
+        self._fetching = [threading.Lock() for _ in range(_FETCH_STRIPES)]
 
     def effective(self, tenant_id: str) -> dict[RequestClass, RateLimit]:
         """The tenant's limits: its overrides over the defaults (cached ``OM_RATE_LIMIT_CACHE_S``).
@@ -129,17 +164,42 @@ class ApiRateLimits:
         with self._lock:
             self._cache.pop(tenant_id, None)
 
+    def spend_leased(self, tenant_id: str, key_id: str, spent: RequestClass) -> bool:
+        """Spend one request of the key's ``spent`` budget from this process's lease, with no
+        I/O: True when it was spent (or limits are off), False when :meth:`check` must ask."""
+        if not self.enabled:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(tenant_id)
+            lease = self._leases.get((key_id, spent))
+            if cached is None or cached[0] <= now or lease is None:
+                return False
+            if lease.left < 1 or lease.until <= now or lease.limit != cached[1][spent]:
+                return False
+            lease.left -= 1
+            return True
+
     def check(self, tenant_id: str, key_id: str, spent: RequestClass) -> None:
-        """Spend one request of the key's ``spent`` budget.
+        """Spend one request of the key's ``spent`` budget: from the lease, else from Redis
+        (taking a new lease). Blocking.
 
         Raises :class:`RateLimitedError` (a 429) over the limit. Redis unreachable or failing:
         returns (fail open), logs a warning and counts ``om_api_rate_limit_unavailable``.
         """
-        if not self.enabled:
+        if self.spend_leased(tenant_id, key_id, spent):
             return
+        with self._fetching[hash((key_id, spent)) % _FETCH_STRIPES]:
+            if self.spend_leased(tenant_id, key_id, spent):
+                return  # another request fetched a lease meanwhile
+            self._spend_from_redis(tenant_id, key_id, spent)
+
+    def _spend_from_redis(self, tenant_id: str, key_id: str, spent: RequestClass) -> None:
         limit = self.effective(tenant_id)[spent]
         try:
-            decision = self._limiter.acquire(key_id, spent, limit, tenant_id=tenant_id)
+            decision = self._limiter.acquire(
+                key_id, spent, limit, tenant_id=tenant_id, wanted=lease_size(limit)
+            )
         except CoordinationError as exc:
             self._metrics.observe_rate_limit_unavailable()
             log.warning(
@@ -150,3 +210,15 @@ class ApiRateLimits:
         if not decision.allowed:
             self._metrics.observe_rate_limited(spent)
             raise RateLimitedError(spent, limit, retry_after_header_s(decision.retry_after_us))
+        if decision.granted > 1:
+            self._keep_lease(key_id, spent, _Lease(limit, decision.granted - 1, 0.0))
+
+    def _keep_lease(self, key_id: str, spent: RequestClass, lease: _Lease) -> None:
+        now = time.monotonic()
+        lease.until = now + LEASE_S
+        with self._lock:
+            if len(self._leases) >= MAX_LEASES:
+                self._leases = {k: v for k, v in self._leases.items() if v.until > now}
+                if len(self._leases) >= MAX_LEASES:
+                    self._leases.clear()
+            self._leases[(key_id, spent)] = lease

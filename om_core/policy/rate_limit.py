@@ -54,25 +54,43 @@ class RateLimit:
 class Decision:
     """One request's verdict. ``tat_us`` is the TAT to store (``None``: store nothing, the
     request was refused); ``ttl_ms`` how long the stored TAT matters (after it the bucket is
-    full again and the key may expire); ``retry_after_us`` how long a refused caller must wait."""
+    full again and the key may expire); ``retry_after_us`` how long a refused caller must wait;
+    ``granted`` how many requests the verdict admits (0 when refused; more than one when a
+    caller asked for a lease of several, see :func:`lease_size`)."""
 
     allowed: bool
     retry_after_us: int
     tat_us: int | None
     ttl_ms: int
+    granted: int = 1
 
 
-def decide(stored_tat_us: int | None, now_us: int, interval_us: int, burst: int) -> Decision:
-    """GCRA for one request at ``now_us`` given the stored TAT (``None``: no key, full bucket).
+def decide(
+    stored_tat_us: int | None, now_us: int, interval_us: int, burst: int, wanted: int = 1
+) -> Decision:
+    """GCRA for ``wanted`` requests at ``now_us`` given the stored TAT (``None``: no key, full
+    bucket): as many of them as would pass one after another, at least one, else a refusal.
 
     A TAT in the past counts as ``now`` (the bucket cannot hold more than ``burst``).
     """
     tau = interval_us * (burst - 1)
     tat = now_us if stored_tat_us is None or stored_tat_us < now_us else stored_tat_us
     if tat - now_us > tau:
-        return Decision(False, tat - tau - now_us, None, 0)
-    new_tat = tat + interval_us
-    return Decision(True, 0, new_tat, -(-(new_tat - now_us) // 1000))
+        return Decision(False, tat - tau - now_us, None, 0, granted=0)
+    granted = min(max(1, wanted), (tau - (tat - now_us)) // interval_us + 1)
+    new_tat = tat + granted * interval_us
+    return Decision(True, 0, new_tat, -(-(new_tat - now_us) // 1000), granted=granted)
+
+
+LEASE_SHARE = 20
+"""A lease holds at most a twentieth of the burst, and of a second's worth at the rate."""
+
+
+def lease_size(limit: RateLimit) -> int:
+    """How many requests an API process takes from a key's shared bucket at once, to spend
+    without asking Redis again: a twentieth of the burst or of a second at the sustained rate,
+    whichever is smaller, at least one (one: every request asks, the exact limit)."""
+    return max(1, min(limit.burst // LEASE_SHARE, int(limit.rate_per_s) // LEASE_SHARE))
 
 
 def retry_after_header_s(retry_after_us: int) -> int:

@@ -33,18 +33,20 @@ class RateLimiter:
         *,
         tenant_id: str = "",
         now_us: int | None = None,
+        wanted: int = 1,
     ) -> Decision:
-        """Spend one request, or say how long to wait (``retry_after_us``) when the bucket is
-        empty; a refused request spends nothing and counts against ``tenant_id`` in
-        ``om:throttled`` (the per-tenant throttled metric). ``now_us`` replaces Redis's clock
-        (tests).
+        """Spend one request (or up to ``wanted`` at once: ``granted`` says how many), or say
+        how long to wait (``retry_after_us``) when the bucket is empty; a refused request
+        spends nothing and counts against ``tenant_id`` in ``om:throttled`` (the per-tenant
+        throttled metric). ``now_us`` replaces Redis's clock (tests).
 
         Raises :class:`~om_workers.errors.RedisUnavailableError` when Redis cannot be reached
         and :class:`~om_workers.errors.CoordinationError` for any other Redis error.
         """
-        args = [limit.interval_us, limit.burst, "" if now_us is None else now_us, tenant_id]
+        now = "" if now_us is None else now_us
+        args = [limit.interval_us, limit.burst, now, tenant_id, max(1, wanted)]
         with translate_errors("checking a rate limit"):
             key = keys.rate_key(key_id, request_class)
             reply = cast(list[int], self._script(keys=[key, keys.THROTTLED], args=args))
-        allowed, retry_after_us, tat_us, ttl_ms = (int(part) for part in reply)
-        return Decision(bool(allowed), retry_after_us, tat_us if allowed else None, ttl_ms)
+        allowed, retry_after_us, tat_us, ttl_ms, granted = (int(part) for part in reply)
+        return Decision(bool(allowed), retry_after_us, tat_us if allowed else None, ttl_ms, granted)

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from om_core.errors import InvalidInputError
-from om_core.policy.rate_limit import Decision, RateLimit, decide, retry_after_header_s
+from om_core.policy.rate_limit import (
+    Decision,
+    RateLimit,
+    decide,
+    lease_size,
+    retry_after_header_s,
+)
 
 NOW = 1_700_000_000_000_000  # a realistic microsecond clock: exactness must hold at this size
 
@@ -39,7 +45,8 @@ def test_decide(
 ) -> None:
     allowed, retry_after, tat, ttl = expected
     stored = None if offset is None else NOW + offset
-    want = Decision(allowed, retry_after, None if tat is None else NOW + tat, ttl)
+    tat_us = None if tat is None else NOW + tat
+    want = Decision(allowed, retry_after, tat_us, ttl, granted=1 if allowed else 0)
     assert decide(stored, NOW, interval, burst) == want
 
 
@@ -79,3 +86,47 @@ def test_interval(rate: float, burst: int, interval: int) -> None:
 def test_invalid_limits_are_refused(rate: float, burst: int) -> None:
     with pytest.raises(InvalidInputError):
         RateLimit(rate, burst)
+
+
+# (stored TAT offset or None, interval µs, burst, wanted, expected (allowed, TAT offset, granted))
+LEASES: list[tuple[int | None, int, int, int, tuple[bool, int | None, int]]] = [
+    # A full bucket grants the whole lease at once; the TAT moves by all of it.
+    (None, 100_000, 10, 4, (True, 400_000, 4)),
+    # Only what would pass one after another: 3 of 4 when 7 of a burst of 10 are spent.
+    (700_000, 100_000, 10, 4, (True, 1_000_000, 3)),
+    # The last one alone, then nothing: a lease never goes past the burst.
+    (900_000, 100_000, 10, 4, (True, 1_000_000, 1)),
+    (1_000_000, 100_000, 10, 4, (False, None, 0)),
+    # Wanting none is wanting one.
+    (None, 100_000, 10, 0, (True, 100_000, 1)),
+]
+
+
+@pytest.mark.parametrize(("offset", "interval", "burst", "wanted", "expected"), LEASES)
+def test_decide_grants_a_lease_of_what_would_pass_one_after_another(
+    offset: int | None,
+    interval: int,
+    burst: int,
+    wanted: int,
+    expected: tuple[bool, int | None, int],
+) -> None:
+    allowed, tat, granted = expected
+    stored = None if offset is None else NOW + offset
+    decision = decide(stored, NOW, interval, burst, wanted)
+    assert (decision.allowed, decision.granted) == (allowed, granted)
+    assert decision.tat_us == (None if tat is None else NOW + tat)
+    # Granting n at once leaves the bucket where n single requests would have.
+    single = stored
+    for _ in range(granted):
+        single = decide(single, NOW, interval, burst).tat_us
+    assert not allowed or single == decision.tat_us
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "size"),
+    [(300, 600, 15), (300, 100, 5), (1000, 100_000, 50), (10, 20, 1), (0.5, 1, 1), (40, 2, 1)],
+)
+def test_lease_size_is_a_twentieth_of_the_burst_or_of_a_second_at_least_one(
+    rate: float, burst: int, size: int
+) -> None:
+    assert lease_size(RateLimit(rate, burst)) == size

@@ -30,9 +30,10 @@ CASES: list[tuple[int | None, int, int]] = [
 ]
 
 
+@pytest.mark.parametrize("wanted", [1, 4])
 @pytest.mark.parametrize(("offset", "interval", "burst"), CASES)
 def test_script_agrees_with_the_pure_function(
-    client: redis.Redis, offset: int | None, interval: int, burst: int
+    client: redis.Redis, offset: int | None, interval: int, burst: int, wanted: int
 ) -> None:
     key = keys.rate_key("k1", "reads")
     stored = None if offset is None else NOW + offset
@@ -41,17 +42,18 @@ def test_script_agrees_with_the_pure_function(
     # One transaction: Redis freezes its clock for the whole of it, so a TTL of 2 ms cannot run
     # out between the script and the reads that check what it wrote.
     pipe = client.pipeline(transaction=True)
-    pipe.eval(keys.RATE_LIMIT, 1, key, interval, burst, NOW)
+    pipe.eval(keys.RATE_LIMIT, 2, key, keys.THROTTLED, interval, burst, NOW, "", wanted)
     pipe.get(key)
     pipe.pttl(key)
     reply, after, pttl = pipe.execute()
-    expected = decide(stored, NOW, interval, burst)
+    expected = decide(stored, NOW, interval, burst, wanted)
     got = [int(part) for part in reply]
     assert got == [
         int(expected.allowed),
         expected.retry_after_us,
         expected.tat_us if expected.tat_us is not None else -1,
         expected.ttl_ms,
+        expected.granted,
     ]
     if expected.allowed:
         assert after is not None and int(after) == expected.tat_us
