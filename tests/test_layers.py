@@ -108,6 +108,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("om_workers.telemetry",),
     (
         "om_workers.settings_reference",
+        "om_workers.heap",
         "om_workers.logs",
         "om_workers.metrics",
         "om_workers.prompts",

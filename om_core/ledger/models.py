@@ -23,7 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from om_core.ledger.ids import MEMORY_ID_PATTERN
-from om_core.ledger.tokens import count_message_tokens
+from om_core.ledger.sizes import message_tokens
 
 Role = Literal["user", "assistant", "tool", "system"]
 ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
@@ -110,7 +110,8 @@ class Message(Frozen):
     @cached_property
     def estimated_tokens(self) -> int:
         """Estimated tokens (see :func:`om_core.ledger.tokens.estimate_message_tokens`)."""
-        return count_message_tokens(self)
+        calls = ((call.name, call.arguments) for call in self.tool_calls)
+        return message_tokens(self.text, calls, self.tool_name)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """A copy whose rendering and token count are computed again (a plain copy would keep
