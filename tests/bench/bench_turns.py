@@ -496,9 +496,9 @@ def report(configs: Sequence[Config], seconds: float, limits: LimitCheck | None 
         "limits off, default memory settings. Every agent opens its connection with its first "
         "turn, all at once when a level starts: 'after the first turn' leaves those first "
         "reads out (for both apps), the load a level sustains; the plain p50 and p99 keep them. "
-        "Baseline: `tests/bench/bare_api.py` under "
-        "uvicorn with the same process count, same load, same run. The load generator (a "
-        "hand-written keep-alive HTTP/1.1 client, asyncio, one process) shares the machine's cores with the API, the worker and Redis. "
+        "Baseline: `tests/bench/bare_api.py` under uvicorn with the same process count, same "
+        "load, same run. The load generator (a hand-written keep-alive HTTP/1.1 client, "
+        "asyncio, one process) shares the machine's cores with the API, the worker and Redis. "
         "PostgreSQL is ANALYZEd before each level, as autovacuum would."
     )
     return section
