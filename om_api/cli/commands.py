@@ -135,9 +135,10 @@ def api(
 
     The app is built before the server starts, so a setting it cannot use (OM_REDIS_URL
     unset, an unusable URL, invalid OM_SETTINGS_JSON ...) is one line and exit code 2, as for
-    om worker, instead of uvicorn's traceback. With --workers N, N processes serve the port
-    (uvicorn's supervisor restarts one that dies); rate limits, coalescing and the fair queue
-    live in Redis, so they hold across them as across replicas.
+    om worker, instead of uvicorn's traceback. With --workers N, N processes serve the port,
+    each on a socket of its own so that the kernel spreads connections over them (one that
+    dies is started again); rate limits, coalescing and the fair queue live in Redis, so they
+    hold across them as across replicas.
     """
     import pydantic
     import uvicorn
@@ -170,24 +171,33 @@ def api(
 
 
 def _serve_processes(host: str, port: int, level: str, workers: int) -> None:
-    """Serve the API from ``workers`` uvicorn processes (each builds its own app through the
-    factory, by import path), after building one here so that bad settings fail as one line."""
+    """Serve the API from ``workers`` uvicorn processes, each building its own app through the
+    factory (by import path) and accepting on a socket of its own
+    (:mod:`om_api.cli.api_processes`), after building one here so that bad settings fail as
+    one line."""
     import uvicorn
+
+    from om_api.cli import api_processes
 
     try:
         _api_factory()
     except _ApiStartupError as exc:
         fail(str(exc), 2)
-    with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.run(
-            f"{__name__}:_api_factory",
-            factory=True,
-            host=host,
-            port=port,
-            log_level=level,
-            access_log=False,
-            workers=workers,
-        )
+    config = uvicorn.Config(
+        f"{__name__}:_api_factory",
+        factory=True,
+        host=host,
+        port=port,
+        log_level=level,
+        access_log=False,
+        workers=workers,
+    )
+    try:
+        served = api_processes.serve(config, host, port, workers)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc}", 3)
+    if not served:
+        raise typer.Exit(3)  # a process could not start; uvicorn logged why
 
 
 class _ApiStartupError(ConfigError):

@@ -137,6 +137,28 @@ class Server:
                 self.process.wait(timeout=10)
 
 
+def listening(port: int) -> int:
+    """Sockets listening on ``port`` (Linux ``/proc/net/tcp``): one per ``om api`` process,
+    each of which accepts on a socket of its own."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                count += state == "0A" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
+
+
+def wait_listening(port: int, processes: int) -> None:
+    """Wait until every API process listens: connections opened before the last one does all
+    go to the others and stay there (keep-alive)."""
+    deadline = time.monotonic() + READY_S
+    while listening(port) < processes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{processes} API processes did not all listen in {READY_S} s")
+        time.sleep(0.2)
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
     env.update(PYTHONPATH=str(ROOT))
@@ -196,6 +218,7 @@ def om_stack(tmp: Path, database_url: str, processes: int, **env_extra: str) -> 
         stack.callback(api.stop)
         url = f"http://127.0.0.1:{port}"
         api.wait_ready(f"{url}/readyz")
+        wait_listening(port, processes)
         worker.wait_ready()
         yield Stack(url, key, sessions, api.process.pid)
 

@@ -3,10 +3,13 @@ one key's rate limit holds across both (as across replicas)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -94,3 +97,114 @@ def _ready(url: str) -> bool:
         return httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _sockets(pid: int, port: int, state: str) -> int:
+    """TCP sockets of process ``pid`` on local ``port`` in ``state`` (``0A`` listening, ``01``
+    established), from ``/proc``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                count += local_port == port and fields[3] == state and fields[9] in inodes
+    return count
+
+
+def test_connections_opened_at_once_are_spread_over_both_processes(
+    redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    port = _free_port()
+    settings = env(OM_REDIS_URL=redis_server.url, OM_DATABASE_URL=database_url)
+    log = tmp_path / "api.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*OM, "api", "--port", str(port), "--workers", "2"],
+            env=settings,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    connections: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + READY_S
+        while True:
+            # The serving processes (not multiprocessing's resource tracker, also a child).
+            children = [c for c in _children(process.pid) if _sockets(c, port, "0A")]
+            if len(children) == 2:
+                break  # each listens on a socket of its own
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        # An agent server's pool: keep-alive connections, opened at once, each used once.
+        for _ in range(32):
+            connections.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        for connection in connections:
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: om\r\n\r\n")
+        for connection in connections:
+            assert connection.recv(64).startswith(b"HTTP/1.1 200")
+        served = [_sockets(child, port, "01") for child in children]
+        assert sum(served) == 32 and min(served) > 0, served
+    finally:
+        for connection in connections:
+            connection.close()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 0, log.read_text()
+
+
+def test_a_killed_process_is_started_again_on_its_socket(
+    redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    database_url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(database_url)
+    port = _free_port()
+    settings = env(OM_REDIS_URL=redis_server.url, OM_DATABASE_URL=database_url)
+    log = tmp_path / "api.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*OM, "api", "--port", str(port), "--workers", "2"],
+            env=settings,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+
+    def serving() -> list[int]:
+        return [c for c in _children(process.pid) if _sockets(c, port, "0A")]
+
+    def wait_for(condition: Callable[[list[int]], bool]) -> list[int]:
+        deadline = time.monotonic() + READY_S
+        while not condition(found := serving()):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        return found
+
+    try:
+        first = wait_for(lambda found: len(found) == 2)
+        os.kill(first[0], signal.SIGKILL)
+        again = wait_for(lambda found: len(found) == 2 and first[0] not in found)
+        assert first[1] in again  # the other one served on meanwhile
+        assert _ready(f"http://127.0.0.1:{port}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 0, log.read_text()
