@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
+from om_api.cli.api_processes import reuse_port_sockets
 from om_workers.coordination.embedded import EmbeddedRedis
 from om_workers.store import AccountStore, SqlStore, upgrade
 from tests.cli.test_commands import OM, ROOT, env
@@ -103,11 +105,12 @@ def _sockets(pid: int, port: int, state: str) -> int:
     """TCP sockets of process ``pid`` on local ``port`` in ``state`` (``0A`` listening, ``01``
     established), from ``/proc``."""
     inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
+    with contextlib.suppress(OSError):  # the process may be gone meanwhile
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
@@ -208,3 +211,20 @@ def test_a_killed_process_is_started_again_on_its_socket(
             process.kill()
             process.wait(timeout=10)
     assert process.returncode == 0, log.read_text()
+
+
+def test_the_sockets_share_one_port_and_say_tcp() -> None:
+    sockets = reuse_port_sockets("127.0.0.1", 0, 3)
+    try:
+        ports = {sock.getsockname()[1] for sock in sockets}
+        assert len(ports) == 1 and ports != {0}
+        for sock in sockets:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+            # asyncio turns Nagle's algorithm off only on connections of a TCP-protocol socket
+            assert sock.proto == socket.IPPROTO_TCP
+        # A socket without SO_REUSEPORT cannot take the port.
+        with pytest.raises(OSError), socket.socket() as other:
+            other.bind(("127.0.0.1", ports.pop()))
+    finally:
+        for sock in sockets:
+            sock.close()
