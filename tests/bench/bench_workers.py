@@ -225,10 +225,10 @@ def run() -> Section:
             )
     section.notes.append(
         f"{calls} provider calls per flush. Figure 1 is the best of 3 runs of each kind, "
-        "alternating. The worker is CPU-bound there (its CPU time equals the wall time): about "
-        "13 ms of CPU a flush at load averages of 10 to 27 (`python -m "
-        "tests.bench.profile_flush`; about 15 ms before the fair queue's steps rode on the "
-        "lock's; on a quieter machine earlier, 9 ms against 1.4 ms a no-op task). A flush job "
+        "alternating. The worker is CPU-bound there (its CPU time equals the wall time; `python "
+        "-m tests.bench.profile_flush` says where it goes): a flush costs about six no-op "
+        "tasks, and a busier machine slows the no-op tasks more than the flushes, so the ratio "
+        "reads higher at a higher load average (0.28 at 10 to 12, 0.17 below 1). A flush job "
         "costs two Redis round trips (the fair queue's start with the lock's acquire and claim; "
         "the release with the fair queue's done), two SQLite write transactions (start; last "
         "records with the finish) and one read (the view), about 18 SQL statements with "
