@@ -115,7 +115,6 @@ def session_context(
     check_budget(max_tokens)
     cache = context_cache(store)
     read = _ContextRead(
-        store,
         tenant_id,
         session_id,
         settings=settings,
@@ -146,7 +145,6 @@ class _ContextRead:
     """One context read: the key its version makes, the context kept under it (a hit) or the
     one built from the parts read (a miss)."""
 
-    store: SqlStore
     tenant_id: str
     session_id: str
     settings: ObservationalMemorySettings

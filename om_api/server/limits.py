@@ -56,6 +56,9 @@ LEASE_S: Final = 1.0
 MAX_LEASES: Final = 4096
 """Leases kept at once (one per busy key and class); past that, expired ones are dropped."""
 _FETCH_STRIPES: Final = 64
+UNCHECKED_S: Final = 1.0
+"""After Redis failed to answer a limit check, how long requests pass unchecked (counted as
+such) before the next one asks again, seconds."""
 
 
 class RateLimitedError(ApiError):
@@ -142,6 +145,7 @@ class ApiRateLimits:
         # being fetched wait and spend from it, rather than each taking a lease of its own (a
         # burst of them would empty the shared bucket into this process).
         self._fetching = [threading.Lock() for _ in range(_FETCH_STRIPES)]
+        self._unchecked_until = 0.0
 
     def effective(self, tenant_id: str) -> dict[RequestClass, RateLimit]:
         """The tenant's limits: its overrides over the defaults (cached ``OM_RATE_LIMIT_CACHE_S``).
@@ -166,10 +170,14 @@ class ApiRateLimits:
 
     def spend_leased(self, tenant_id: str, key_id: str, spent: RequestClass) -> bool:
         """Spend one request of the key's ``spent`` budget from this process's lease, with no
-        I/O: True when it was spent (or limits are off), False when :meth:`check` must ask."""
+        I/O: True when it was spent (or limits are off, or Redis failed just before: the
+        request passes unchecked and is counted), False when :meth:`check` must ask."""
         if not self.enabled:
             return True
         now = time.monotonic()
+        if now < self._unchecked_until:
+            self._metrics.observe_rate_limit_unavailable()
+            return True
         with self._lock:
             cached = self._cache.get(tenant_id)
             lease = self._leases.get((key_id, spent))
@@ -206,6 +214,10 @@ class ApiRateLimits:
                 "rate limit not checked: Redis unavailable; request allowed",
                 extra={"error_type": type(exc).__name__, "request_class": spent},
             )
+            # The next requests pass unchecked for a while, rather than each waiting on a Redis
+            # that does not answer (one fetch at a time per key: they would queue).
+            with self._lock:
+                self._unchecked_until = time.monotonic() + UNCHECKED_S
             return
         if not decision.allowed:
             self._metrics.observe_rate_limited(spent)

@@ -19,7 +19,7 @@ from om_core.policy.rate_limit import RateLimit, lease_size
 from om_workers.config import Settings
 from om_workers.coordination import keys
 from om_workers.coordination.connection import connect
-from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from om_workers.coordination.rate_limit import RateLimiter
 from om_workers.store import AccountStore, SqlStore, upgrade
 
@@ -139,3 +139,21 @@ def test_requests_at_once_wait_for_one_lease_instead_of_taking_one_each(
         thread.join(timeout=60)
     # 32 requests at once, one fetch at a time: a lease each time the last one ran out.
     assert _script_calls(client) - before == math.ceil(32 / size)
+
+
+def test_after_redis_fails_requests_pass_unchecked_for_a_while_and_are_counted(
+    accounts: AccountStore, tmp_path: Path
+) -> None:
+    tenant = accounts.create_tenant("outage").id
+    nowhere = connect(f"redis://127.0.0.1:{free_port()}/0", connect_timeout_s=0.2, retries=0)
+    metrics = ApiMetrics()
+    resolved = Settings(rate_limits_enabled=True)
+    limits = ApiRateLimits(resolved, accounts, RateLimiter(nowhere), metrics)
+    try:
+        limits.check(tenant, "k6", "reads")  # Redis asked, unreachable: the request passes
+        # The next ones pass at once, with no Redis call, each counted as unchecked.
+        assert all(limits.spend_leased(tenant, "k6", "reads") for _ in range(5))
+        unchecked = metrics.registry.get_sample_value("om_api_rate_limit_unavailable_total")
+        assert unchecked == 6
+    finally:
+        nowhere.close()
