@@ -9,7 +9,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -121,9 +122,32 @@ def _sockets(pid: int, port: int, state: str) -> int:
     return count
 
 
-def test_connections_opened_at_once_are_spread_over_both_processes(
-    redis_server: EmbeddedRedis, tmp_path: Path
-) -> None:
+@dataclass
+class Workers:
+    """A running ``om api --workers 2``: its process, port and log."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def serving(self) -> list[int]:
+        """The processes listening on the port (not multiprocessing's resource tracker, also a
+        child of the supervisor)."""
+        return [c for c in _children(self.process.pid) if _sockets(c, self.port, "0A")]
+
+    def wait_for(self, condition: Callable[[list[int]], bool]) -> list[int]:
+        """The serving processes, once ``condition`` holds for them."""
+        deadline = time.monotonic() + READY_S
+        while not condition(found := self.serving()):
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.2)
+        return found
+
+
+@contextlib.contextmanager
+def _two_workers(redis_server: EmbeddedRedis, tmp_path: Path) -> Iterator[Workers]:
+    """``om api --workers 2`` on a fresh store, stopped with SIGTERM (exit code 0) after."""
     database_url = f"sqlite:///{tmp_path / 'om.db'}"
     upgrade(database_url)
     port = _free_port()
@@ -137,29 +161,9 @@ def test_connections_opened_at_once_are_spread_over_both_processes(
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-    connections: list[socket.socket] = []
     try:
-        deadline = time.monotonic() + READY_S
-        while True:
-            # The serving processes (not multiprocessing's resource tracker, also a child).
-            children = [c for c in _children(process.pid) if _sockets(c, port, "0A")]
-            if len(children) == 2:
-                break  # each listens on a socket of its own
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        # An agent server's pool: keep-alive connections, opened at once, each used once.
-        for _ in range(32):
-            connections.append(socket.create_connection(("127.0.0.1", port), timeout=30))
-        for connection in connections:
-            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: om\r\n\r\n")
-        for connection in connections:
-            assert connection.recv(64).startswith(b"HTTP/1.1 200")
-        served = [_sockets(child, port, "01") for child in children]
-        assert sum(served) == 32 and min(served) > 0, served
+        yield Workers(process, port, log)
     finally:
-        for connection in connections:
-            connection.close()
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=30)
@@ -167,50 +171,37 @@ def test_connections_opened_at_once_are_spread_over_both_processes(
             process.kill()
             process.wait(timeout=10)
     assert process.returncode == 0, log.read_text()
+
+
+def test_connections_opened_at_once_are_spread_over_both_processes(
+    redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    with _two_workers(redis_server, tmp_path) as workers:
+        children = workers.wait_for(lambda found: len(found) == 2)  # each on its own socket
+        # An agent server's pool: keep-alive connections, opened at once, each used once.
+        address = ("127.0.0.1", workers.port)
+        with contextlib.ExitStack() as open_connections:
+            connections = [
+                open_connections.enter_context(socket.create_connection(address, timeout=30))
+                for _ in range(32)
+            ]
+            for connection in connections:
+                connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: om\r\n\r\n")
+            for connection in connections:
+                assert connection.recv(64).startswith(b"HTTP/1.1 200")
+            served = [_sockets(child, workers.port, "01") for child in children]
+        assert sum(served) == 32 and min(served) > 0, served
 
 
 def test_a_killed_process_is_started_again_on_its_socket(
     redis_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    database_url = f"sqlite:///{tmp_path / 'om.db'}"
-    upgrade(database_url)
-    port = _free_port()
-    settings = env(OM_REDIS_URL=redis_server.url, OM_DATABASE_URL=database_url)
-    log = tmp_path / "api.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*OM, "api", "--port", str(port), "--workers", "2"],
-            env=settings,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-
-    def serving() -> list[int]:
-        return [c for c in _children(process.pid) if _sockets(c, port, "0A")]
-
-    def wait_for(condition: Callable[[list[int]], bool]) -> list[int]:
-        deadline = time.monotonic() + READY_S
-        while not condition(found := serving()):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        return found
-
-    try:
-        first = wait_for(lambda found: len(found) == 2)
+    with _two_workers(redis_server, tmp_path) as workers:
+        first = workers.wait_for(lambda found: len(found) == 2)
         os.kill(first[0], signal.SIGKILL)
-        again = wait_for(lambda found: len(found) == 2 and first[0] not in found)
+        again = workers.wait_for(lambda found: len(found) == 2 and first[0] not in found)
         assert first[1] in again  # the other one served on meanwhile
-        assert _ready(f"http://127.0.0.1:{port}")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-    assert process.returncode == 0, log.read_text()
+        assert _ready(f"http://127.0.0.1:{workers.port}")
 
 
 def test_the_sockets_share_one_port_and_say_tcp() -> None:
