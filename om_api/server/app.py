@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from om_api.schemas import ErrorBody
 from om_api.server import console
 from om_api.server.errors import install_error_handlers
+from om_api.server.hot_routes import HotRoutes
 from om_api.server.key_cache import KeyCache
 from om_api.server.lanes import Lanes
 from om_api.server.limits import ApiRateLimits
@@ -332,6 +333,9 @@ def create_app(
     if resolved.api.mcp_enabled:
         mount_mcp(app, state)
     console.install(app)
+    # Added first, so it runs inside the request layer: the turn's three calls keep its ids,
+    # limit, metrics and log line.
+    app.add_middleware(HotRoutes, state=state)
     app.add_middleware(
         RequestMiddleware, max_body_bytes=resolved.api.max_body_bytes, metrics=metrics
     )

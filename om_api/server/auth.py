@@ -19,11 +19,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Scope
 
 from om_api.server.errors import ApiError
 from om_api.server.limits import request_class
 from om_api.server.logging import bind_log_context
 from om_api.server.state import ApiState, State
+from om_core.policy.rate_limit import RequestClass
 from om_workers.errors import InvalidApiKeyError
 
 MAX_KEY_CHARS = 512
@@ -64,31 +66,51 @@ def resolve_key(state: ApiState, token: str | None) -> tuple[str, str]:
     return _admitted(state, token, _looked_up(state, token))
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The credentials of an ``Authorization: Bearer ...`` header value, read as the
+    framework's ``HTTPBearer`` reads them; ``None`` for no header or another scheme."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    credentials = credentials.strip()
+    if not (scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return credentials
+
+
+async def admit_key(
+    scope: Scope, state: ApiState, token: str, found: tuple[str, str], spent: RequestClass
+) -> str:
+    """The tenant id of a resolved key ``found`` (``(tenant id, key id)`` of ``token``), after
+    spending one request of class ``spent`` of the key's rate limit: the key joins the
+    redaction registry, its id the request's state (for the audit trail) and its tenant the
+    log context. Raises a 429 :class:`~om_api.server.limits.RateLimitedError` over the limit.
+    A busy key spends from the process's lease on the event loop; only a new lease asks
+    Redis, in the thread pool."""
+    tenant_id, key_id = _admitted(state, token, found)
+    scope.setdefault("state", {})["om_key_id"] = key_id
+    bind_log_context(tenant_id=tenant_id)
+    # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
+    # key never reaches here, so guessing keys cannot fill Redis with buckets.
+    if state.limits.enabled and not state.limits.spend_leased(tenant_id, key_id, spent):
+        await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
+    return tenant_id
+
+
 async def require_tenant(request: Request, state: State, credentials: Credentials) -> str:
     """The tenant id of the request's API key, after spending one request of the key's rate
-    limit (:mod:`om_api.server.limits`). Raises a 401 :class:`ApiError`, or a 429
+    limit (:func:`admit_key`). Raises a 401 :class:`ApiError`, or a 429
     :class:`~om_api.server.limits.RateLimitedError` over the limit.
 
     A coroutine that leaves the event loop only for I/O: a key not cached (the store) and a
-    new lease of the key's rate limit (Redis) run in the thread pool; a cached key spending
-    its lease costs no hop.
+    new lease of the key's rate limit (Redis) run in the thread pool.
     """
     token = _token(credentials.credentials if credentials else None)
     found = state.keys.cached(token)
     if found is None:
         found = await run_in_threadpool(_looked_up, state, token)
-    tenant_id, key_id = _admitted(state, token, found)
-    request.state.om_key_id = key_id
-    bind_log_context(tenant_id=tenant_id)
-    # Limited per key, not per tenant: a tenant's keys are its separate clients. An unknown
-    # key never reaches here, so guessing keys cannot fill Redis with buckets.
-    if state.limits.enabled:
-        template = str(getattr(request.scope.get("route"), "path", request.url.path))
-        spent = request_class(request.method, template)
-        # A busy key spends from the process's lease; only a new lease asks Redis.
-        if not state.limits.spend_leased(tenant_id, key_id, spent):
-            await run_in_threadpool(state.limits.check, tenant_id, key_id, spent)
-    return tenant_id
+    template = str(getattr(request.scope.get("route"), "path", request.url.path))
+    return await admit_key(
+        request.scope, state, token, found, request_class(request.method, template)
+    )
 
 
 def request_key_id(request: Request) -> str | None:
