@@ -194,6 +194,10 @@ class ContextCache:
         self._memories.put(key, built)
         return built
 
+    def holds_memory(self, key: MemoryKey) -> bool:
+        """Whether a memory part is kept under ``key``, so that a build would reuse it."""
+        return self._memories.get(key) is not None
+
     def forget(self, tenant_id: str, session_id: str) -> None:
         """Drop everything kept of the session (it was erased)."""
         self._contexts.forget(tenant_id, session_id)

@@ -102,9 +102,41 @@ def session_context(
     ``max_tokens`` (estimated tokens; ``None``: no budget). ``invalidated_ids`` are withheld
     besides those of the session's own tombstone scope, which are read with the rest.
 
-    Answered from this process's :func:`~om_workers.context_cache.context_cache` when the
-    session row, its tombstones and every argument are as when it was kept (one small read);
-    else read and built, reusing the kept memory part when only messages were appended.
+    :func:`read_context`, then the build it may leave. Fails as :func:`read_context` does.
+    """
+    found = read_context(
+        store,
+        tenant_id,
+        session_id,
+        settings=settings,
+        scope=scope,
+        include=include,
+        secrets=secrets,
+        invalidated_ids=invalidated_ids,
+        max_tokens=max_tokens,
+    )
+    return found if isinstance(found, Context) else found()
+
+
+def read_context(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    *,
+    settings: ObservationalMemorySettings,
+    scope: str | None = None,
+    include: Include = "self+ancestors",
+    secrets: Iterable[str] = (),
+    invalidated_ids: Iterable[str] = (),
+    max_tokens: int | None = None,
+) -> Context | ContextBuild:
+    """The store's part of :func:`session_context`: the context this process's
+    :func:`~om_workers.context_cache.context_cache` keeps for the session as it is now (one
+    small read), else a :class:`ContextBuild` of the parts read, which builds the context
+    without further I/O. So a caller on an event loop can read a local store there and hand
+    only the build (pure CPU, reusing the kept memory part when only messages were appended)
+    to a thread.
+
     Reads the stored ledger and the branch tail back to the observation cursor, never the
     whole history, in one read transaction; unobserved messages older than a budget can show
     are counted with one index range query. Raises the store's
@@ -137,7 +169,27 @@ def session_context(
     except SessionNotFoundError:
         cache.forget(tenant_id, session_id)
         raise
-    return read.kept() if parts is None else read.build(cache, parts)
+    return read.kept() if parts is None else ContextBuild(read, cache, parts)
+
+
+@dataclass(frozen=True)
+class ContextBuild:
+    """What is left of a context read that missed the cache: calling it builds the context
+    from the parts read (no I/O; it may raise the core's scope errors) and keeps it."""
+
+    read: _ContextRead
+    cache: ContextCache
+    parts: ContextParts
+
+    @property
+    def warm(self) -> bool:
+        """Whether the memory part is kept, so the build only fits the recent block and the
+        kept memory to the budget (about a millisecond); a cold build renders the branch's
+        whole memory first, which grows with it."""
+        return self.cache.holds_memory(self.read.memory_key(self.parts))
+
+    def __call__(self) -> Context:
+        return self.read.build(self.cache, self.parts)
 
 
 @dataclass
@@ -198,12 +250,11 @@ class _ContextRead:
             raise RuntimeError("no context was kept for this read")
         return self._kept
 
-    def build(self, cache: ContextCache, parts: ContextParts) -> Context:
-        """The context of ``parts`` (read in the transaction that read the key's version),
-        kept from now on; its memory part reused when the branch's memory is as kept."""
+    def memory_key(self, parts: ContextParts) -> MemoryKey:
+        """The key of the memory part of ``parts``: the branch's memory as read."""
         key = self._key if self._key is not None else self._context_key(parts.version)
         state = parts.state
-        memory_key = MemoryKey(
+        return MemoryKey(
             tenant_id=self.tenant_id,
             session_id=self.session_id,
             created_at=key.created_at,
@@ -215,6 +266,13 @@ class _ContextRead:
             scope=self.scope,
             include=self.include,
         )
+
+    def build(self, cache: ContextCache, parts: ContextParts) -> Context:
+        """The context of ``parts`` (read in the transaction that read the key's version),
+        kept from now on; its memory part reused when the branch's memory is as kept."""
+        key = self._key if self._key is not None else self._context_key(parts.version)
+        state = parts.state
+        memory_key = self.memory_key(parts)
         view: MemorySelection = {
             "ledger": state.ledger,
             "scope_map": state.scope_map,

@@ -66,6 +66,13 @@ class ApiState:
         return self.services.store
 
     @property
+    def reads_on_loop(self) -> bool:
+        """Whether context reads run on the event loop rather than in the read lane: the store
+        is a local SQLite file, whose reads take microseconds to a few milliseconds and, in WAL
+        mode, never wait for a writer."""
+        return self.store.engine.dialect.name == "sqlite"
+
+    @property
     def accounts(self) -> AccountStore:
         """Tenants, API keys and rate-limit overrides (the store's engine, own transactions)."""
         return self.services.accounts

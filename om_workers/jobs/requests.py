@@ -53,10 +53,17 @@ def request_flush(
     finished ``failed`` and the exception propagates. Raises what
     :meth:`SqlStore.create_job` and :func:`om_workers.coordination.coalesce.enqueue` raise.
     """
-    if idle_below_tokens is not None and not force and not full_reflection_rebuild:
-        idle = store.last_flush(tenant_id, session_id).idle_answer(idle_below_tokens)
+    if idle_below_tokens is not None:
+        idle = idle_flush(
+            store,
+            tenant_id,
+            session_id,
+            force=force,
+            full_reflection_rebuild=full_reflection_rebuild,
+            idle_below_tokens=idle_below_tokens,
+        )
         if idle is not None:
-            return ServingJob(idle[0], coalesced=True, state=idle[1], idle=True)
+            return idle
     with translate_errors("reading the pending flush"):
         pending = client.get(keys.pending_key(tenant_id, session_id))
     if pending is not None and _still_queued(store, client, tenant_id, session_id, str(pending)):
@@ -86,6 +93,28 @@ def request_flush(
         store.finish_job(tenant_id, job.id, "skipped", error=f"coalesced into {request.job_id}")
         _widen(store, tenant_id, request.job_id, force, full_reflection_rebuild)
     return request
+
+
+def idle_flush(
+    store: SqlStore,
+    tenant_id: str,
+    session_id: str,
+    *,
+    force: bool,
+    full_reflection_rebuild: bool,
+    idle_below_tokens: int,
+) -> ServingJob | None:
+    """The answer of :func:`request_flush` to a request with nothing to do, from one read and
+    nothing else: the session's newest queued, running or succeeded job, when the request has
+    no option and the session's unobserved tokens are below ``idle_below_tokens``. ``None``
+    when the request must be accepted by :func:`request_flush`. Raises
+    :class:`~om_workers.errors.SessionNotFoundError` for a missing session."""
+    if force or full_reflection_rebuild:
+        return None
+    idle = store.last_flush(tenant_id, session_id).idle_answer(idle_below_tokens)
+    if idle is None:
+        return None
+    return ServingJob(idle[0], coalesced=True, state=idle[1], idle=True)
 
 
 def _still_queued(
@@ -125,4 +154,4 @@ def _widen(
         log.info("flush %s started before a coalesced request widened its options", job_id)
 
 
-__all__ = ["request_flush"]
+__all__ = ["idle_flush", "request_flush"]

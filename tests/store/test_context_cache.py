@@ -25,7 +25,7 @@ from om_workers.context_cache import (
     secrets_digest,
 )
 from om_workers.errors import SessionNotFoundError
-from om_workers.reads import session_context
+from om_workers.reads import ContextBuild, read_context, session_context
 from om_workers.store import SqlStore, tombstone_scope
 
 SETTINGS = resolve_settings({"context": {"recentMessages": 4}})
@@ -136,6 +136,29 @@ def test_an_append_builds_the_tail_again_on_the_kept_memory(
         assert _delta(store, before) == (0, 1, 1, 0)
         assert f"more{n}" in got.recent.entry_ids
         _same(got, _fresh(store, tenant, grown))
+
+
+def test_a_read_leaves_a_build_cold_until_the_memory_part_is_kept(
+    store: SqlStore, tenant: str, grown: str
+) -> None:
+    def found() -> Context | ContextBuild:
+        return read_context(
+            store, tenant, grown, settings=SETTINGS, secrets=("sk-live-1",), max_tokens=BUDGET
+        )
+
+    cold = found()
+    assert isinstance(cold, ContextBuild) and not cold.warm
+    built = cold()
+    assert found() is built  # kept: nothing left to build
+    store.append_entries(tenant, grown, message("more", grown, "one more question"))
+    warm = found()
+    assert isinstance(warm, ContextBuild) and warm.warm
+    _same(warm(), _fresh(store, tenant, grown))
+    record, _ = observations("o-late", ["more"], "more", grown)
+    store.append_entries(tenant, grown, record)
+    after_memory = found()
+    assert isinstance(after_memory, ContextBuild) and not after_memory.warm
+    _same(after_memory(), _fresh(store, tenant, grown))
 
 
 def test_a_memory_record_builds_the_memory_part_again(

@@ -22,7 +22,7 @@ from om_api.server.state import ApiState, State
 from om_api.server.usage_wire import job_usage_out
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.errors import CoordinationError, FlushJobNotFoundError
-from om_workers.jobs.requests import request_flush
+from om_workers.jobs.requests import idle_flush, request_flush
 
 router = APIRouter(prefix="/v1", tags=["flush"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -52,11 +52,14 @@ async def flush(
     or another tenant's session (checked before Redis is touched), 503 + ``Retry-After``
     when Redis is down.
     """
-    # Asked after every agent turn: the store and Redis in one hop into the write lane, the
-    # rest (metrics, the answer) on the event loop.
-    serving = await state.lanes.write.run(
-        _requested, state, tenant_id, session_id, body or FlushRequest()
-    )
+    # Asked after every agent turn, mostly with nothing to do: on a local store (SQLite) that
+    # one read is answered on the event loop (cheaper than the hop); the store and Redis of an
+    # accepted request in one hop into the write lane; the rest (metrics, the answer) on the
+    # event loop.
+    request = body or FlushRequest()
+    serving = _idle(state, tenant_id, session_id, request) if state.reads_on_loop else None
+    if serving is None:
+        serving = await state.lanes.write.run(_requested, state, tenant_id, session_id, request)
     bind_log_context(job_id=serving.job_id)
     state.metrics.observe_enqueue(_outcome(serving))
     ticket = FlushTicket(
@@ -65,6 +68,19 @@ async def flush(
         state=cast("JobState", serving.state),
     )
     return json_answer(ticket, status_code=202)
+
+
+def _idle(
+    state: ApiState, tenant_id: str, session_id: str, request: FlushRequest
+) -> ServingJob | None:
+    return idle_flush(
+        state.store,
+        tenant_id,
+        session_id,
+        force=request.force,
+        full_reflection_rebuild=request.full_reflection_rebuild,
+        idle_below_tokens=state.memory_settings.observation.message_tokens,
+    )
 
 
 def _requested(

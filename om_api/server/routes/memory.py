@@ -37,8 +37,9 @@ from om_workers.coordination.coalesce import flush_pending
 from om_workers.errors import CoordinationError, OMWorkersError
 from om_workers.jobs.requests import request_flush
 from om_workers.reads import (
+    ContextBuild,
+    read_context,
     session_compaction,
-    session_context,
     session_page,
     session_recall,
     session_status,
@@ -51,17 +52,17 @@ ERRORS = error_answers(401, 404, 422)
 IncludeMode = Literal["self", "self+ancestors", "self+descendants", "lineage"]
 
 
-def _context(
+def _read(
     state: ApiState,
     tenant_id: str,
     session_id: str,
     scope: str | None,
     include: IncludeMode,
-    max_tokens: int | None = None,
-) -> Context:
+    max_tokens: int | None,
+) -> Context | ContextBuild:
     # The snapshot ledger plus the branch tail (and the session's tombstones), in one read
     # transaction: a long session is never read whole.
-    return session_context(
+    return read_context(
         state.store,
         tenant_id,
         session_id,
@@ -71,6 +72,31 @@ def _context(
         secrets=state.secrets,
         max_tokens=max_tokens,
     )
+
+
+def _built(found: Context | ContextBuild) -> Context:
+    try:
+        return found if isinstance(found, Context) else found()
+    except UnknownScopeError as exc:
+        raise ApiError(422, "invalid_input", str(exc)) from None
+
+
+def _context(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str,
+    scope: str | None,
+    include: IncludeMode,
+    max_tokens: int | None,
+) -> Context:
+    return _built(_read(state, tenant_id, session_id, scope, include, max_tokens))
+
+
+def _needs_flush(context: Context) -> tuple[bool, bool]:
+    """Whether the context asks for a flush (messages it had to leave out), and whether that
+    flush should reflect (observations no reflection covers yet were left out of memory)."""
+    reflect = context.omitted is not None and context.omitted.unreflected > 0
+    return context.gap is not None or reflect, reflect
 
 
 def _observe_gap(
@@ -106,6 +132,10 @@ def _recall(state: ApiState, tenant_id: str, session_id: str, memory_id: str) ->
     )
 
 
+def _budget(state: ApiState, max_tokens: int | None) -> int:
+    return max_tokens if max_tokens is not None else state.settings.api.context_max_tokens
+
+
 def context_answer(
     state: ApiState,
     tenant_id: str,
@@ -117,15 +147,36 @@ def context_answer(
     """What ``GET .../context`` answers (see :func:`context`), flush request for a gap
     included. Blocking: reads the store (and Redis for a gap). Raises the store's errors and a
     422 :class:`ApiError` for a scope the session never opened."""
-    budget = max_tokens if max_tokens is not None else state.settings.api.context_max_tokens
-    try:
-        result = _context(state, tenant_id, session_id, scope, include, budget)
-    except UnknownScopeError as exc:
-        raise ApiError(422, "invalid_input", str(exc)) from None
-    reflect = result.omitted is not None and result.omitted.unreflected > 0
-    if result.gap is not None or reflect:
+    result = _context(state, tenant_id, session_id, scope, include, _budget(state, max_tokens))
+    wanted, reflect = _needs_flush(result)
+    if wanted:
         _observe_gap(state, tenant_id, session_id, reflect=reflect)
     return context_out(result)
+
+
+async def _served_context(
+    state: ApiState,
+    tenant_id: str,
+    session_id: str,
+    scope: str | None,
+    include: IncludeMode,
+    max_tokens: int | None,
+) -> Context:
+    """The context, read where it costs least. A local store (SQLite) is read on the event
+    loop: each SQLite call in a thread gives up the GIL and takes it back from a busy event
+    loop, which cost more than the read itself; a build with the memory part kept (fitting,
+    about a millisecond) is done there too, and only a cold one (rendering the whole memory,
+    which grows with the session) goes to the read lane. A database server is read in the
+    read lane, build included."""
+    budget = _budget(state, max_tokens)
+    if not state.reads_on_loop:
+        return await state.lanes.read.run(
+            _context, state, tenant_id, session_id, scope, include, budget
+        )
+    found = _read(state, tenant_id, session_id, scope, include, budget)
+    if isinstance(found, Context) or found.warm:
+        return _built(found)
+    return await state.lanes.read.run(_built, found)
 
 
 @router.get("/context", response_model=ContextOut, responses=ERRORS)
@@ -146,12 +197,13 @@ async def context(
     out of the memory block are listed by id in its note; when some are observations no
     reflection has gone over yet, a flush with reflection is requested. 422 for a scope the
     session never opened or a budget out of range."""
-    # Read before every agent turn: one hop into the read lane for the store's read, where a
-    # sync route took two (the route, then FastAPI's validation of its answer).
-    answer = await state.lanes.read.run(
-        context_answer, state, tenant_id, session_id, scope, include, max_tokens
-    )
-    return json_answer(answer)
+    # Read before every agent turn: at most one hop into the read lane, where a sync route
+    # took two (the route, then FastAPI's validation of its answer).
+    result = await _served_context(state, tenant_id, session_id, scope, include, max_tokens)
+    wanted, reflect = _needs_flush(result)
+    if wanted:
+        await state.lanes.write.run(_observe_gap, state, tenant_id, session_id, reflect=reflect)
+    return json_answer(context_out(result))
 
 
 @router.get("/memory/{memory_id}", response_model=RecallOut, responses=ERRORS)
