@@ -46,6 +46,11 @@ class StoreUnavailableError(StoreError, UnavailableError):
     """The database could not be reached, or stayed locked past the busy timeout."""
 
 
+class WritersBusyError(StoreUnavailableError):
+    """Another writer holds this SQLite file, and the caller asked not to wait for it
+    (:func:`~om_workers.store.engine.writers_not_waited`); nothing was read or written."""
+
+
 class MigrationError(StoreError):
     """Applying the schema migrations failed."""
 

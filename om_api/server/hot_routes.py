@@ -12,9 +12,11 @@ well-formed, through the same steps as the routes: the key cache and rate limits
 the same answers, the app's own exception handlers for whatever they raise.
 
 Anything it would have to judge differently goes to the framework unchanged, body included:
-a key the cache does not hold (the framework looks it up, and caches it), a path id, query or
-body that does not validate (the framework writes the 422), a body that is not JSON, another
-method. The routes stay declared there, so the OpenAPI document is the same.
+a missing or unknown key (the framework writes the 401), a path id, query or body that does
+not validate (the framework writes the 422), a body that is not JSON, another method. The
+routes stay declared there, so the OpenAPI document is the same. A key the cache no longer
+holds is read here as the framework would read it (on the event loop for a local store, so
+that the requests behind it find it cached, not a thread each).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from urllib.parse import parse_qsl
 import pydantic
 from fastapi import Request
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,13 +41,14 @@ from om_api.schemas import (
     AppendEntriesRequest,
     FlushRequest,
 )
-from om_api.server.auth import admit_key, bearer_token
+from om_api.server.auth import MAX_KEY_CHARS, admit_key, bearer_token
 from om_api.server.limits import request_class
 from om_api.server.logging import bind_log_context
 from om_api.server.routes import jobs, memory, sessions
 from om_api.server.state import ApiState
 from om_core.policy.rate_limit import RequestClass
 from om_core.read.context import MIN_CONTEXT_TOKENS
+from om_workers.errors import InvalidApiKeyError
 
 _PATH_ID: Final = re.compile(PATH_ID_PATTERN)
 _SCOPE_ID: Final = re.compile(SCOPE_ID_PATTERN)
@@ -186,9 +190,9 @@ class HotRoutes:
     ) -> None:
         state = self.state
         token = bearer_token(_header(scope, b"authorization"))
-        found = state.keys.cached(token) if token else None
-        if token is None or found is None:
-            raise _NotHot  # the framework answers the 401 or looks the key up
+        if token is None or len(token) > MAX_KEY_CHARS:
+            raise _NotHot  # the framework answers the 401
+        found = state.keys.cached(token) or await _resolved(state, token)
         arguments = self._arguments(call, scope, body)
         route = self.routes[call]
         scope["route"] = route
@@ -211,6 +215,18 @@ class HotRoutes:
             return {"body": None if payload is None else FlushRequest.model_validate(payload)}
         except pydantic.ValidationError:
             raise _NotHot from None
+
+
+async def _resolved(state: ApiState, token: str) -> tuple[str, str]:
+    """``(tenant id, key id)`` of a key the cache does not hold (its entry expired, or it
+    is new to this process), read and cached again: on the event loop for a local store (one
+    indexed read, and the next request finds it cached), else in the thread pool."""
+    try:
+        if state.local_store:
+            return state.keys.resolve(token)
+        return await run_in_threadpool(state.keys.resolve, token)
+    except InvalidApiKeyError:
+        raise _NotHot from None  # the framework answers the 401
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

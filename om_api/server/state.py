@@ -66,10 +66,11 @@ class ApiState:
         return self.services.store
 
     @property
-    def reads_on_loop(self) -> bool:
-        """Whether context reads run on the event loop rather than in the read lane: the store
-        is a local SQLite file, whose reads take microseconds to a few milliseconds and, in WAL
-        mode, never wait for a writer."""
+    def local_store(self) -> bool:
+        """Whether the store is a local SQLite file, whose calls cost less on the event loop
+        than a hop into a lane: they take microseconds to a few milliseconds, reads never wait
+        for a writer (WAL), and a write that would wait for one can be handed to a lane
+        (:func:`~om_workers.store.engine.writers_not_waited`)."""
         return self.store.engine.dialect.name == "sqlite"
 
     @property

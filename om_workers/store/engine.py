@@ -26,13 +26,14 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from om_workers.errors import ConfigError
+from om_workers.errors import ConfigError, WritersBusyError
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -92,24 +93,32 @@ class _SqliteWriters:
         self._depth = 0
 
     @contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the head of the queue (block until then)."""
-        with self._threads:
+    def held(self, *, wait: bool = True) -> Iterator[None]:
+        """Hold the head of the queue: block until then, or, without ``wait``, raise
+        :class:`~om_workers.errors.WritersBusyError` when another writer holds it."""
+        if not self._threads.acquire(blocking=wait):
+            raise WritersBusyError("another thread of this process is writing")
+        try:
             self._depth += 1
-            fd = self._file_lock() if self._depth == 1 else None
+            fd = self._file_lock(wait) if self._depth == 1 else None
             try:
                 yield
             finally:
-                self._depth -= 1
                 if fd is not None:
                     fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._depth -= 1
+            self._threads.release()
 
-    def _file_lock(self) -> int | None:
+    def _file_lock(self, wait: bool) -> int | None:
         if self._path is None:
             return None
         if self._fd is None or self._fd[0] != os.getpid():
             self._fd = (os.getpid(), os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
-        fcntl.flock(self._fd[1], fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._fd[1], fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WritersBusyError("another process is writing") from None
         return self._fd[1]
 
 
@@ -146,20 +155,39 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
 
+_NOT_WAITING: ContextVar[bool] = ContextVar("om_sqlite_writers_not_waited", default=False)
+
+
+@contextmanager
+def writers_not_waited() -> Iterator[None]:
+    """Inside the block, a SQLite write transaction that would wait for another writer (a
+    thread of this process, or another process, at the head of the file's queue) raises
+    :class:`~om_workers.errors.WritersBusyError` at once instead, before anything is read or
+    written. For a caller on an event loop, which must not block there but can hand the work
+    to a thread that may wait. No effect on PostgreSQL."""
+    token = _NOT_WAITING.set(True)
+    try:
+        yield
+    finally:
+        _NOT_WAITING.reset(token)
+
+
 @contextmanager
 def writer_connection(engine: Engine) -> Iterator[Connection]:
     """A connection whose transactions may write, for as long as the block lasts.
 
     On SQLite it waits for the head of the file's queue of writers (threads, then processes)
-    and holds it until the block ends; its transactions begin IMMEDIATE (take the write lock
-    first). On PostgreSQL it is a plain connection: writers serialise per row, not per database.
+    and holds it until the block ends (inside :func:`writers_not_waited`, it raises
+    :class:`~om_workers.errors.WritersBusyError` rather than wait); its transactions begin
+    IMMEDIATE (take the write lock first). On PostgreSQL it is a plain connection: writers
+    serialise per row, not per database.
     """
     writers = _WRITE_LOCKS.get(engine)
     if writers is None:
         with engine.connect() as connection:
             yield connection
         return
-    with writers.held(), engine.connect() as connection:
+    with writers.held(wait=not _NOT_WAITING.get()), engine.connect() as connection:
         connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
         yield connection
 

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from om_workers.store.engine import _SqliteWriters
+from om_core.ledger.models import SessionEntry
+from om_workers.errors import WritersBusyError
+from om_workers.store import AccountStore, SqlStore, upgrade
+from om_workers.store.engine import _SqliteWriters, writers_not_waited
 from tests.threads import CheckedThread
 
 
@@ -144,3 +147,61 @@ def test_an_in_memory_database_has_no_lock_file(
     with _SqliteWriters(":memory:").held():
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_writer_that_may_not_wait_is_refused_while_another_holds_the_queue(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "om.db"
+    writers = _SqliteWriters(str(database))
+    other = _hold(Path(f"{database}-writers"))
+    with pytest.raises(WritersBusyError, match="another process"), writers.held(wait=False):
+        pytest.fail("held while another process holds the file")
+    assert other.stdin is not None
+    other.stdin.write("go\n")
+    other.stdin.flush()
+    other.wait(timeout=60)
+    held_elsewhere = threading.Event()
+    let_go = threading.Event()
+
+    def hold_in_another_thread() -> None:
+        with writers.held():
+            held_elsewhere.set()
+            let_go.wait(60)
+
+    holder = CheckedThread(hold_in_another_thread)
+    holder.start()
+    assert held_elsewhere.wait(60)
+    with pytest.raises(WritersBusyError, match="another thread"), writers.held(wait=False):
+        pytest.fail("held while another thread holds the queue")
+    let_go.set()
+    holder.join(60)
+    with writers.held(wait=False):
+        assert _taken_elsewhere(database)  # free again: taken at once, file lock included
+    assert not _taken_elsewhere(database)
+
+
+def test_writes_not_waited_for_raise_before_anything_is_written(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    try:
+        tenant = AccountStore(store.engine).create_tenant("t").id
+        store.create_session(tenant, "s")
+        other = _hold(Path(f"{tmp_path / 'om.db'}-writers"))
+        entry = SessionEntry.model_validate(
+            {"id": "e1", "sessionId": "s", "kind": "message",
+             "message": {"role": "user", "content": "hi"}}
+        )  # fmt: skip
+        with writers_not_waited(), pytest.raises(WritersBusyError):
+            store.append_entries(tenant, "s", [entry])
+        assert other.stdin is not None
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        other.wait(timeout=60)
+        assert store.get_session(tenant, "s").entry_count == 0
+        with writers_not_waited():
+            store.append_entries(tenant, "s", [entry])
+        assert store.get_session(tenant, "s").entry_count == 1
+    finally:
+        store.close()

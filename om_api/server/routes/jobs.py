@@ -57,7 +57,7 @@ async def flush(
     # accepted request in one hop into the write lane; the rest (metrics, the answer) on the
     # event loop.
     request = body or FlushRequest()
-    serving = _idle(state, tenant_id, session_id, request) if state.reads_on_loop else None
+    serving = _idle(state, tenant_id, session_id, request) if state.local_store else None
     if serving is None:
         serving = await state.lanes.write.run(_requested, state, tenant_id, session_id, request)
     bind_log_context(job_id=serving.job_id)

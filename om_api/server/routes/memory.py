@@ -169,7 +169,7 @@ async def _served_context(
     which grows with the session) goes to the read lane. A database server is read in the
     read lane, build included."""
     budget = _budget(state, max_tokens)
-    if not state.reads_on_loop:
+    if not state.local_store:
         return await state.lanes.read.run(
             _context, state, tenant_id, session_id, scope, include, budget
         )
