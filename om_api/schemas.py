@@ -27,14 +27,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
     Tag,
     ValidationError,
     computed_field,
@@ -161,6 +163,10 @@ def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPa
     return None
 
 
+_STORABLE_CHECKED: ContextVar[bool] = ContextVar("om_storable_checked", default=False)
+"""Set while the models nested in a checked value are validated."""
+
+
 class RequestModel(BaseModel):
     """Base of every request body and of every model nested in one: unknown keys are a 422
     naming them, and so is any text no store can keep (see :func:`find_unstorable`), before
@@ -169,19 +175,25 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     _checks_storable: ClassVar[bool] = True
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _refuse_unstorable(cls, data: Any) -> Any:
-        if not cls._checks_storable or isinstance(data, BaseModel):
-            return data
+    def _refuse_unstorable(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # The outermost model walks the whole value once; the models nested in it (validated
+        # inside ``handler``) have nothing left to find.
+        if not cls._checks_storable or isinstance(data, BaseModel) or _STORABLE_CHECKED.get():
+            return handler(data)
         found = find_unstorable(data)
-        if found is None:
-            return data
-        path, reason = found
-        error = PydanticCustomError("unstorable_value", "{reason}", {"reason": reason})
-        # ``input`` is a placeholder: the value itself may not even be encodable as UTF-8.
-        detail = InitErrorDetails(type=error, loc=path, input="<refused>")
-        raise ValidationError.from_exception_data(cls.__name__, [detail])
+        if found is not None:
+            path, reason = found
+            error = PydanticCustomError("unstorable_value", "{reason}", {"reason": reason})
+            # ``input`` is a placeholder: the value itself may not even be encodable as UTF-8.
+            detail = InitErrorDetails(type=error, loc=path, input="<refused>")
+            raise ValidationError.from_exception_data(cls.__name__, [detail])
+        checked = _STORABLE_CHECKED.set(True)
+        try:
+            return handler(data)
+        finally:
+            _STORABLE_CHECKED.reset(checked)
 
 
 # Errors ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import threading
 import time
 import weakref
@@ -31,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from om_workers.errors import ConfigError, WritersBusyError
 
@@ -152,7 +153,14 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
         mode = connection.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+        statement = f"BEGIN {mode}"
+        # Straight to the driver: a BEGIN through SQLAlchemy's execution path (compiled
+        # statement, result object) cost as much as a query, on every transaction. Its errors
+        # (a lock held past the busy timeout) are wrapped as SQLAlchemy would have.
+        try:
+            connection.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
 
 
 _NOT_WAITING: ContextVar[bool] = ContextVar("om_sqlite_writers_not_waited", default=False)
