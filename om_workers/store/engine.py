@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError
 
 from om_workers.errors import ConfigError, WritersBusyError
 
@@ -73,7 +73,41 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(normalized, connect_args=connect_args, **kwargs)
         _configure_sqlite(engine)
         return engine
-    return create_engine(normalized, pool_pre_ping=True, **kwargs)
+    engine = create_engine(normalized, **kwargs)
+    _ping_after_idle(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 5.0
+"""A pooled PostgreSQL connection idle this long (seconds) is pinged before it is handed out."""
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Ping a connection at checkout only when it sat in the pool ``PING_AFTER_IDLE_S`` or
+    more; a dead one is replaced (the pool tries a fresh connection) before anyone uses it.
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout: a round trip and a statement on
+    the server for every transaction, three times an agent's turn. A connection in steady use
+    needs none: should the server restart under it, the statement fails, SQLAlchemy
+    invalidates the whole pool, and the caller gets the store's ``StoreUnavailableError``
+    (a 503 with ``Retry-After``) while the next checkout connects afresh."""
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_CHECKED_IN] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_CHECKED_IN)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+
+
+_CHECKED_IN = "om_checked_in"
 
 
 def in_memory_sqlite(url: str) -> bool:

@@ -1,0 +1,83 @@
+"""Pooled PostgreSQL connections: one that sat idle is pinged at checkout and replaced when
+dead; one in steady use is not pinged, and when its server side is gone the caller gets the
+store's 503 error once, then a fresh connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, event
+
+from om_workers.errors import SessionNotFoundError, StoreUnavailableError
+from om_workers.store import SqlStore, upgrade
+from om_workers.store import engine as store_engine
+from om_workers.store.engine import normalize_database_url
+from tests.conftest import PG_URL, fresh_database, needs_postgres
+
+pytestmark = needs_postgres
+
+
+@pytest.fixture
+def pg_store(tmp_path: Path) -> Iterator[SqlStore]:
+    with fresh_database("postgresql", tmp_path) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url)
+        yield store
+        store.close()
+
+
+def _terminate_pooled_backends(engine: Engine) -> None:
+    """End, from the server side, every connection the engine's pool holds."""
+    pids: list[int] = []
+    with engine.connect() as connection:
+        pids.append(int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
+    admin = create_engine(normalize_database_url(str(PG_URL)))
+    try:
+        with admin.begin() as connection:
+            for pid in pids:
+                connection.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
+    finally:
+        admin.dispose()
+
+
+def _pings(engine: Engine) -> list[str]:
+    seen: list[str] = []
+    original = engine.dialect.do_ping
+
+    def counted(dbapi_connection: object) -> bool:
+        seen.append("ping")
+        return original(dbapi_connection)
+
+    engine.dialect.do_ping = counted  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_connection_in_steady_use_is_not_pinged(pg_store: SqlStore) -> None:
+    pings = _pings(pg_store.engine)
+    for _ in range(5):
+        with pg_store.engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+    assert pings == []
+
+
+def test_an_idle_dead_connection_is_replaced_before_use(
+    pg_store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _terminate_pooled_backends(pg_store.engine)
+    monkeypatch.setattr(store_engine, "PING_AFTER_IDLE_S", 0.0)
+    pings = _pings(pg_store.engine)
+    connects: list[str] = []
+    event.listen(pg_store.engine, "connect", lambda *_: connects.append("connect"))
+    with pg_store.engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT 1").scalar_one() == 1
+    assert pings and connects == ["connect"]
+
+
+def test_a_busy_connection_lost_fails_once_then_the_pool_heals(pg_store: SqlStore) -> None:
+    _terminate_pooled_backends(pg_store.engine)
+    with pytest.raises(StoreUnavailableError):
+        pg_store.get_session("nobody", "nothing")
+    with pytest.raises(SessionNotFoundError):
+        pg_store.get_session("nobody", "nothing")
