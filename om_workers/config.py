@@ -434,7 +434,9 @@ class ApiSettings(BaseModel):
         le=256,
         description="Threads of an API process that read contexts (GET .../context) at once; "
         "more wait their turn. Apart from appends and flush requests, so that a burst of those "
-        "never delays the read an agent waits on before its model call.",
+        "never delays the read an agent waits on before its model call. On SQLite only a "
+        "context whose memory must be rendered afresh takes one: the rest of a turn runs on "
+        "the event loop.",
     )
     write_threads: int = setting(
         "OM_API_WRITE_THREADS",
@@ -444,7 +446,8 @@ class ApiSettings(BaseModel):
         description="Threads of an API process that append entries and accept flush requests "
         "at once; more wait their turn, on the event loop. One keeps the database and the GIL "
         "free for context reads (SQLite writes one at a time anyway); raise it when the "
-        "database has cores to spare.",
+        "database has cores to spare. On SQLite a write takes one only while another writer "
+        "holds the file.",
     )
     admin_token: str | None = setting(
         "OM_ADMIN_TOKEN",

@@ -51,7 +51,7 @@ def test_a_turn_on_sqlite_takes_no_thread(backend_api: LiveApi, hops: list[str])
     if backend_api.backend == "sqlite":
         assert hops == []
     else:
-        assert hops == ["write", "read", "write"]
+        assert hops == ["write", "read", "read"]
 
 
 def test_a_cold_context_read_is_built_in_the_read_lane(

@@ -52,12 +52,15 @@ async def flush(
     or another tenant's session (checked before Redis is touched), 503 + ``Retry-After``
     when Redis is down.
     """
-    # Asked after every agent turn, mostly with nothing to do: on a local store (SQLite) that
-    # one read is answered on the event loop (cheaper than the hop); the store and Redis of an
-    # accepted request in one hop into the write lane; the rest (metrics, the answer) on the
-    # event loop.
+    # Asked after every agent turn, mostly with nothing to do: that answer is one read, on the
+    # event loop for a local store (SQLite; cheaper than the hop), else in the read lane (the
+    # write lane's threads are for writes); the store and Redis of an accepted request in one
+    # hop into the write lane; the rest (metrics, the answer) on the event loop.
     request = body or FlushRequest()
-    serving = _idle(state, tenant_id, session_id, request) if state.local_store else None
+    if state.local_store:
+        serving = _idle(state, tenant_id, session_id, request)
+    else:
+        serving = await state.lanes.read.run(_idle, state, tenant_id, session_id, request)
     if serving is None:
         serving = await state.lanes.write.run(_requested, state, tenant_id, session_id, request)
     bind_log_context(job_id=serving.job_id)
