@@ -128,12 +128,12 @@ def _json_body(scope: Scope, body: bytes) -> Any:
     or text that is not JSON (the framework answers those with its own 422)."""
     if not body:
         return None
-    media = dict(scope["headers"]).get(b"content-type", b"").split(b";", 1)[0].strip().lower()
-    if media != b"application/json":
+    media = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
         raise _NotHot
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # the framework's 422 (not JSON) or 400 (too deep)
         raise _NotHot from None
 
 
