@@ -21,6 +21,7 @@ that the requests behind it find it cached, not a thread each).
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -192,15 +193,16 @@ class HotRoutes:
         token = bearer_token(_header(scope, b"authorization"))
         if token is None or len(token) > MAX_KEY_CHARS:
             raise _NotHot  # the framework answers the 401
-        found = state.keys.cached(token) or await _resolved(state, token)
-        arguments = self._arguments(call, scope, body)
-        route = self.routes[call]
-        scope["route"] = route
+        scope["route"] = self.routes[call]
         scope["path_params"] = {"session_id": session_id}
         bind_log_context(session_id=session_id)
         try:
+            found = state.keys.cached(token) or await _resolved(state, token)
+            arguments = self._arguments(call, scope, body)
             tenant_id = await admit_key(scope, state, token, found, self.classes[call])
             response = await _ENDPOINTS[call](state, tenant_id, session_id, **arguments)
+        except _NotHot:
+            raise
         except Exception as exc:  # answered as the framework would, by the app's own handlers
             response = await _handled(scope, exc)
         await response(scope, receive, send)
@@ -254,6 +256,7 @@ async def _handled(scope: Scope, exc: Exception) -> Response:
             break
         handler = handlers.get(cls)
         if handler is not None:
-            response: Response = await handler(Request(scope), exc)
+            answer = handler(Request(scope), exc)
+            response: Response = await answer if inspect.isawaitable(answer) else answer
             return response
     raise exc

@@ -11,6 +11,8 @@ import pytest
 
 from om_api.server import hot_routes
 from om_api.server.hot_routes import hot_call
+from om_api.server.key_cache import KeyCache
+from om_workers.errors import StoreUnavailableError
 from tests.api.server import LiveApi
 
 
@@ -161,3 +163,20 @@ def test_a_flush_body_may_be_empty_null_or_options(api: LiveApi) -> None:
         assert answer.status_code == 202, answer.text
     bad = client.post("/v1/sessions/s/flush", json={"force": "often"})
     assert bad.status_code == 422
+
+
+def test_a_store_failing_while_a_key_is_read_is_a_503_from_either_path(
+    api: LiveApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = api.tenant()
+
+    def unreachable(self: KeyCache, plaintext: str) -> tuple[str, str]:
+        raise StoreUnavailableError("the database is restarting")
+
+    monkeypatch.setattr(KeyCache, "cached", lambda self, plaintext: None)
+    monkeypatch.setattr(KeyCache, "resolve", unreachable)
+    hot = client.get("/v1/sessions/s/context")
+    monkeypatch.setattr(hot_routes, "hot_call", lambda scope: None)
+    framework = client.get("/v1/sessions/s/context")
+    assert _error(hot) == _error(framework)
+    assert hot.status_code == 503 and hot.headers["retry-after"] == framework.headers["retry-after"]
