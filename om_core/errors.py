@@ -57,7 +57,8 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── SignInRequired [a]            the console: no sign-in, or it ended
     │   └── Unauthorized [c]
     ├── UnavailableError                  a dependency is down or busy: retry later
-    │   ├── StoreUnavailableError [w], RedisUnavailableError [w]
+    │   ├── StoreUnavailableError [w]: WritersBusyError [w] (a write asked not to wait)
+    │   ├── RedisUnavailableError [w]
     │   ├── ProviderTransportError [w]: ProviderTimeoutError [w]
     │   ├── ProviderRateLimitError [w], ProviderServerError [w]
     │   ├── EmbeddingsUnavailableError [w]: the embeddings endpoint is down

@@ -35,6 +35,10 @@ OUTSIDE_THE_TREE = {
         "a FastAPI HTTPException: FastAPI re-raises only those from a body read and turns any "
         "other error into a 400, so the 413 would be lost"
     ),
+    "om_api.server.hot_routes._NotHot": (
+        "not an error: the hot layer's signal, never raised out of it, that the framework "
+        "answers this request"
+    ),
 }
 """Error classes that may not descend from the root, by why."""
 
