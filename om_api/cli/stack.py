@@ -305,7 +305,10 @@ class Stack:
                 child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(child.process.pid, signal.SIGKILL)
-                child.process.wait()
+                # A process in an uninterruptible wait dies when that wait ends; stopping the
+                # stack does not wait for it forever (the kernel reaps it then).
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.process.wait(timeout=STOP_TIMEOUT_S)
             # Anything the child forked and left behind in its group goes with it.
             _signal_group(child.process.pid, signal.SIGKILL)
         redis_server, self._redis = self._redis, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import create_engine, inspect
 from typer.testing import CliRunner
 
@@ -91,6 +93,34 @@ def test_keys_create_makes_a_key_that_resolves(tmp_path: Path) -> None:
 def test_client_commands_fail_cleanly_without_a_server() -> None:
     result = om("status", "s-1", "--api", "http://127.0.0.1:9", "--key", "k")
     assert result.returncode == 1 and "no answer" in result.stderr
+
+
+STOP_WAIT_S = 120.0
+"""How long ``om up`` gets to stop after Ctrl-C: its children get 20 s before SIGKILL."""
+
+
+def _stopped(process: subprocess.Popen[str], pids: dict[str, int]) -> str:
+    """What ``om up`` printed until it exited; a failure naming where it and its children
+    were when it did not exit within :data:`STOP_WAIT_S` (then all of them are killed)."""
+    try:
+        return process.communicate(timeout=STOP_WAIT_S)[0]
+    except subprocess.TimeoutExpired:
+        where = {name: _state(pid) for name, pid in {"om up": process.pid, **pids}.items()}
+        for pid in [process.pid, *pids.values()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"om up did not stop within {STOP_WAIT_S} s of Ctrl-C: {where}")
+
+
+def _state(pid: int) -> str:
+    """A process's state and the kernel function it waits in (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return "gone"
+    return f"{stat} in {wchan or '-'}"
 
 
 def _alive(pid: int) -> bool:
@@ -188,7 +218,7 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path: Path) -> None:
         assert all(_alive(pid) for pid in pids.values())
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C
-        rest, _ = process.communicate(timeout=60)
+        rest = _stopped(process, pids if "pids" in locals() else {})
     assert process.returncode == 0, rest
     assert "stopped." in rest
     for pid in pids.values():
