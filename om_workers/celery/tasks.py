@@ -66,11 +66,15 @@ def publisher(app: Any) -> PublishJob:
         with tracing.span(
             f"{FLUSH_TASK} publish", kind=SpanKind.PRODUCER, attributes=_job_attributes(job_id)
         ):
+            args = [tenant_id, session_id, job_id, False]
             app.send_task(
                 FLUSH_TASK,
-                args=[tenant_id, session_id, job_id, False],
+                args=args,
                 queue=QUEUE,
                 headers=tracing.inject_headers() or None,
+                # What Celery's saferepr renders for ids this short, without walking them.
+                argsrepr=repr(args),
+                kwargsrepr="{}",
             )
 
     return publish
