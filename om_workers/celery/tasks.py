@@ -57,10 +57,13 @@ waits in the broker instead (native delayed delivery, whole seconds)."""
 MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
-def publisher(app: Any) -> PublishJob:
+def publisher(app: Any, *, declared: bool = False) -> PublishJob:
     """A :data:`~om_workers.jobs.deps.PublishJob` that sends ``om.flush`` through ``app``;
     with tracing on, the publish is a producer span whose W3C context rides in the message's
-    headers, so the worker's span continues the trace."""
+    headers, so the worker's span continues the trace. ``declared``: the queue is known to
+    exist (a worker publishes to the queue it consumes, declared when it started), so kombu
+    does not declare it again at each publish (a fifth of a publish's CPU)."""
+    declare: dict[str, list[Any]] = {"declare": []} if declared else {}
 
     def publish(tenant_id: str, session_id: str, job_id: str) -> None:
         with tracing.span(
@@ -75,6 +78,7 @@ def publisher(app: Any) -> PublishJob:
                 # What Celery's saferepr renders for ids this short, without walking them.
                 argsrepr=repr(args),
                 kwargsrepr="{}",
+                **declare,
             )
 
     return publish

@@ -61,7 +61,7 @@ def test_the_redis_broker_uses_the_transport_that_survives_a_closed_channel() ->
     assert config["broker_transport"] == TRANSPORT
 
 
-def test_a_worker_publishes_without_a_sent_event_and_the_api_with_one(
+def test_a_worker_publishes_without_a_sent_event_or_a_declaration_and_the_api_with_both(
     redis_server: EmbeddedRedis, client: redis.Redis
 ) -> None:
     from om_workers.celery.startup import quiet_sent_events
@@ -72,6 +72,7 @@ def test_a_worker_publishes_without_a_sent_event_and_the_api_with_one(
     events.psubscribe("*celeryev/task.sent")
     assert events.get_message(timeout=5) is not None  # subscribed
     publish = publisher(app)
+    from_a_worker = publisher(app, declared=True)
 
     def sent_events() -> list[str]:
         seen = []
@@ -82,7 +83,7 @@ def test_a_worker_publishes_without_a_sent_event_and_the_api_with_one(
     publish("t1", "s1", "job-1")
     assert len(sent_events()) == 1
     quiet_sent_events(sender=type("WorkController", (), {"app": app})())
-    publish("t1", "s2", "job-2")
+    from_a_worker("t1", "s2", "job-2")
     assert sent_events() == []
     assert client.llen(QUEUE) == 2
     raw = client.lindex(QUEUE, 0)
