@@ -226,17 +226,17 @@ def run() -> Section:
     section.notes.append(
         f"{calls} provider calls per flush. Figure 1 is the best of 3 runs of each kind, "
         "alternating. The worker is CPU-bound there (`python -m tests.bench.profile_flush` says "
-        "where its CPU goes): a flush costs four to six no-op tasks, and a busier machine slows "
-        "the no-op tasks more than the flushes, so the ratio reads higher at a higher load "
-        "average. A flush job costs two Redis round trips (the fair queue's start with the "
-        "lock's acquire and claim; the release with the fair queue's done), two SQLite write "
+        "where its CPU goes): a flush costs about six no-op tasks, and one run's no-op baseline "
+        "moves by a quarter with the machine's other load, so compare trees over several "
+        "alternating runs. A flush job costs two Redis round trips (the fair queue's start with "
+        "the lock's acquire and claim; the release with the fair queue's done), two SQLite write "
         "transactions (start; last records with the finish) and one read (the view), about 17 "
         "SQL statements with SQLAlchemy's per-statement cost, the extractive observer (which "
         "plans a run once), and, with fair queueing, the worker's publish of the job admitted "
         "in its place: one more round trip, with no task-sent event and no queue declaration "
         "(the publisher pays that first in, first out). Writers queue on one lock (SQLite has "
-        "one writer), held about two thirds of the time under this load: 16 threads and the "
-        "GIL stretch each write."
+        "one writer), held about two thirds of the time under load: 16 threads and the GIL "
+        "stretch each write."
     )
     section.notes.append(
         f"Load average (1 min) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
