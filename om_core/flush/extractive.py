@@ -107,19 +107,44 @@ _MERGE_GLUE = " | "  # between the texts of messages merged to fit the call budg
 _DELIMITER = re.compile(r"<(/?)(transcript|observations)>")
 
 
+Planned = tuple[str, dict[str, Any]]
+_PlanKey = tuple[str, str, frozenset[str]]
+
+
 class ExtractiveProvider:
     """Deterministic offline provider (a heuristic, not a model); see the module docstring.
 
     ``generate`` never raises for well-formed worker prompts; a request offering none of the
     three worker tools gets an assistant message without tool calls (a no-op turn).
+
+    A run's plan is a function of its system message, prompt and tools alone, and every turn
+    of the run sends the same three: the instance keeps the last plan it made, so the later
+    turns of a run (the one that ends it included) slice it instead of planning again.
     """
+
+    _last_plan: tuple[_PlanKey, list[Planned], int] | None = None
 
     def generate(self, request: ProviderRequest) -> ProviderResponse:
         """Answer one worker turn with the next batch of planned tool calls."""
+        plan, per_turn = self._plan(request)
+        done = sum(1 for m in request.messages if m.role == "tool")
+        batch = plan[done : done + per_turn]
+        calls = tuple(
+            ToolCall(id=f"call_{done + i}", name=name, arguments=arguments)
+            for i, (name, arguments) in enumerate(batch)
+        )
+        return ProviderResponse(message=Message(role="assistant", tool_calls=calls))
+
+    def _plan(self, request: ProviderRequest) -> tuple[list[Planned], int]:
+        """The run's whole plan and the calls allowed per turn (kept for the run's next turn)."""
         system = request.messages[0].text if request.messages else ""
         prompt = request.messages[1].text if len(request.messages) > 1 else ""
-        tools = {tool.name for tool in request.tools}
+        key = (system, prompt, frozenset(tool.name for tool in request.tools))
+        last = self._last_plan
+        if last is not None and last[0] == key:
+            return last[1], last[2]
         limits = {**_DEFAULT_LIMITS, **parse_limits(system)}
+        tools = key[2]
         if RECORD_OBSERVATION in tools:
             plan = _plan_observations(prompt, limits)
         elif RECORD_REFLECTION in tools:
@@ -128,16 +153,8 @@ class ExtractiveProvider:
             plan = _plan_drop(prompt)
         else:
             plan = []
-        done = sum(1 for m in request.messages if m.role == "tool")
-        batch = plan[done : done + limits["maxToolCallsPerTurn"]]
-        calls = tuple(
-            ToolCall(id=f"call_{done + i}", name=name, arguments=arguments)
-            for i, (name, arguments) in enumerate(batch)
-        )
-        return ProviderResponse(message=Message(role="assistant", tool_calls=calls))
-
-
-Planned = tuple[str, dict[str, Any]]
+        self._last_plan = (key, plan, limits["maxToolCallsPerTurn"])
+        return plan, limits["maxToolCallsPerTurn"]
 
 
 @dataclass

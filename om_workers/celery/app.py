@@ -77,13 +77,14 @@ def get_app() -> Any:
 def worker_deps() -> FlushDeps:
     """The flush dependencies of this process, built on first use from its
     :func:`~om_workers.services.build_services` (one store, one Redis client, the provider) and
-    its publisher (the app's, behind the fair queue unless ``OM_FAIR_QUEUEING`` is off; see
+    its publisher (the app's, which declares nothing: the worker consumes the queue it
+    publishes to; behind the fair queue unless ``OM_FAIR_QUEUEING`` is off; see
     :meth:`~om_workers.services.Services.flush_deps`).
 
     Raises :class:`ConfigError` when ``OM_REDIS_URL`` is unset or ``OM_PROVIDER`` is bad: the
     first task fails, loudly."""
     services = build_services(get_settings())
-    return services.flush_deps(services.publisher(publisher(get_app())))
+    return services.flush_deps(services.publisher(publisher(get_app(), declared=True)))
 
 
 def enqueue_flush(

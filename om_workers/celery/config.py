@@ -13,7 +13,10 @@ Both brokers:
 - ``worker_cancel_long_running_tasks_on_connection_loss``: when the broker connection drops the
   running tasks' messages are redelivered anyway, so cancelling them avoids two live copies.
 - No result backend: a job's state is its row in the SQL store, which the API reports.
-- Events on (``worker_send_task_events``, ``task_send_sent_event``), so Flower shows tasks.
+- Events on (``worker_send_task_events``, ``task_send_sent_event``), so Flower shows tasks. A
+  worker process sends no ``task-sent`` event for what it publishes itself
+  (:func:`om_workers.celery.startup.quiet_sent_events`): Flower lists those tasks from their
+  ``task-received``.
 
 Redis (``redis://``, ``rediss://``; the default, ``OM_REDIS_URL``):
 

@@ -57,20 +57,28 @@ waits in the broker instead (native delayed delivery, whole seconds)."""
 MAX_UNAVAILABLE_RETRIES: Final = 6
 
 
-def publisher(app: Any) -> PublishJob:
+def publisher(app: Any, *, declared: bool = False) -> PublishJob:
     """A :data:`~om_workers.jobs.deps.PublishJob` that sends ``om.flush`` through ``app``;
     with tracing on, the publish is a producer span whose W3C context rides in the message's
-    headers, so the worker's span continues the trace."""
+    headers, so the worker's span continues the trace. ``declared``: the queue is known to
+    exist (a worker publishes to the queue it consumes, declared when it started), so kombu
+    does not declare it again at each publish (a fifth of a publish's CPU)."""
+    declare: dict[str, list[Any]] = {"declare": []} if declared else {}
 
     def publish(tenant_id: str, session_id: str, job_id: str) -> None:
         with tracing.span(
             f"{FLUSH_TASK} publish", kind=SpanKind.PRODUCER, attributes=_job_attributes(job_id)
         ):
+            args = [tenant_id, session_id, job_id, False]
             app.send_task(
                 FLUSH_TASK,
-                args=[tenant_id, session_id, job_id, False],
+                args=args,
                 queue=QUEUE,
                 headers=tracing.inject_headers() or None,
+                # What Celery's saferepr renders for ids this short, without walking them.
+                argsrepr=repr(args),
+                kwargsrepr="{}",
+                **declare,
             )
 
     return publish

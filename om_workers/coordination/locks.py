@@ -30,7 +30,7 @@ import redis
 from om_workers.coordination import keys, liveness, timing
 from om_workers.coordination.batch import Reply, ScriptCall, run_together
 from om_workers.coordination.connection import translate_errors
-from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats
+from om_workers.coordination.heartbeats import HEARTBEATS, Heartbeats, Scheduled
 from om_workers.coordination.liveness import LIVENESS, Liveness
 from om_workers.errors import CoordinationError, LockLostError
 
@@ -94,6 +94,7 @@ class SessionLock:
         self._stop = threading.Event()
         self._beating = threading.RLock()  # held while a beat runs; release waits for it
         self._heartbeat_started = False
+        self._scheduled: Scheduled | None = None
         self.claimed_job_id: str | None = None
         self.took_over = False
 
@@ -171,7 +172,7 @@ class SessionLock:
             if self._heartbeat_started:
                 raise CoordinationError(f"lock {self.key!r} already has a heartbeat")
             self._heartbeat_started = True
-        heartbeats.schedule(self._interval_s, self._beat)
+        self._scheduled = heartbeats.schedule(self._interval_s, self._beat)
 
     def _beat(self) -> float | None:
         """One extension; the delay until the next, or ``None`` once released or lost."""
@@ -242,6 +243,8 @@ class SessionLock:
         expires by itself after its TTL and the reconciler re-publishes any pending flush.
         """
         self._stop.set()
+        if self._scheduled is not None:
+            self._scheduled.cancel()
         with self._beating:  # a beat in progress finishes first; later ones see the stop
             pass
         replies: list[Reply] = []

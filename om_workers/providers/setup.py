@@ -48,14 +48,28 @@ def load_provider(spec: str) -> Provider:
     """
     if spec == "extractive":
         return ExtractiveProvider()
+    return _checked(spec, _built(spec, _factory(spec)))
+
+
+def _factory(spec: str) -> Callable[[], object]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"OM_PROVIDER must be 'extractive' or 'module:factory', got {spec!r}")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-        provider = factory()
-    except (ImportError, AttributeError, TypeError) as exc:
+        factory: Callable[[], object] = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
         raise ConfigError(f"cannot load provider {spec!r}: {exc}") from exc
+    return factory
+
+
+def _built(spec: str, factory: Callable[[], object]) -> object:
+    try:
+        return factory()
+    except TypeError as exc:
+        raise ConfigError(f"cannot load provider {spec!r}: {exc}") from exc
+
+
+def _checked(spec: str, provider: object) -> Provider:
     if not isinstance(provider, Provider):
         raise ConfigError(f"provider {spec!r} returned {type(provider).__name__}, not a Provider")
     return provider
@@ -99,8 +113,18 @@ def provider_factory(settings: Settings) -> Callable[[], Provider]:
         raise ConfigError(
             f"OM_PROVIDER must be extractive, openai, anthropic or module:factory, got {spec!r}"
         )
-    load_provider(spec)  # fail loudly at startup, not inside every job
-    return lambda: load_provider(spec)
+    if spec == "extractive":
+        return ExtractiveProvider
+    factory = _factory(spec)
+    # Checked now, to fail loudly at start-up rather than inside every job; then only a
+    # provider of another type is checked again (the Protocol check walks every member).
+    checked = type(_checked(spec, _built(spec, factory)))
+
+    def build() -> Provider:
+        provider = _built(spec, factory)
+        return provider if type(provider) is checked else _checked(spec, provider)
+
+    return build
 
 
 def build_http_provider(settings: Settings) -> JsonApiProvider:

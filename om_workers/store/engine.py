@@ -221,17 +221,19 @@ def writer_connection(engine: Engine) -> Iterator[Connection]:
     On SQLite it waits for the head of the file's queue of writers (threads, then processes)
     and holds it until the block ends (inside :func:`writers_not_waited`, it raises
     :class:`~om_workers.errors.WritersBusyError` rather than wait); its transactions begin
-    IMMEDIATE (take the write lock first). On PostgreSQL it is a plain connection: writers
-    serialise per row, not per database.
+    IMMEDIATE (take the write lock first). The connection is taken from the pool before the
+    wait and given back after the head is passed on: the queue is the one writer's, and every
+    step inside it lengthens every other writer's wait. On PostgreSQL it is a plain
+    connection: writers serialise per row, not per database.
     """
     writers = _WRITE_LOCKS.get(engine)
-    if writers is None:
-        with engine.connect() as connection:
+    with engine.connect() as connection:
+        if writers is None:
             yield connection
-        return
-    with writers.held(wait=not _NOT_WAITING.get()), engine.connect() as connection:
+            return
         connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-        yield connection
+        with writers.held(wait=not _NOT_WAITING.get()):
+            yield connection
 
 
 @contextmanager

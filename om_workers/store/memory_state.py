@@ -86,14 +86,17 @@ _DROP = (
 _CLEAR_ITEMS = delete(memory_items).where(memory_items.c.session_pk == _SESSION_PK)
 _CLEAR_SNAPSHOT = delete(snapshots).where(snapshots.c.session_pk == _SESSION_PK)
 _INSERT_ITEMS = insert(memory_items)
-# First writer wins: an id already stored keeps its row (its ord is simply unused).
+# First writer wins: an id already stored keeps its row (its ord is simply unused). RETURNING
+# makes SQLAlchemy send a batch as one multi-row statement instead of an executemany of one
+# statement per row: SQLite's FTS5 writes a new index segment at the end of every statement
+# that touched it (through the memory_items trigger), a flush's observations one each.
 _INSERT_NEW_ITEMS = {
-    "postgresql": pg_insert(memory_items).on_conflict_do_nothing(
-        index_elements=["session_pk", "kind", "item_id"]
-    ),
-    "sqlite": lite_insert(memory_items).on_conflict_do_nothing(
-        index_elements=["session_pk", "kind", "item_id"]
-    ),
+    "postgresql": pg_insert(memory_items)
+    .on_conflict_do_nothing(index_elements=["session_pk", "kind", "item_id"])
+    .returning(memory_items.c.item_id),
+    "sqlite": lite_insert(memory_items)
+    .on_conflict_do_nothing(index_elements=["session_pk", "kind", "item_id"])
+    .returning(memory_items.c.item_id),
 }
 _SNAPSHOT_VALUES: dict[str, BindParameter[Any]] = {
     name: bindparam(f"new_{name}") for name in SNAPSHOT_FIELDS
@@ -179,7 +182,7 @@ class ItemWriter:
         if not fresh:
             return
         rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-        self._connection.execute(_INSERT_NEW_ITEMS[self._connection.dialect.name], rows)
+        self._connection.execute(_INSERT_NEW_ITEMS[self._connection.dialect.name], rows).close()
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))

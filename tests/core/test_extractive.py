@@ -93,3 +93,23 @@ def test_heuristics_and_unknown_tools() -> None:
     assert relevance_of("user", "we decided on port 5432") > relevance_of("tool", "done and fine")
     request = ProviderRequest(messages=(), model="x", correlation_id="om:s")
     assert ExtractiveProvider().generate(request).message.tool_calls == ()
+
+
+def test_one_provider_serves_runs_in_turn_each_from_its_own_plan() -> None:
+    """The plan kept for a run's later turns never answers another run."""
+    provider = ExtractiveProvider()
+    limits = WorkerLimits(max_turns=4, max_tool_calls_per_turn=2)
+    runs = []
+    for n in (3, 5, 3):
+        b = Branch()
+        for i in range(n):
+            b.user(f"Fact number {i} of {n}: the value of item {i} is {i * 7} units")
+        runs.append(
+            (b, run_observer(provider, b.entries, session_id="s", model="x", limits=limits))
+        )
+    for b, record in runs:
+        alone = run_observer(
+            ExtractiveProvider(), b.entries, session_id="s", model="x", limits=limits
+        )
+        assert [o.text for o in record.observations] == [o.text for o in alone.observations]
+        assert [o.source_entry_ids for o in record.observations] == [(e.id,) for e in b.entries]

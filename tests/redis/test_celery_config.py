@@ -59,3 +59,36 @@ def test_the_redis_broker_uses_the_transport_that_survives_a_closed_channel() ->
 
     config = celery_config(broker_url="redis://127.0.0.1:6379/0", limits=LIMITS, concurrency=2)
     assert config["broker_transport"] == TRANSPORT
+
+
+def test_a_worker_publishes_without_a_sent_event_or_a_declaration_and_the_api_with_both(
+    redis_server: EmbeddedRedis, client: redis.Redis
+) -> None:
+    from om_workers.celery.startup import quiet_sent_events
+    from om_workers.celery.tasks import publisher
+
+    app = create_celery_app(broker_url=redis_server.url, limits=LIMITS, concurrency=2)
+    events = client.pubsub()
+    events.psubscribe("*celeryev/task.sent")
+    assert events.get_message(timeout=5) is not None  # subscribed
+    publish = publisher(app)
+    from_a_worker = publisher(app, declared=True)
+
+    def sent_events() -> list[str]:
+        seen = []
+        while (event := events.get_message(timeout=0.5)) is not None:
+            seen.append(event["channel"])
+        return seen
+
+    publish("t1", "s1", "job-1")
+    assert len(sent_events()) == 1
+    quiet_sent_events(sender=type("WorkController", (), {"app": app})())
+    from_a_worker("t1", "s2", "job-2")
+    assert sent_events() == []
+    assert client.llen(QUEUE) == 2
+    raw = client.lindex(QUEUE, 0)
+    assert isinstance(raw, str)
+    headers = json.loads(raw)["headers"]
+    assert headers["argsrepr"] == "['t1', 's2', 'job-2', False]"
+    events.close()
+    app.close()

@@ -137,8 +137,7 @@ def run_tool_loop(
         calls = _ask(run)
         if not calls:
             break
-        _check_calls(run, calls)
-        replayed = tuple(_replayed_call(run, call) for call in calls)
+        replayed = _check_calls(run, calls)
         run.append(Message(role="assistant", tool_calls=replayed))
         for call in calls:
             _execute(run, call)
@@ -210,8 +209,9 @@ def _ask(run: _Run) -> tuple[ToolCall, ...]:
     return message.tool_calls
 
 
-def _check_calls(run: _Run, calls: tuple[ToolCall, ...]) -> None:
-    """Validate a whole turn before any call executes or enters the transcript."""
+def _check_calls(run: _Run, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """Validate a whole turn before any call executes or enters the transcript; the calls as
+    the transcript replays them (arguments redacted)."""
     limits = run.limits
     if len(calls) > limits.max_tool_calls_per_turn:
         raise run.fail(
@@ -223,12 +223,17 @@ def _check_calls(run: _Run, calls: tuple[ToolCall, ...]) -> None:
             WorkerProtocolError,
             f"run would make {run.calls + len(calls)} tool calls (max {limits.max_tool_calls})",
         )
+    replayed = []
     for call in calls:
         if call.name not in run.tools:
             raise run.fail(WorkerProtocolError, f"unknown tool {call.name!r}")
         _check_size(run, call.arguments, limits.max_argument_bytes, f"arguments of {call.name}")
         redacted = redact_value(call.arguments, run.secrets)
-        _check_size(run, redacted, limits.max_argument_bytes, f"redacted arguments of {call.name}")
+        if redacted is not call.arguments:  # without secrets nothing changed: measured above
+            cap, what = limits.max_argument_bytes, f"redacted arguments of {call.name}"
+            _check_size(run, redacted, cap, what)
+        replayed.append(ToolCall(id=call.id, name=call.name, arguments=redacted))
+    return tuple(replayed)
 
 
 def _check_size(run: _Run, value: Any, cap: int, what: str) -> None:
@@ -238,14 +243,6 @@ def _check_size(run: _Run, value: Any, cap: int, what: str) -> None:
         raise run.fail(WorkerProtocolError, str(exc)) from None
     if size > cap:
         raise run.fail(WorkerProtocolError, f"{what} are {size} bytes (max {cap})")
-
-
-def _replayed_call(run: _Run, call: ToolCall) -> ToolCall:
-    return ToolCall(
-        id=call.id,
-        name=call.name,
-        arguments=redact_value(call.arguments, run.secrets),
-    )
 
 
 def _execute(run: _Run, call: ToolCall) -> None:
@@ -266,8 +263,9 @@ def _execute(run: _Run, call: ToolCall) -> None:
     # Full result before redaction: a tool may return more than the cap allows.
     _check_size(run, payload, limits.max_result_bytes, f"result of {call.name}")
     replayed = redact_value(payload, run.secrets)
-    # Again after redaction: the replacement marker can be longer than the secret.
-    _check_size(run, replayed, limits.max_result_bytes, f"redacted result of {call.name}")
+    if replayed is not payload:
+        # Again after redaction: the replacement marker can be longer than the secret.
+        _check_size(run, replayed, limits.max_result_bytes, f"redacted result of {call.name}")
     run.append(
         Message(
             role="tool",

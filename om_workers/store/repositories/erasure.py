@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, literal, select, update
 
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
@@ -91,7 +91,9 @@ def _to_job(row: Row[Any]) -> ErasureJob:
     )
 
 
-_NOT_FINAL = erasure_jobs.c.state.not_in(sorted(FINAL_JOB_STATES))
+# Plain bound values, not a list: an expanding parameter is rendered into the SQL again at
+# every execution.
+_NOT_FINAL = erasure_jobs.c.state.not_in([literal(state) for state in sorted(FINAL_JOB_STATES)])
 _INSERT_JOB = insert(erasure_jobs)
 _GET = select(erasure_jobs).where(
     erasure_jobs.c.id == bindparam("job"), erasure_jobs.c.tenant_id == bindparam("tenant")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, literal, select, update
 
 from om_core.policy.redaction import redact
 from om_core.policy.webhooks import EventType
@@ -40,7 +40,9 @@ _THIS_JOB = (
     flush_jobs.c.id == bindparam("job"),
     flush_jobs.c.tenant_id == bindparam("tenant"),
 )
-_NOT_FINAL = flush_jobs.c.state.not_in(sorted(FINAL_JOB_STATES))
+# Plain bound values, not a list: an expanding parameter is rendered into the SQL again at
+# every execution.
+_NOT_FINAL = flush_jobs.c.state.not_in([literal(state) for state in sorted(FINAL_JOB_STATES)])
 _SESSION_ID = (
     select(sessions.c.id)
     .where(sessions.c.pk == flush_jobs.c.session_pk)
