@@ -342,8 +342,10 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _install_stop_handlers() -> None:
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    # SIGINT too: Python leaves it ignored when it was ignored at start (a command started in
+    # the background of a script, and everything it starts), and Ctrl-C must still stop.
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, _raise_interrupt)
 
 
 @app.command()
