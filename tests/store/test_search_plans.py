@@ -19,7 +19,14 @@ from om_workers.store.repositories.search_sqlite import SqliteKeys
 # Word n is drawn with a chance falling as 1/n: a few words in most messages, most in few.
 VOCABULARY = 400
 MESSAGES = 1_500
-PLANS = {"one statement": 0.0, "cost model": search_sqlite.ROW_COST, "by class": math.inf}
+# Each plan's (ROW_COST, SAMPLED_SESSIONS): the last estimates a tenant's rows from one of its
+# sessions, so the big tenant may be taken for a small one (its token kept).
+PLANS = {
+    "one statement": (0.0, search_sqlite.SAMPLED_SESSIONS),
+    "cost model": (search_sqlite.ROW_COST, search_sqlite.SAMPLED_SESSIONS),
+    "by class": (math.inf, search_sqlite.SAMPLED_SESSIONS),
+    "by class, one session sampled": (math.inf, 1),
+}
 
 
 def _word(rng: random.Random) -> str:
@@ -38,14 +45,16 @@ def _fill(store: SqlStore, tenant: str, session: str, count: int, rng: random.Ra
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SqlStore, str, str]]:
-    """A tenant holding most of the index (two sessions) beside a small one using the same
-    words, so a tenant-wide search of either takes each of its two tenancy filters."""
+    """A tenant holding most of the index (three sessions, the first short) beside a small one
+    using the same words, so a tenant-wide search of either takes each of its two tenancy
+    filters, and the big one the other as well when its first session alone is sampled."""
     url = f"sqlite:///{tmp_path_factory.mktemp('plans') / 'plans.db'}"
     upgrade(url)
     store = SqlStore.from_url(url)
     accounts = AccountStore(store.engine)
     big, small = accounts.create_tenant("big").id, accounts.create_tenant("small").id
     rng = random.Random(17)
+    _fill(store, big, "z", MESSAGES // 20, rng)
     _fill(store, big, "a", MESSAGES, rng)
     _fill(store, big, "b", MESSAGES // 3, rng)
     _fill(store, small, "c", MESSAGES // 5, rng)
@@ -79,12 +88,13 @@ def test_every_plan_pages_the_same_hits_with_the_same_scores(
     for tenant in (big, small):
         session = scope if tenant == big else ("c" if scope else None)
         found = {}
-        for name, cost in PLANS.items():
+        for name, (cost, sampled) in PLANS.items():
             monkeypatch.setattr(search_sqlite, "ROW_COST", cost)
+            monkeypatch.setattr(search_sqlite, "SAMPLED_SESSIONS", sampled)
             found[name] = [(h.id, h.session_id, h.score) for h in _pages(store, tenant, q, session)]
-        assert found["by class"] == found["one statement"]
-        assert found["cost model"] == found["one statement"]
-        own = {"a", "b"} if tenant == big else {"c"}
+        for name in PLANS:
+            assert found[name] == found["one statement"], name
+        own = {"z", "a", "b"} if tenant == big else {"c"}
         assert {session_id for _, session_id, _ in found["one statement"]} <= own
 
 

@@ -22,6 +22,8 @@ from om_core.read.search import SearchKey, SearchQuery
 from om_workers.store.repositories.search_bounds import ClassPlan, beyond_reach, class_plan
 from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
+SAMPLED_SESSIONS = 2_000
+"""Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
 ROW_COST = 27.0
 """What FTS5 spends scoring a matched row (about 0.7 µs), in units of what it spends counting
 one row of a word for its IDF (about 26 ns): every statement counts each of its words' rows
@@ -31,17 +33,21 @@ _INDEXED_MESSAGES = text("SELECT block FROM entries_fts_data WHERE id = 1")
 _DOCUMENTS = text("SELECT term, doc FROM entries_fts_vocab WHERE term IN :terms").bindparams(
     bindparam("terms", expanding=True)
 )
-# A session's largest indexed seq, and the sum of those of a tenant's sessions: the number of
-# rows a match may name, for the choice of a plan only (seqs of other entries count too).
+# A session's largest indexed seq, and those of a tenant's sessions (the oldest
+# :data:`SAMPLED_SESSIONS`, scaled to all of them): about the number of rows a match may name,
+# for the choice of a plan only (seqs of other entries count too).
 _SESSION_ROWS = text(
     "SELECT coalesce(max(id) - :row_lo + 1, 0) FROM entries_fts_docsize "
     "WHERE id BETWEEN :row_lo AND :row_hi"
 )
 _TENANT_ROWS = text(f"""
-    SELECT coalesce(sum((
-        SELECT max(d.id) - s.pk * {ROW_SHIFT} + 1 FROM entries_fts_docsize AS d
-        WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
-    FROM sessions AS s WHERE s.tenant_id = :tenant_id AND s.erased_at IS NULL
+    WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
+    sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
+    SELECT (SELECT count(*) FROM own) AS sessions, (SELECT count(*) FROM sample) AS sampled,
+        (SELECT coalesce(sum((
+            SELECT max(d.id) - s.pk * {ROW_SHIFT} + 1 FROM entries_fts_docsize AS d
+            WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
+        FROM sample AS s) AS rows
 """)
 # Ranks are FTS5's own: a class's statement and the whole query's give a row the same score to
 # the bit (see search_bounds), so a cursor from a page of one continues a page of the other.
@@ -160,10 +166,10 @@ def _best(keys: Sequence[SearchKey], limit: int) -> list[SearchKey]:
 
 def _scope_rows(connection: Connection, key_query: KeyQuery) -> int:
     if key_query.session_pk is not None:
-        found = connection.execute(_SESSION_ROWS, key_query.params()).scalar()
-    else:
-        found = connection.execute(_TENANT_ROWS, {"tenant_id": key_query.tenant_id}).scalar()
-    return int(found or 0)
+        return int(connection.execute(_SESSION_ROWS, key_query.params()).scalar() or 0)
+    params = {"tenant_id": key_query.tenant_id, "sampled": SAMPLED_SESSIONS}
+    found = connection.execute(_TENANT_ROWS, params).one()
+    return int(found.rows) * int(found.sessions) // max(int(found.sampled), 1)
 
 
 @dataclass(frozen=True)
