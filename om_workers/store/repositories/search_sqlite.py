@@ -203,9 +203,11 @@ class SqliteKeys:
         # would be counted anew by every statement (FTS5's IDF of each phrase) for no gain.
         token = self._query.session_pk is None and scope < counts.messages / 2
         self._query = replace(self._query, tenant_token=token)
+        if len(words.terms) == 1 or not counts.messages:
+            return _best([*keys, *self._match(plan.order.fts5())], self._query.limit)
         fixed = sum(counts.documents.get(w, counts.messages) for w in words.terms)
         costs = _Costs(fixed + (scope if token else 0), ROW_COST * scope)
-        if len(words.terms) == 1 or costs.scoring * plan.share < costs.statement:
+        if costs.scoring * plan.share < costs.statement:
             return _best([*keys, *self._match(plan.order.fts5())], self._query.limit)
         return self._by_class(keys, plan, costs)
 
