@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -39,19 +38,6 @@ def test_upgrade_from_empty_database_creates_every_table(database_url: str) -> N
     finally:
         engine.dispose()
     assert current_revision(database_url) == head_revision()
-
-
-def test_the_sqlite_message_index_merges_sixteen_segments_at_a_time(database_url: str) -> None:
-    upgrade(database_url)
-    engine = create_store_engine(database_url)
-    try:
-        if engine.dialect.name != "sqlite":
-            pytest.skip("FTS5's setting; PostgreSQL's GIN indexes have none")
-        with engine.connect() as connection:
-            setting = "SELECT v FROM entries_fts_config WHERE k = 'automerge'"
-            assert connection.exec_driver_sql(setting).scalar() == 16
-    finally:
-        engine.dispose()
 
 
 def test_upgrade_is_idempotent_and_store_works_after(database_url: str) -> None:
