@@ -2,7 +2,7 @@
 class with a bound on the score of any row in it.
 
 FTS5 scores every row a match names (it has no top-k pruning), and a score costs far more than
-a match (about 1 µs against 70 ns a row), so a query holding common words would score most of a
+a match (about 0.7 µs against 50 ns a row), so a query holding common words would score most of a
 large session. Its BM25 is a sum over the query's words, and a word's share of a row's score is
 below ``idf * (k1 + 1)`` whatever the row (FTS5's ``k1`` is 1.2). So the rows holding exactly a
 given set of the words (a *class*) score below the sum of those words' bounds, and the classes
