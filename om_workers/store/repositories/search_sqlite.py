@@ -117,7 +117,8 @@ def informative(query: SearchQuery, counts: Vocabulary) -> SearchQuery:
 @dataclass(frozen=True)
 class KeyQuery:
     """One search's scope and page: the tenant, the session (``None``: every session of the
-    tenant), the cursor's key and the number of keys wanted."""
+    tenant), the cursor's key, the number of keys wanted, and whether a tenant-wide match
+    ANDs in the tenant's token."""
 
     tenant_id: str
     session_pk: int | None
@@ -126,6 +127,7 @@ class KeyQuery:
     tenant_token: bool = True
 
     def params(self) -> dict[str, Any]:
+        """The bind parameters every key statement of this search takes."""
         params: dict[str, Any] = {"tenant_id": self.tenant_id, "limit": self.limit}
         if self.session_pk is not None:
             params["row_lo"] = self.session_pk * ROW_SHIFT
