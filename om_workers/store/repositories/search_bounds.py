@@ -13,7 +13,8 @@ classes made of common words alone, which hold most rows, are the ones left unsc
 
 A class is matched by an expression naming every word once (``(a AND c) NOT (b)``), so FTS5
 scores each of its rows exactly as the whole query would: a word a row lacks adds exactly 0.0,
-and the words it holds are added in the same order (the query's, see :attr:`ClassPlan.order`).
+and the words it holds are added in the same order (:attr:`ClassPlan.order`: the query's,
+with the words of a query of more than :data:`MAX_UNITS` that share a unit last).
 """
 
 from __future__ import annotations
