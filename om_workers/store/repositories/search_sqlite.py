@@ -25,10 +25,10 @@ from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, ROW_SHIFT
 SAMPLED_SESSIONS = 2_000
 """Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
 CLASS_BUDGET = 0.5
-"""The share of the whole query's expected cost that classes scored one by one may spend;
-past it the whole query is scored at once, so a search whose classes are all needed costs at
-most 1.5 times one statement (queries of many words, each class a statement naming them all,
-spent twice as much without it)."""
+"""The share of the whole query's expected cost that classes scored one by one may spend
+after the first (which holds the rows able to score best, and often ends the search); past
+it the whole query is scored at once. Queries of many words, whose classes are many and each
+a statement naming every word, spent up to twice the whole query's cost without it."""
 ROW_COST = 27.0
 """What FTS5 spends scoring a matched row (about 0.7 µs), in units of what it spends counting
 one row of a word for its IDF (about 26 ns): every statement counts each of its words' rows
@@ -229,7 +229,7 @@ class SqliteKeys:
             if len(keys) >= limit and beyond_reach(word_class, keys[limit - 1].rank):
                 return keys
             cost = costs.statement + costs.scoring * word_class.share
-            if spent + cost > whole * CLASS_BUDGET:
+            if spent and spent + cost > whole * CLASS_BUDGET:
                 return _best([*keys, *self._match(plan.order.fts5())], limit)
             keys = _best([*keys, *self._match(word_class.fts5())], limit)
             spent += cost
