@@ -3,6 +3,8 @@ the queries refused."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy import text as sql
@@ -21,8 +23,20 @@ from om_core.read.recall_tool import RecallMemoryTool
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, SearchHit
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
+from om_workers.store.repositories import search_sqlite
 from om_workers.store.schema import entries, memory_items, sessions
 from om_workers.store.search_index import ReindexProgress, purge_deleted_terms, reindex
+
+
+@pytest.fixture(autouse=True, params=["as-planned", "by-class"])
+def sqlite_plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rule is checked twice on SQLite: as the cost model plans each search (on rows
+    this few, one statement), and with every search scored class by class."""
+    if request.param == "by-class":
+        store: SqlStore = request.getfixturevalue("store")
+        if store.engine.dialect.name != "sqlite":
+            pytest.skip("SQLite's plan only")
+        monkeypatch.setattr(search_sqlite, "ROW_COST", math.inf)
 
 
 def _chat(store: SqlStore, tenant: str, session: str, *texts: str) -> list[str]:

@@ -1,43 +1,79 @@
-"""Which words of a SQLite search are scored and which are bounded (pure arithmetic)."""
+"""The classes a SQLite search scores its rows by (pure arithmetic and match expressions)."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
+
 from om_core.read.search import SearchQuery
-from om_workers.store.repositories.search_bounds import K1_PLUS_ONE, narrowing
+from om_workers.store.repositories.search_bounds import (
+    K1_PLUS_ONE,
+    MAX_UNITS,
+    WordClass,
+    beyond_reach,
+    class_plan,
+    idf,
+)
 
 ROWS = 10_000
 
 
-def _idf(documents: int) -> float:
-    return math.log((ROWS - documents + 0.5) / (documents + 0.5))
+def test_idf_is_fts5s_floored_at_half_the_rows() -> None:
+    assert math.isclose(idf(ROWS, 900), math.log((ROWS - 900 + 0.5) / 900.5))
+    assert idf(ROWS, 5_000) == 1e-6
+    assert idf(ROWS, 9_000) == 1e-6
 
 
-def test_common_words_are_bounded_by_their_largest_share_of_a_score() -> None:
-    plan = narrowing(
-        SearchQuery(("osprey", "the", "bird")), {"osprey": 12, "the": 4_000, "bird": 900}, ROWS
-    )
-    assert plan is not None
-    assert plan.scored.terms == ("osprey",)
-    assert plan.bounded.terms == ("the", "bird")
-    assert math.isclose(plan.bound, K1_PLUS_ONE * (_idf(4_000) + _idf(900)))
+def test_classes_partition_the_rows_by_the_words_they_hold_best_bound_first() -> None:
+    counts = {"osprey": 12, "the": 4_000, "bird": 900}
+    plan = class_plan(SearchQuery(("osprey", "the", "bird")), counts, ROWS)
+    held = [frozenset(w for unit in c.present for w in unit) for c in plan.classes]
+    assert len(set(held)) == 7  # every non-empty subset of the three words, once
+    assert held[0] == {"osprey", "the", "bird"}
+    assert held[-1] == {"the"}
+    bounds = [c.bound for c in plan.classes]
+    assert bounds == sorted(bounds, reverse=True)
+    alone = next(c for c in plan.classes if c.present == (("bird",),))
+    assert math.isclose(alone.bound, K1_PLUS_ONE * idf(ROWS, 900))
+    assert alone.absent == (("osprey",), ("the",))
+    # Expected shares of rows (words taken as independent) sum to the share holding any.
+    assert math.isclose(sum(c.share for c in plan.classes), plan.share)
+    assert math.isclose(plan.share, 1 - (1 - 12 / ROWS) * (1 - 0.4) * (1 - 0.09))
 
 
-def test_nothing_is_left_unscored_when_every_word_is_rare() -> None:
-    assert narrowing(SearchQuery(("osprey", "heron")), {"osprey": 12, "heron": 3}, ROWS) is None
+def test_a_class_is_matched_by_every_word_once_in_the_querys_order() -> None:
+    both = WordClass(present=(("a",), ("c",)), absent=(("b",),), bound=1.0)
+    assert both.fts5() == '("a" AND "c") NOT ("b")'
+    assert WordClass(present=(("a",),), absent=(), bound=1.0).fts5() == '"a"'
+    assert WordClass(present=(("a",),), absent=(("b",),), bound=1.0).fts5() == '"a" NOT ("b")'
+    plan = class_plan(SearchQuery(("c", "a", "b")), {"a": 5, "b": 6, "c": 7}, ROWS)
+    assert plan.order.terms == ("c", "a", "b")
 
 
-def test_of_common_words_alone_the_rarest_is_scored() -> None:
-    plan = narrowing(SearchQuery(("the", "bird")), {"the": 4_000, "bird": 900}, ROWS)
-    assert plan is not None
-    assert (plan.scored.terms, plan.bounded.terms) == (("bird",), ("the",))
-    assert narrowing(SearchQuery(("the",)), {"the": 4_000}, ROWS) is None
+def test_words_past_the_units_form_one_unit_of_the_commonest() -> None:
+    words = tuple(f"w{n}" for n in range(MAX_UNITS + 2))
+    counts = {word: 10 * (n + 1) for n, word in enumerate(words)}
+    plan = class_plan(SearchQuery(words), counts, ROWS)
+    assert len(plan.classes) == 2**MAX_UNITS - 1
+    group = words[MAX_UNITS - 1 :]
+    assert plan.order.terms == words  # the rarest first here, so the order is the query's
+    alone = next(c for c in plan.classes if c.present == (group,))
+    assert alone.fts5() == '("w4" OR "w5" OR "w6") NOT ("w0" OR "w1" OR "w2" OR "w3")'
+    assert math.isclose(alone.bound, sum(K1_PLUS_ONE * idf(ROWS, counts[w]) for w in group))
 
 
-def test_words_of_unknown_count_or_of_hex_digits_are_always_scored() -> None:
+@pytest.mark.parametrize("word", ["running", "beef"])
+def test_words_of_unknown_count_or_of_hex_digits_are_never_bounded(word: str) -> None:
     # "running" is indexed as its stem; "beef" could be a tenant token as well as a word.
-    counts = {"the": 4_000, "beef": 3_000}
-    plan = narrowing(SearchQuery(("running", "beef", "the")), counts, ROWS)
-    assert plan is not None
-    assert (plan.scored.terms, plan.bounded.terms) == (("running", "beef"), ("the",))
+    plan = class_plan(SearchQuery((word, "the")), {"the": 4_000, "beef": 3_000}, ROWS)
+    holding = [c for c in plan.classes if any(word in unit for unit in c.present)]
+    assert all(c.bound == math.inf for c in holding)
+    assert plan.classes[-1].present == (("the",),)
+
+
+def test_a_class_is_beyond_reach_only_when_its_bound_is_below_the_last_score() -> None:
+    word_class = WordClass(present=(("a",),), absent=(), bound=2.0)
+    assert beyond_reach(word_class, -2.5)
+    assert not beyond_reach(word_class, -2.0)
+    assert not beyond_reach(word_class, -1.0)

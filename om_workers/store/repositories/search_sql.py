@@ -1,0 +1,31 @@
+"""SQL shared by the search statements of both stores.
+
+Every candidate has a key ``(rank, source, row)``: ``rank`` the negated score (lower is
+better), ``source`` 0 for a message and 1 for a memory item, ``row`` ``session_pk * 2**32``
+plus the entry's ``seq`` or the item's ``ord``. Pages follow that key, so they never overlap.
+"""
+
+from __future__ import annotations
+
+ROW_SHIFT = 4294967296
+"""A session's rows are ``session_pk * ROW_SHIFT`` plus a position (an entry's ``seq``, a
+memory item's ``ord``)."""
+
+WITHHELD_ROWS = """
+    SELECT e.session_pk * 4294967296 + e.seq
+    FROM tombstones AS t
+    JOIN sessions AS ts ON ts.tenant_id = t.tenant_id AND t.scope = 'session:' || ts.id
+    JOIN entries AS e
+        ON e.tenant_id = t.tenant_id AND e.id = t.entry_id AND e.session_pk = ts.pk
+    WHERE t.tenant_id = :tenant_id
+"""
+"""Rows the tenant's tombstones withhold, as candidate rows: built once per statement (an
+uncorrelated subquery), so filtering a match costs one set lookup, not two index probes."""
+
+OF_TENANT = "JOIN sessions AS s ON s.pk = {pk} AND s.tenant_id = :tenant_id AND s.erased_at IS NULL"
+"""The tenant's sessions, for a tenant-wide search (a session search is its rowid range); a
+session being erased is hidden at once, its rows until the job deletes them."""
+
+AFTER = """AND (rank > :after_rank OR (rank = :after_rank AND (source > :after_source
+    OR (source = :after_source AND row > :after_row))))"""
+"""Only the keys after the cursor's."""
