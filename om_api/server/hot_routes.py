@@ -173,12 +173,15 @@ class HotRoutes:
             return
         call, session_id = found
         body: bytes | None = None
+        self.state.lanes.serving += 1
         try:
             if call != "context":
                 body = await _read_body(receive)
             await self._serve(call, session_id, body or b"", scope, receive, send)
         except _NotHot:
             await self.app(scope, receive if body is None else _replayed(body, receive), send)
+        finally:
+            self.state.lanes.serving -= 1
 
     async def _serve(
         self,

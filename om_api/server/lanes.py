@@ -60,8 +60,18 @@ class Lane:
 
 
 class Lanes:
-    """The serving path's two lanes (see the module's doc)."""
+    """The serving path's two lanes (see the module's doc), and how many of a turn's calls the
+    process is serving now (``serving``: counted by the hot layer, on the event loop)."""
 
     def __init__(self, read_threads: int, write_threads: int) -> None:
         self.read = Lane("read", read_threads)
         self.write = Lane("write", write_threads)
+        self.serving = 0
+
+    @property
+    def alone(self) -> bool:
+        """Whether at most one call of a turn is being served: the caller's own. A local
+        store's write then costs least on the event loop; with others waiting it goes to the
+        write lane, whose thread leaves the loop to the reads agents wait on (a loop serving
+        the appends too served each read behind every append queued before it)."""
+        return self.serving <= 1

@@ -1,6 +1,7 @@
 """On a local store (SQLite) a turn stays on the event loop: a context read whose memory part
-is kept, an append no other writer holds up and a flush request with nothing to do take no
-thread; a cold build, an append behind another writer and an accepted flush take their lane.
+is kept, an append no other writer or call holds up and a flush request with nothing to do take
+no thread; a cold build, an append behind another writer or beside another call and an
+accepted flush take their lane.
 On a database server every call takes its lane. Which lane ran is recorded by wrapping
 :meth:`Lane.run`; thread events, no timing."""
 
@@ -9,14 +10,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from om_api.server.lanes import Lane
+from om_workers.coordination.connection import connect
+from om_workers.coordination.embedded import EmbeddedRedis
+from om_workers.store import SqlStore, upgrade
 from om_workers.store.engine import writer_connection
-from tests.api.server import LiveApi
+from tests.api.conftest import make_settings
+from tests.api.server import LiveApi, Published, serve
 
 
 @pytest.fixture
@@ -90,3 +96,40 @@ def test_an_append_behind_another_writer_waits_in_the_write_lane(
     holder.join(timeout=60)
     assert hops == ["write"]
     assert client.get("/v1/sessions/s").json()["entry_count"] == 1
+
+
+def test_an_append_beside_another_call_takes_the_write_lane(
+    api: LiveApi, api_redis_server: EmbeddedRedis, tmp_path: Path, hops: list[str]
+) -> None:
+    """While another call of a turn is served (here a flush request whose publish is held),
+    an append leaves the event loop to the reads and waits in the write lane."""
+    publishing, release = threading.Event(), threading.Event()
+
+    def held_publish(tenant_id: str, session_id: str, job_id: str) -> None:
+        publishing.set()
+        release.wait(timeout=60)
+
+    url = f"sqlite:///{tmp_path / 'om.db'}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    redis_client = connect(api_redis_server.url)
+    settings = make_settings(url, api_redis_server.url)
+    try:
+        with serve(settings, store, redis_client, Published(), publish=held_publish) as live:
+            _, client = live.tenant()
+            client.post("/v1/sessions", json={"id": "s"}).raise_for_status()
+            with ThreadPoolExecutor(2) as pool:
+                flush = pool.submit(client.post, "/v1/sessions/s/flush")  # the first: accepted
+                assert publishing.wait(timeout=60)
+                hops.clear()
+                append = pool.submit(_append, client, "beside the flush request")
+                while "write" not in hops and not append.done():
+                    threading.Event().wait(0.01)
+                release.set()
+                append.result(timeout=60)
+                assert flush.result(timeout=60).status_code == 202
+            assert hops == ["write"]
+    finally:
+        release.set()
+        redis_client.close()
+        store.close()

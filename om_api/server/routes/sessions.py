@@ -138,11 +138,12 @@ async def append_entries(
     not an earlier entry of the session. For a linked session the observable messages are
     copied onto its workspace in the same transaction; 409 when that workspace is gone.
     """
-    # The hot path of every agent turn. On a local store (SQLite) the write is tried on the
-    # event loop, cheaper than the hop, unless another writer holds the file: then, as on a
-    # database server, it takes one hop into the write lane, where a sync route took two (the
-    # route, then FastAPI's validation of its answer).
-    if state.local_store:
+    # The hot path of every agent turn. On a local store (SQLite), with no other call of a
+    # turn being served, the write is tried on the event loop, cheaper than the hop, unless
+    # another writer holds the file; else, as on a database server, it takes one hop into
+    # the write lane, where a sync route took two (the route, then FastAPI's validation of
+    # its answer).
+    if state.local_store and state.lanes.alone:
         try:
             with writers_not_waited():
                 return _appended(state, tenant_id, session_id, body)
