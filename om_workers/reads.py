@@ -57,24 +57,37 @@ def recent_tail(
     limit = max(TAIL_FIRST_READ, 4 * keep)
     while True:
         tail = store.read_tail(tenant_id, session_id, limit)
-        if len(tail) < limit or (
-            _covers_window(tail, keep) and (not unobserved or _reaches(tail, cursor, max_tokens))
+        if len(tail) < limit:
+            return tail
+        messages = _messages(tail)
+        if _covers_window(messages, keep) and (
+            not unobserved or _reaches(tail, messages, cursor, max_tokens)
         ):
             return tail
         limit *= 2
 
 
-def _reaches(tail: Sequence[SessionEntry], cursor: str | None, max_tokens: int | None) -> bool:
+def _messages(tail: Sequence[SessionEntry]) -> list[SessionEntry]:
+    return [e for e in tail if is_eligible_observation_source(e)]
+
+
+def _reaches(
+    tail: Sequence[SessionEntry],
+    messages: Sequence[SessionEntry],
+    cursor: str | None,
+    max_tokens: int | None,
+) -> bool:
+    """Whether ``tail`` holds the observation cursor, or its ``messages`` alone pass
+    ``max_tokens``."""
     if cursor is not None and any(e.id == cursor for e in tail):
         return True
     if max_tokens is None:
         return False
-    messages = (e for e in tail if is_eligible_observation_source(e))
     return sum(estimate_entry_tokens(e) for e in messages) > max_tokens
 
 
-def _covers_window(tail: Sequence[SessionEntry], keep: int) -> bool:
-    messages = [e for e in tail if is_eligible_observation_source(e)]
+def _covers_window(messages: Sequence[SessionEntry], keep: int) -> bool:
+    """Whether a tail's ``messages`` hold the last ``keep`` and the calls they answer."""
     if len(messages) <= keep:
         return False  # the window may reach further back than this tail
     calls = {c.id for e in messages if e.message for c in e.message.tool_calls}
@@ -242,7 +255,10 @@ class _ContextRead:
         more unobserved tokens than the budget can show)."""
         cursor = state.ledger.observation_covers_up_to_id
         keep = self.settings.context.recent_messages
-        return _covers_window(tail, keep) and _reaches(tail, cursor, self.max_tokens)
+        messages = _messages(tail)
+        return _covers_window(messages, keep) and _reaches(
+            tail, messages, cursor, self.max_tokens
+        )
 
     def kept(self) -> Context:
         """The context kept for the version read (after :meth:`look_up` said so)."""

@@ -19,6 +19,8 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     The result never contains a secret: if replacing (or the marker itself) forms one again,
     the remaining occurrences are removed until none is left.
     """
+    if not secrets:
+        return text  # the common case, called per message of every render
     ordered = normalize_secrets(secrets)
     if not ordered or not any(s in text for s in ordered):
         return text
