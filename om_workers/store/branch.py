@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from om_core.ledger.models import SessionEntry
+from om_workers.store.driver import FastStatement
 from om_workers.store.schema import entries
 
 Segment = tuple[int, int]
@@ -159,6 +160,11 @@ def _payload_query(ranges: int, kinds: bool, limit: bool, newest_first: bool) ->
 
 
 @functools.cache
+def _payload_statement(ranges: int, limit: bool, newest_first: bool) -> FastStatement:
+    return FastStatement(_payload_query(ranges, False, limit, newest_first))
+
+
+@functools.cache
 def _tokens_query(ranges: int) -> Select[Any]:
     return select(func.coalesce(func.sum(entries.c.eligible_tokens), 0)).where(_in_ranges(ranges))
 
@@ -183,13 +189,17 @@ def read_branch_payloads(
         chunks.reverse()
     rows: list[Row[Any]] = []
     for chunk in chunks:
-        query = _payload_query(len(chunk), kinds is not None, limit is not None, newest_first)
         params: dict[str, Any] = _range_params(session_pk, chunk)
-        if kinds is not None:
-            params["kinds"] = list(kinds)
         if limit is not None:
             params["limit"] = limit - len(rows)
-        rows.extend(connection.execute(query, params).all())
+        if kinds is None:
+            statement = _payload_statement(len(chunk), limit is not None, newest_first)
+            rows.extend(statement.rows(connection, params))
+        else:
+            # A list of kinds expands into one parameter each: SQLAlchemy's statements.
+            params["kinds"] = list(kinds)
+            query = _payload_query(len(chunk), True, limit is not None, newest_first)
+            rows.extend(connection.execute(query, params).all())
         if limit is not None and len(rows) >= limit:
             break
     if newest_first:

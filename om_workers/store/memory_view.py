@@ -20,6 +20,7 @@ from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
 from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
+from om_workers.store.driver import FastStatement
 from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
@@ -38,8 +39,10 @@ _SESSION = (
     .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
     .where(sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id"))
 )
-WITHHELD = select(tombstones.c.entry_id).where(
-    tombstones.c.tenant_id == bindparam("tenant_id"), tombstones.c.scope == bindparam("scope")
+WITHHELD = FastStatement(
+    select(tombstones.c.entry_id).where(
+        tombstones.c.tenant_id == bindparam("tenant_id"), tombstones.c.scope == bindparam("scope")
+    )
 )
 """Entry ids one tenant's tombstone ``scope`` withholds (parameters ``tenant_id``, ``scope``)."""
 
@@ -71,7 +74,7 @@ def read_memory_view(
     withheld: frozenset[str] = frozenset()
     if invalidation_scope is not None:
         params = {"tenant_id": tenant_id, "scope": invalidation_scope}
-        withheld = frozenset(connection.execute(WITHHELD, params).scalars())
+        withheld = frozenset(WITHHELD.scalars(connection, params))
     entries = to_entries(rows)
     after = [e for r, e in zip(rows, entries, strict=True) if int(r.seq) > base_seq]
     ledger = fold_ledger(after, initial=ledger) if after else ledger

@@ -31,6 +31,7 @@ from om_workers.store.branch import (
     Segment,
     seq_on_branch,
 )
+from om_workers.store.driver import FastStatement
 from om_workers.store.schema import memory_items, snapshots
 
 OBSERVATION = "observation"
@@ -74,7 +75,9 @@ SNAPSHOT_COLUMNS = tuple(snapshots.c[name].label(f"snapshot_{name}") for name in
 # Statements built once, with bound parameters: constructing one costs several times more than
 # running it on SQLite, and every flush runs these.
 _SESSION_PK: BindParameter[Any] = bindparam("session")
-_READ_SNAPSHOT = select(*SNAPSHOT_COLUMNS).where(snapshots.c.session_pk == _SESSION_PK)
+_READ_SNAPSHOT = FastStatement(
+    select(*SNAPSHOT_COLUMNS).where(snapshots.c.session_pk == _SESSION_PK)
+)
 _ALL_ITEMS = (
     select(
         memory_items.c.kind,
@@ -98,7 +101,7 @@ _ACTIVE_POOL = (
 
 def read_snapshot(connection: Connection, session_pk: int) -> Snapshot | None:
     """The session's snapshot row, or ``None``."""
-    row = connection.execute(_READ_SNAPSHOT, {"session": session_pk}).first()
+    row = _READ_SNAPSHOT.first(connection, {"session": session_pk})
     return None if row is None else joined_snapshot(row)
 
 

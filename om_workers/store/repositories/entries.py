@@ -6,10 +6,12 @@ built once (per shape), with bound parameters.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, insert, or_, select
+from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
@@ -21,6 +23,7 @@ from om_workers.store.branch import (
     read_branch_payloads,
     to_entries,
 )
+from om_workers.store.driver import FastStatement, insert_rows
 from om_workers.store.repositories.sessions import LockedSession
 from om_workers.store.schema import entries
 from om_workers.store.tail_cache import TailCache
@@ -42,6 +45,34 @@ _LOOKUP = select(
             entries.c.session_pk == bindparam("session_pk"),
             entries.c.id.in_(bindparam("refs", expanding=True)),
         ),
+    )
+)
+
+
+def _json_values(name: str) -> Any:
+    return select(func.json_each(bindparam(name)).table_valued("value").c.value)
+
+
+# The same lookup for SQLite's driver: each list bound as one JSON array, not one parameter
+# an id, so the statement is compiled once (see om_workers.store.driver).
+_LOOKUP_SQLITE = FastStatement(
+    select(
+        entries.c.id,
+        entries.c.session_pk,
+        entries.c.seq,
+        entries.c.segment_start,
+        entries.c.payload,
+    ).where(
+        or_(
+            and_(
+                entries.c.tenant_id == bindparam("tenant_id"),
+                entries.c.id.in_(_json_values("ids")),
+            ),
+            and_(
+                entries.c.session_pk == bindparam("session_pk"),
+                entries.c.id.in_(_json_values("refs")),
+            ),
+        )
     )
 )
 # RETURNING makes SQLAlchemy send a batch as multi-row statements ("insertmanyvalues", up to
@@ -72,7 +103,7 @@ class EntryRepository:
                 "session_pk": session.pk,
                 "refs": list(refs[start : start + _IN_CHUNK]),
             }
-            for row in self._connection.execute(_LOOKUP, params):
+            for row in self._rows_of_lookup(params):
                 in_session = int(row.session_pk) == session.pk
                 if row.id in batch:
                     stored[row.id] = StoredEntry(
@@ -81,6 +112,12 @@ class EntryRepository:
                 if row.id in wanted and in_session:
                     positions[row.id] = (int(row.seq), int(row.segment_start))
         return stored, positions
+
+    def _rows_of_lookup(self, params: dict[str, Any]) -> Sequence[Any]:
+        if self._connection.dialect.name != "sqlite":
+            return list(self._connection.execute(_LOOKUP, params))
+        as_json = {**params, "ids": json.dumps(params["ids"]), "refs": json.dumps(params["refs"])}
+        return _LOOKUP_SQLITE.rows(self._connection, as_json)
 
     def insert(self, session: LockedSession, rows: Sequence[PlannedRow], *, now: datetime) -> None:
         """Insert planned rows into the session, in multi-row statements of up to 1,000 rows.
@@ -104,7 +141,11 @@ class EntryRepository:
             }
             for row in rows
         ]
-        if values:
+        if not values:
+            return
+        if self._connection.dialect.name == "sqlite":
+            insert_rows(self._connection, entries, values)
+        else:
             self._connection.execute(_INSERT, values).close()
 
     def position(self, session_pk: int, entry_id: str) -> Position | None:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, literal, select, upda
 from om_core.policy.redaction import redact
 from om_core.policy.webhooks import EventType
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
+from om_workers.store.driver import FastStatement
 from om_workers.store.records import (
     FINAL_JOB_STATES,
     FlushJob,
@@ -123,14 +124,16 @@ def _of_newest_job(column: Any) -> Any:
 
 
 # One statement: the session's unobserved tokens beside its newest job's id and state.
-_LAST_FLUSH = select(
-    sessions.c.unobserved_tokens,
-    _of_newest_job(_LATER.c.id).label("id"),
-    _of_newest_job(_LATER.c.state).label("state"),
-).where(
-    sessions.c.tenant_id == bindparam("tenant"),
-    sessions.c.id == bindparam("session_id"),
-    sessions.c.erased_at.is_(None),
+_LAST_FLUSH = FastStatement(
+    select(
+        sessions.c.unobserved_tokens,
+        _of_newest_job(_LATER.c.id).label("id"),
+        _of_newest_job(_LATER.c.state).label("state"),
+    ).where(
+        sessions.c.tenant_id == bindparam("tenant"),
+        sessions.c.id == bindparam("session_id"),
+        sessions.c.erased_at.is_(None),
+    )
 )
 _QUEUED_BEFORE = _in_state_before("queued", flush_jobs.c.queued_at)
 _RUNNING_BEFORE = _in_state_before("running", flush_jobs.c.started_at)
@@ -268,7 +271,7 @@ class JobRepository:
         """The session's unobserved tokens and newest job not folded into another; ``None``
         when the tenant has no such session (or it is being erased)."""
         params = {"tenant": tenant_id, "session_id": session_id}
-        row = self._connection.execute(_LAST_FLUSH, params).first()
+        row = _LAST_FLUSH.first(self._connection, params)
         if row is None:
             return None
         return LastFlush(int(row.unobserved_tokens), row.id, row.state)

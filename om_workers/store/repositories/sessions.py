@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, true, update
+from sqlalchemy import Connection, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
-from om_workers.store.branch import Segment, segment_cte, segments_statement
+from om_workers.store.branch import Segment, segment_cte
+from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
 from om_workers.store.records import SessionInfo, SessionRef, session_info
 from om_workers.store.schema import sessions, snapshots, tenants
@@ -27,6 +28,7 @@ _THIS_SESSION = (
 )
 _TENANT = select(tenants.c.id).where(tenants.c.id == bindparam("tenant_id"))
 _ROW = select(sessions).where(*_THIS_SESSION)
+_ROW_FAST = FastStatement(_ROW)
 _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
 _HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
 
@@ -47,8 +49,10 @@ def _head_with_segments_query(*, lateral: bool) -> Any:
     )
 
 
-_HEAD_WITH_SEGMENTS = _head_with_segments_query(lateral=False)
 _HEAD_WITH_SEGMENTS_PG = _head_with_segments_query(lateral=True)
+_HEAD_WITH_SEGMENTS_FAST = FastStatement(
+    _head_with_segments_query(lateral=False), postgresql=_HEAD_WITH_SEGMENTS_PG
+)
 _LOCK = (
     select(
         sessions.c.pk,
@@ -63,7 +67,7 @@ _LOCK = (
     .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
     .where(*_THIS_SESSION)
 )
-_LOCK_PG = _LOCK.with_for_update(of=sessions)
+_LOCK_FAST = FastStatement(_LOCK, postgresql=_LOCK.with_for_update(of=sessions))
 _INSERT = insert(sessions)
 _RAISE_EPOCH = (
     update(sessions)
@@ -100,9 +104,12 @@ def _move_leaf(unobserved_tokens: Any, **values: Any) -> Any:
     )
 
 
-_MOVE_LEAF = _move_leaf(bindparam("new_tokens"), entry_count=bindparam("new_count"))
-_MOVE_LEAF_ADDING = _move_leaf(
-    sessions.c.unobserved_tokens + bindparam("added_tokens"), entry_count=bindparam("new_count")
+_MOVE_LEAF = FastStatement(_move_leaf(bindparam("new_tokens"), entry_count=bindparam("new_count")))
+_MOVE_LEAF_ADDING = FastStatement(
+    _move_leaf(
+        sessions.c.unobserved_tokens + bindparam("added_tokens"),
+        entry_count=bindparam("new_count"),
+    )
 )
 # A fork moves the leaf to an entry already stored: the entry count stays.
 _FORK = _move_leaf(bindparam("new_tokens"))
@@ -166,7 +173,7 @@ class SessionRepository:
     def info(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The session's bookkeeping."""
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        row: Row[Any] | None = self._connection.execute(_ROW, params).first()
+        row = _ROW_FAST.first(self._connection, params)
         if row is None:
             raise _missing(session_id)
         return session_info(row)
@@ -189,8 +196,7 @@ class SessionRepository:
         """The session's key and leaf and its current branch's seq ranges, ascending (empty
         while it has no entries), in one round trip. Raises :class:`SessionNotFoundError`."""
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        query = segments_statement(self._connection, _HEAD_WITH_SEGMENTS, _HEAD_WITH_SEGMENTS_PG)
-        rows = self._connection.execute(query, params).all()
+        rows = _HEAD_WITH_SEGMENTS_FAST.rows(self._connection, params)
         if not rows:
             raise _missing(session_id)
         first = rows[0]
@@ -208,9 +214,8 @@ class SessionRepository:
         PostgreSQL takes a row lock (``FOR UPDATE``); SQLite's ``BEGIN IMMEDIATE`` already holds
         the database's write lock.
         """
-        query = _LOCK_PG if self._connection.dialect.name == "postgresql" else _LOCK
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        row = self._connection.execute(query, params).first()
+        row = _LOCK_FAST.first(self._connection, params)
         if row is None:
             raise _missing(session_id)
         return LockedSession(
@@ -288,9 +293,9 @@ class SessionRepository:
             "now": now,
         }
         if unobserved_tokens is None:
-            self._connection.execute(_MOVE_LEAF_ADDING, {**params, "added_tokens": added_tokens})
+            _MOVE_LEAF_ADDING.execute(self._connection, {**params, "added_tokens": added_tokens})
         else:
-            self._connection.execute(_MOVE_LEAF, {**params, "new_tokens": unobserved_tokens})
+            _MOVE_LEAF.execute(self._connection, {**params, "new_tokens": unobserved_tokens})
 
     def fork(self, session_pk: int, leaf_id: str, *, unobserved_tokens: int, now: datetime) -> None:
         """Move the leaf to an existing entry, with the new branch's unobserved tokens."""

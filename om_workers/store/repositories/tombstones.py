@@ -49,7 +49,7 @@ class TombstoneRepository:
     def withheld(self, tenant_id: str, scope: str) -> frozenset[str]:
         """Entry ids the scope withholds, ``corrected`` ones included."""
         params = {"tenant_id": tenant_id, "scope": scope}
-        return frozenset(self._connection.execute(WITHHELD, params).scalars())
+        return frozenset(WITHHELD.scalars(self._connection, params))
 
     def of_scope(self, tenant_id: str, scope: str) -> tuple[StoredTombstone, ...]:
         """The scope's tombstones, oldest first."""

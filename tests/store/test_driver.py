@@ -1,0 +1,124 @@
+"""Statements on SQLite's driver read and write what SQLAlchemy would, show themselves to
+statement listeners, and fail as SQLAlchemy fails; on PostgreSQL they are SQLAlchemy's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, Table, bindparam, event, select
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from om_workers.store import SqlStore
+from om_workers.store import driver as store_driver
+from om_workers.store.driver import FastStatement, insert_rows
+from om_workers.store.schema import sessions, tombstones
+
+_SESSION = select(sessions).where(
+    sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id")
+)
+_AT = datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=UTC)
+
+
+def _tombstone(tenant: str, entry_id: str) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant,
+        "scope": "session:s1",
+        "entry_id": entry_id,
+        "corrected": True,
+        "created_at": _AT,
+    }
+
+
+def test_a_row_reads_as_sqlalchemy_reads_it(store: SqlStore, tenant: str, session_id: str) -> None:
+    params = {"tenant_id": tenant, "session_id": session_id}
+    with store.engine.connect() as connection:
+        expected = connection.execute(_SESSION, params).one()
+        (row,) = FastStatement(_SESSION).rows(connection, params)
+    assert tuple(row) == tuple(expected)
+    assert dict(row._mapping) == dict(expected._mapping)
+    assert isinstance(row.created_at, datetime) and isinstance(row.meta, dict)
+    assert row.id == session_id
+
+
+def test_values_bound_in_the_statement_are_sent(store: SqlStore, tenant: str) -> None:
+    store.create_session(tenant, "a")
+    store.create_session(tenant, "b")
+    named = select(sessions.c.id).where(
+        sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id.in_(["b", "c"])
+    )
+    statement = FastStatement(named)
+    with store.engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # A literal list expands into one parameter a value: not a driver statement.
+            with pytest.raises(ValueError, match="positional"):
+                statement.rows(connection, {"tenant_id": tenant})
+        fixed = FastStatement(
+            select(sessions.c.id).where(
+                sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == "b"
+            )
+        )
+        assert fixed.scalars(connection, {"tenant_id": tenant}) == ["b"]
+
+
+def test_rows_written_on_the_driver_are_stored_as_sqlalchemy_stores_them(
+    store: SqlStore, tenant: str
+) -> None:
+    with store.engine.begin() as connection:
+        connection.execute(tombstones.insert(), [_tombstone(tenant, "by-sqlalchemy")])
+        insert_rows(connection, tombstones, [_tombstone(tenant, "by-driver")])
+    with store.engine.connect() as connection:
+        stored = connection.exec_driver_sql(
+            "SELECT entry_id, corrected, created_at FROM tombstones ORDER BY entry_id"
+        ).all()
+    assert [tuple(r)[1:] for r in stored] == [tuple(stored[0])[1:]] * 2
+    assert [r[0] for r in stored] == ["by-driver", "by-sqlalchemy"]
+
+
+def test_listeners_see_every_statement_with_its_parameters_by_name(
+    store: SqlStore, tenant: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_driver, "INSERT_CHUNK_ROWS", 2)
+    seen: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def record(_c: Any, _cur: Any, sql: str, _p: Any, context: Any, _many: bool) -> None:
+        seen.append((sql.split()[0], [dict(p) for p in context.compiled_parameters]))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        with store.engine.begin() as connection:
+            seen.clear()
+            params = {"tenant_id": tenant, "session_id": session_id}
+            FastStatement(_SESSION).rows(connection, params)
+            insert_rows(connection, tombstones, [_tombstone(tenant, f"e{i}") for i in range(5)])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    selects = [params for verb, params in seen if verb == "SELECT"]
+    assert selects == [[{"tenant_id": tenant, "session_id": session_id}]]
+    inserts = [params for verb, params in seen if verb == "INSERT"]
+    if store.engine.dialect.name == "sqlite":
+        # Two rows a statement here: five rows are three statements.
+        assert [len(p) for p in inserts] == [2, 2, 1]
+        assert inserts[2][0]["entry_id"] == "e4"
+    else:
+        assert sum(len(p) for p in inserts) == 5
+
+
+def test_a_driver_error_is_sqlalchemys_error(store: SqlStore, tenant: str) -> None:
+    with store.engine.begin() as connection:
+        insert_rows(connection, tombstones, [_tombstone(tenant, "e1")])
+    with pytest.raises(IntegrityError) as raised, store.engine.begin() as connection:
+        insert_rows(connection, tombstones, [_tombstone(tenant, "e2"), _tombstone(tenant, "e1")])
+    assert isinstance(raised.value, DBAPIError)
+    with store.engine.connect() as connection:
+        # The failed statement wrote nothing: not even the row before the duplicate.
+        ids = connection.execute(select(tombstones.c.entry_id)).scalars().all()
+    assert ids == ["e1"]
+
+
+def test_a_statement_on_a_missing_table_fails_as_sqlalchemy_fails(store: SqlStore) -> None:
+    missing = Table("no_such_table", MetaData(), Column("x", Integer))
+    statement = FastStatement(select(missing.c.x).where(missing.c.x == bindparam("x")))
+    with pytest.raises(DBAPIError, match="no_such_table"), store.engine.connect() as connection:
+        statement.rows(connection, {"x": 1})
