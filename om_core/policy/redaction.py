@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,7 +11,19 @@ REDACTED = "[REDACTED]"
 
 def normalize_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
     """Distinct non-empty secrets, longest first (so a secret inside another goes second)."""
+    if isinstance(secrets, tuple | frozenset):
+        # Renders redact message by message with the same few secrets: sort them once.
+        return _normalized(secrets)
+    return _sorted(secrets)
+
+
+def _sorted(secrets: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _normalized(secrets: tuple[str, ...] | frozenset[str]) -> tuple[str, ...]:
+    return _sorted(secrets)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -8,9 +8,9 @@ datetimes and JSON) and then runs on the connection's DBAPI connection, inside t
 transaction the connection already holds (a unit of work begins it). On PostgreSQL it runs
 through SQLAlchemy as any statement does.
 
-Every listener of ``before_cursor_execute`` still sees each statement (the statement-count
-tests and benchmarks rely on it), and a driver error is wrapped as SQLAlchemy wraps it, so
-the store's error translation is unchanged.
+Every listener of the engine's ``before_cursor_execute`` still sees each statement (the
+statement-count tests and benchmarks rely on it), and a driver error is wrapped as
+SQLAlchemy wraps it, so the store's error translation is unchanged.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def _run(
 ) -> list[Any]:
     cursor = _driver(connection).cursor()
     try:
-        for listener in connection.dispatch.before_cursor_execute:
+        # The engine's listeners: the connection's own dispatcher is rebuilt on each access.
+        for listener in connection.engine.dispatch.before_cursor_execute:
             listener(connection, cursor, sql, params, Announced(named()), False)
         return cursor.execute(sql, params).fetchall()  # type: ignore[no-any-return]
     except sqlite3.Error as exc:
