@@ -256,9 +256,7 @@ class _ContextRead:
         cursor = state.ledger.observation_covers_up_to_id
         keep = self.settings.context.recent_messages
         messages = _messages(tail)
-        return _covers_window(messages, keep) and _reaches(
-            tail, messages, cursor, self.max_tokens
-        )
+        return _covers_window(messages, keep) and _reaches(tail, messages, cursor, self.max_tokens)
 
     def kept(self) -> Context:
         """The context kept for the version read (after :meth:`look_up` said so)."""
