@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 
 from om_core.ledger.ids import MEMORY_ID_PATTERN
 from om_core.ledger.sizes import message_tokens
+from om_core.policy.redaction import redact
 
 Role = Literal["user", "assistant", "tool", "system"]
 ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
@@ -107,6 +108,17 @@ class Message(Frozen):
             lines.append(f"  -> tool call {call.name} {arguments} (id {call.id})")
         return "\n".join(lines)
 
+    def rendered_redacted(self, secrets: tuple[str, ...]) -> str:
+        """:attr:`rendered` with every exact secret in ``secrets`` (as
+        :func:`~om_core.policy.redaction.normalize_secrets` gives them) redacted; the answer
+        for the last ``secrets`` asked is kept."""
+        kept = self.__dict__.get(_REDACTED)
+        if kept is not None and kept[0] == secrets:
+            return cast(str, kept[1])
+        text = redact(self.rendered, secrets)
+        self.__dict__[_REDACTED] = (secrets, text)
+        return text
+
     @cached_property
     def estimated_tokens(self) -> int:
         """Estimated tokens (see :func:`om_core.ledger.tokens.estimate_message_tokens`)."""
@@ -117,11 +129,12 @@ class Message(Frozen):
         """A copy whose rendering and token count are computed again (a plain copy would keep
         the values of the message it was copied from)."""
         copy = super().model_copy(update=update, deep=deep)
-        for cached in ("rendered", "estimated_tokens"):
+        for cached in ("rendered", "estimated_tokens", _REDACTED):
             copy.__dict__.pop(cached, None)
         return copy
 
 
+_REDACTED = "_rendered_redacted"
 _R = TypeVar("_R", bound=Frozen)
 
 

@@ -200,3 +200,17 @@ def test_a_message_is_rendered_and_counted_once_and_a_copy_afresh() -> None:
     # Kept values are not fields: equality and dumps ignore them.
     assert message == Message.model_validate(message.model_dump())
     assert "rendered" not in message.model_dump()
+
+
+def test_a_redacted_rendering_is_kept_for_the_secrets_asked_last() -> None:
+    message = Message(role="user", content="token abc123 and xyz")
+    first = message.rendered_redacted(("abc123",))
+    assert first == "[user] token [REDACTED] and xyz"
+    assert message.rendered_redacted(("abc123",)) is first  # kept, not redacted again
+    # Other secrets (one more became known) redact afresh.
+    assert message.rendered_redacted(("abc123", "xyz")) == "[user] token [REDACTED] and [REDACTED]"
+    assert message.rendered_redacted(()) == "[user] token abc123 and xyz"
+    # A copy with other content never keeps the original's answer.
+    copy = message.model_copy(update={"content": "abc123 only"})
+    assert copy.rendered_redacted(("xyz",)) == "[user] abc123 only"
+    assert message == Message.model_validate(message.model_dump())
