@@ -4,7 +4,8 @@ Words in half the indexed messages or more are left out when a rarer word is kno
 (FTS5's BM25 floors their IDF to 1e-6: they add nothing to a score, while matching them would
 score most rows). The messages are then scored by the classes of
 :mod:`~om_workers.store.repositories.search_bounds` (the rows holding exactly a set of the
-words), best bound first, until the next class cannot reach the page, or until scoring the
+words, or unions of such sets where one expression can still name each word once), best
+bound first, until the next class cannot reach the page, or until scoring the
 whole query at once is expected to cost less than going on (:data:`ROW_COST`). Memory items
 are few and scored whole. Only keys come back from here; the rows are read for the page
 alone.
