@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import combinations, permutations
 
 import pytest
 
@@ -25,21 +26,57 @@ def test_idf_is_fts5s_floored_at_half_the_rows() -> None:
     assert idf(ROWS, 9_000) == 1e-6
 
 
-def test_classes_partition_the_rows_by_the_words_they_hold_best_bound_first() -> None:
+def _holds(word_class: WordClass, held: set[str]) -> bool:
+    present = all(any(word in held for word in unit) for unit in word_class.present)
+    return present and not any(word in held for unit in word_class.absent for word in unit)
+
+
+@pytest.mark.parametrize("words", list(permutations(("osprey", "the", "bird"))))
+def test_classes_partition_the_rows_by_the_words_they_hold_best_bound_first(
+    words: tuple[str, ...],
+) -> None:
     counts = {"osprey": 12, "the": 4_000, "bird": 900}
-    plan = class_plan(SearchQuery(("osprey", "the", "bird")), counts, ROWS)
-    held = [frozenset(w for unit in c.present for w in unit) for c in plan.classes]
-    assert len(set(held)) == 7  # every non-empty subset of the three words, once
-    assert held[0] == {"osprey", "the", "bird"}
-    assert held[-1] == {"the"}
+    plan = class_plan(SearchQuery(words), counts, ROWS)
+    for size in range(1, len(words) + 1):
+        for held in combinations(words, size):
+            assert sum(_holds(c, set(held)) for c in plan.classes) == 1, held
     bounds = [c.bound for c in plan.classes]
     assert bounds == sorted(bounds, reverse=True)
+    assert math.isclose(bounds[0], sum(K1_PLUS_ONE * idf(ROWS, n) for n in counts.values()))
     alone = next(c for c in plan.classes if c.present == (("bird",),))
     assert math.isclose(alone.bound, K1_PLUS_ONE * idf(ROWS, 900))
-    assert alone.absent == (("osprey",), ("the",))
+    assert alone.absent == tuple((w,) for w in words if w != "bird")
     # Expected shares of rows (words taken as independent) sum to the share holding any.
     assert math.isclose(sum(c.share for c in plan.classes), plan.share)
     assert math.isclose(plan.share, 1 - (1 - 12 / ROWS) * (1 - 0.4) * (1 - 0.09))
+
+
+def test_a_unit_first_or_last_of_those_left_takes_the_others_as_one_class() -> None:
+    counts = {"osprey": 12, "the": 4_000, "bird": 900}
+    first = class_plan(SearchQuery(("osprey", "the", "bird")), counts, ROWS)
+    assert [c.fts5() for c in first.classes] == [
+        '"osprey" AND ("the" OR "bird")',
+        '"osprey" NOT ("the" OR "bird")',
+        '("the" AND "bird") NOT ("osprey")',
+        '"bird" NOT ("osprey" OR "the")',
+        '"the" NOT ("osprey" OR "bird")',
+    ]
+    # The rarest word between the others: one class per set of them it comes with.
+    middle = class_plan(SearchQuery(("the", "osprey", "bird")), counts, ROWS)
+    assert len(middle.classes) == 7
+
+
+@pytest.mark.parametrize("words", list(permutations(("osprey", "the", "bird", "wing"))))
+def test_every_class_names_the_words_a_row_may_hold_in_the_querys_order(
+    words: tuple[str, ...],
+) -> None:
+    # FTS5 sums a row's words in the order the match names them: the same order as the
+    # whole query's gives the same score to the bit.
+    counts = {"osprey": 12, "the": 4_000, "bird": 900, "wing": 300}
+    plan = class_plan(SearchQuery(words), counts, ROWS)
+    for word_class in plan.classes:
+        named = [word for unit in word_class.present for word in unit]
+        assert named == [word for word in plan.order.terms if word in named]
 
 
 def test_a_class_is_matched_by_every_word_once_in_the_querys_order() -> None:
@@ -55,7 +92,7 @@ def test_words_past_the_units_form_one_unit_of_the_commonest() -> None:
     words = tuple(f"w{n}" for n in range(MAX_UNITS + 2))
     counts = {word: 10 * (n + 1) for n, word in enumerate(words)}
     plan = class_plan(SearchQuery(words), counts, ROWS)
-    assert len(plan.classes) == 2**MAX_UNITS - 1
+    assert len(plan.classes) == 2 * MAX_UNITS - 1  # the rarest first: two classes a unit
     group = words[MAX_UNITS - 1 :]
     assert plan.order.terms == words  # the rarest first here, so the order is the query's
     alone = next(c for c in plan.classes if c.present == (group,))

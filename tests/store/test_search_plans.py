@@ -65,7 +65,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SqlStore,
 def _queries() -> list[str]:
     rng = random.Random(23)
     short = [" ".join(_word(rng) for _ in range(3)) for _ in range(24)]
-    return [*short, *(" ".join(_word(rng) for _ in range(7)) for _ in range(4)), "w1 w2"]
+    # A rare word first, between and last: merged classes, and exact ones for the middle.
+    placed = ["w250 w3 w1", "w3 w250 w1", "w1 w3 w250", "w2 w40 w9 w250"]
+    return [*short, *(" ".join(_word(rng) for _ in range(7)) for _ in range(4)), "w1 w2", *placed]
 
 
 def _pages(store: SqlStore, tenant: str, q: str, session: str | None) -> list[SearchHit]:

@@ -15,6 +15,14 @@ A class is matched by an expression naming every word once (``(a AND c) NOT (b)`
 scores each of its rows exactly as the whole query would: a word a row lacks adds exactly 0.0,
 and the words it holds are added in the same order (:attr:`ClassPlan.order`: the query's,
 with the words of a query of more than :data:`MAX_UNITS` that share a unit last).
+
+Every statement costs FTS5 a count of each word's rows in the whole index (its IDF), so
+classes are merged where an expression can still name each word once in that order: the rows
+holding the word of highest bound with some of the other words are one class (``a AND (b OR
+c)``) when those words all stand on one side of it in the query. The merged class is bounded
+by its best member, so it is scored whenever that member would be, and the classes that went
+into it rarely fall out of reach of a page that member left unfinished (their bounds differ
+by the commonest words' small ones).
 """
 
 from __future__ import annotations
@@ -99,11 +107,48 @@ def _units(query: SearchQuery, bounds: Mapping[str, float]) -> list[tuple[str, .
     return [*units, rest] if rest else units
 
 
+@dataclass(frozen=True)
+class _Region:
+    """Rows holding every unit of ``held`` (by index; ``-1`` stands for "some unit of
+    ``some``", placed where those units stand in the query) and no unit of ``lacking``."""
+
+    held: list[int]
+    some: list[int]
+    lacking: list[int]
+
+
+def _regions(units: Sequence[tuple[str, ...]], bounds: Sequence[float]) -> list[_Region]:
+    """The rows holding any unit, split unit by unit, highest bound first: the rows holding
+    that unit and none peeled before it, then the rest. Those rows go in two regions (holding
+    some other remaining unit, or none) when the other remaining units all stand on one side of
+    it in the query's order, so that an expression naming them as one ``OR`` keeps every word
+    a row holds in the query's order; else one class per set of them it holds."""
+    remaining, peeled = list(range(len(units))), list[int]()
+    regions: list[_Region] = []
+    while remaining:
+        top = max(remaining, key=lambda i: bounds[i])
+        others = [i for i in remaining if i != top]
+        if others and (max(others) < top or min(others) > top):
+            some = [top, -1] if min(others) > top else [-1, top]
+            regions.append(_Region(some, others, list(peeled)))
+            regions.append(_Region([top], [], [*peeled, *others]))
+        else:
+            for size in range(len(others), -1, -1):
+                for chosen in combinations(others, size):
+                    lacking = [i for i in others if i not in chosen]
+                    regions.append(_Region(sorted([top, *chosen]), [], [*peeled, *lacking]))
+        peeled.append(top)
+        remaining = others
+    return regions
+
+
 def class_plan(query: SearchQuery, documents: Mapping[str, int], rows: int) -> ClassPlan:
     """The classes of ``query``'s rows among ``rows`` indexed messages, given the words'
     document counts (``documents``; a word of unknown count is taken to be in every row), in
     the order to score them: highest bound first, and of equal bounds the class holding more
-    units first."""
+    units first. A class here may be a union of exact classes (see :func:`_regions`): fewer
+    statements, each of which counts its words anew, for a bound no lower than its best
+    member's."""
     bounds = {word: word_bound(word, documents, rows) for word in query.terms}
     units = _units(query, bounds)
     absent_share = [
@@ -112,18 +157,20 @@ def class_plan(query: SearchQuery, documents: Mapping[str, int], rows: int) -> C
     ]
     unit_bounds = [sum(bounds[word] for word in unit) for unit in units]
     classes: list[WordClass] = []
-    for size in range(len(units), 0, -1):
-        for chosen in combinations(range(len(units)), size):
-            others = [i for i in range(len(units)) if i not in chosen]
-            classes.append(
-                WordClass(
-                    present=tuple(units[i] for i in chosen),
-                    absent=tuple(units[i] for i in others),
-                    bound=sum(unit_bounds[i] for i in chosen),
-                    share=math.prod(1 - absent_share[i] for i in chosen)
-                    * math.prod(absent_share[i] for i in others),
-                )
+    for region in _regions(units, unit_bounds):
+        some = tuple(word for i in region.some for word in units[i])
+        present = tuple(units[i] if i >= 0 else some for i in region.held)
+        held = [i for i in region.held if i >= 0]
+        classes.append(
+            WordClass(
+                present=present,
+                absent=tuple(units[i] for i in sorted(region.lacking)),
+                bound=sum(unit_bounds[i] for i in (*held, *region.some)),
+                share=math.prod(1 - absent_share[i] for i in held)
+                * (1 - math.prod(absent_share[i] for i in region.some) if region.some else 1.0)
+                * math.prod(absent_share[i] for i in region.lacking),
             )
+        )
     classes.sort(key=lambda c: (-c.bound, -len(c.present)))
     order = SearchQuery(tuple(word for unit in units for word in unit))
     return ClassPlan(order, tuple(classes), 1 - math.prod(absent_share))

@@ -4,7 +4,8 @@ Words in half the indexed messages or more are left out when a rarer word is kno
 (FTS5's BM25 floors their IDF to 1e-6: they add nothing to a score, while matching them would
 score most rows). The messages are then scored by the classes of
 :mod:`~om_workers.store.repositories.search_bounds` (the rows holding exactly a set of the
-words), best bound first, until the next class cannot reach the page, or until scoring the
+words, or unions of such sets where one expression can still name each word once), best
+bound first, until the next class cannot reach the page, or until scoring the
 whole query at once is expected to cost less than going on (:data:`ROW_COST`). Memory items
 are few and scored whole. Only keys come back from here; the rows are read for the page
 alone.
@@ -27,8 +28,10 @@ SAMPLED_SESSIONS = 2_000
 CLASS_BUDGET = 0.5
 """The share of the whole query's expected cost that classes scored one by one may spend
 after the first (which holds the rows able to score best, and often ends the search); past
-it the whole query is scored at once. Queries of many words, whose classes are many and each
-a statement naming every word, spent up to twice the whole query's cost without it."""
+it the whole query is scored at once, if that costs less than scoring every class left.
+Queries of many words, whose classes are many and each a statement naming every word, spent
+up to twice the whole query's cost without it; queries of two common words, whose classes
+are three, spent twice as much with it and no check on what was left."""
 ROW_COST = 27.0
 """What FTS5 spends scoring a matched row (about 0.7 µs), in units of what it spends counting
 one row of a word for its IDF (about 26 ns): every statement counts each of its words' rows
@@ -225,12 +228,16 @@ class SqliteKeys:
     def _by_class(self, keys: list[SearchKey], plan: ClassPlan, costs: _Costs) -> list[SearchKey]:
         limit, spent = self._query.limit, 0.0
         whole = costs.statement + costs.scoring * plan.share
-        for word_class in plan.classes:
+        class_costs = [costs.statement + costs.scoring * c.share for c in plan.classes]
+        # What scoring every class left would cost: the whole query is worth scoring at once
+        # only when it costs less than that (it scores again the rows already scored).
+        left = sum(class_costs)
+        for word_class, cost in zip(plan.classes, class_costs, strict=True):
             if len(keys) >= limit and beyond_reach(word_class, keys[limit - 1].rank):
                 return keys
-            cost = costs.statement + costs.scoring * word_class.share
-            if spent and spent + cost > whole * CLASS_BUDGET:
+            if spent and spent + cost > whole * CLASS_BUDGET and whole < left:
                 return _best([*keys, *self._match(plan.order.fts5())], limit)
             keys = _best([*keys, *self._match(word_class.fts5())], limit)
             spent += cost
+            left -= cost
         return keys
