@@ -12,6 +12,7 @@ scan of one session.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -147,12 +148,15 @@ def _range_params(session_pk: int, chunk: Sequence[Segment]) -> dict[str, int]:
 # constructing one costs several times more than running it on SQLite.
 
 
+def _payload_text() -> Any:
+    return cast(entries.c.payload, Text).label("payload")
+
+
 @functools.cache
 def _payload_query(ranges: int, kinds: bool, limit: bool, newest_first: bool) -> Select[Any]:
     # The payload comes back as JSON text and is parsed once, by pydantic: decoding it to a
     # dict first and validating that costs about a third more on long branches.
-    payload = cast(entries.c.payload, Text).label("payload")
-    query = select(entries.c.seq, payload).where(_in_ranges(ranges))
+    query = select(entries.c.seq, _payload_text()).where(_in_ranges(ranges))
     if kinds:
         query = query.where(entries.c.kind.in_(bindparam("kinds", expanding=True)))
     query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
@@ -160,8 +164,18 @@ def _payload_query(ranges: int, kinds: bool, limit: bool, newest_first: bool) ->
 
 
 @functools.cache
-def _payload_statement(ranges: int, limit: bool, newest_first: bool) -> FastStatement:
-    return FastStatement(_payload_query(ranges, False, limit, newest_first))
+def _payload_statement(ranges: int, kinds: bool, limit: bool, newest_first: bool) -> FastStatement:
+    if not kinds:
+        return FastStatement(_payload_query(ranges, False, limit, newest_first))
+    # On SQLite the kinds are one JSON array (a statement compiled once, see
+    # om_workers.store.driver); PostgreSQL expands the list.
+    listed = select(func.json_each(bindparam("kinds")).table_valued("value").c.value)
+    query = select(entries.c.seq, _payload_text()).where(
+        _in_ranges(ranges), entries.c.kind.in_(listed)
+    )
+    query = query.order_by(entries.c.seq.desc() if newest_first else entries.c.seq)
+    query = query.limit(bindparam("limit")) if limit else query
+    return FastStatement(query, postgresql=_payload_query(ranges, True, limit, newest_first))
 
 
 @functools.cache
@@ -192,14 +206,11 @@ def read_branch_payloads(
         params: dict[str, Any] = _range_params(session_pk, chunk)
         if limit is not None:
             params["limit"] = limit - len(rows)
-        if kinds is None:
-            statement = _payload_statement(len(chunk), limit is not None, newest_first)
-            rows.extend(statement.rows(connection, params))
-        else:
-            # A list of kinds expands into one parameter each: SQLAlchemy's statements.
-            params["kinds"] = list(kinds)
-            query = _payload_query(len(chunk), True, limit is not None, newest_first)
-            rows.extend(connection.execute(query, params).all())
+        if kinds is not None:
+            sqlite = connection.dialect.name == "sqlite"
+            params["kinds"] = json.dumps(list(kinds)) if sqlite else list(kinds)
+        shape = (len(chunk), kinds is not None, limit is not None, newest_first)
+        rows.extend(_payload_statement(*shape).rows(connection, params))
         if limit is not None and len(rows) >= limit:
             break
     if newest_first:
