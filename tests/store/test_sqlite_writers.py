@@ -4,6 +4,7 @@ instead of sleeping in SQLite's busy handler; a process that dies holding it let
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from om_core.ledger.models import SessionEntry
 from om_workers.errors import WritersBusyError
 from om_workers.store import AccountStore, SqlStore, upgrade
-from om_workers.store.engine import _SqliteWriters, writers_not_waited
+from om_workers.store.engine import _SqliteWriters, writer_connection, writers_not_waited
 from tests.threads import CheckedThread
 
 
@@ -203,5 +204,36 @@ def test_writes_not_waited_for_raise_before_anything_is_written(tmp_path: Path) 
         with writers_not_waited():
             store.append_entries(tenant, "s", [entry])
         assert store.get_session(tenant, "s").entry_count == 1
+    finally:
+        store.close()
+
+
+def _write_lock_free(database: Path) -> bool:
+    """Whether another connection could take SQLite's write lock now, without waiting."""
+    probe = sqlite3.connect(database, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
+def test_a_write_transaction_takes_the_write_lock_first_and_a_read_never(tmp_path: Path) -> None:
+    database = tmp_path / "lock.db"
+    url = f"sqlite:///{database}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    try:
+        with writer_connection(store.engine) as connection, connection.begin():
+            # Nothing written yet: the lock is taken by the BEGIN itself (IMMEDIATE).
+            assert not _write_lock_free(database)
+        assert _write_lock_free(database)
+        # The same pooled connection, later used for a read, begins DEFERRED again.
+        with store.engine.connect() as connection, connection.begin():
+            connection.exec_driver_sql("SELECT count(*) FROM sessions").all()
+            assert _write_lock_free(database)
     finally:
         store.close()
