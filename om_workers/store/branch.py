@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from om_core.ledger.models import SessionEntry
+from om_workers.store import driver
 from om_workers.store.schema import entries
 
 Segment = tuple[int, int]
@@ -101,7 +102,7 @@ def branch_segments(connection: Connection, session_pk: int, leaf_id: str | None
     if leaf_id is None:
         return []
     statement = segments_statement(connection, _SEGMENTS, _SEGMENTS_PG)
-    rows = connection.execute(statement, {"session_pk": session_pk, "leaf_id": leaf_id}).all()
+    rows = driver.rows(connection, statement, {"session_pk": session_pk, "leaf_id": leaf_id})
     return [(int(lo), int(hi)) for lo, hi in rows]
 
 
@@ -189,7 +190,7 @@ def read_branch_payloads(
             params["kinds"] = list(kinds)
         if limit is not None:
             params["limit"] = limit - len(rows)
-        rows.extend(connection.execute(query, params).all())
+        rows.extend(driver.rows(connection, query, params))
         if limit is not None and len(rows) >= limit:
             break
     if newest_first:

@@ -19,6 +19,7 @@ from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
+from om_workers.store import driver
 from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.records import ContextState
 from om_workers.store.schema import sessions, snapshots, tombstones
@@ -54,7 +55,7 @@ def read_memory_view(
     cursor, never the branch from its root (unless nothing was ever observed, when all of it is
     new work). Raises :class:`SessionNotFoundError`.
     """
-    row = connection.execute(_SESSION, {"tenant_id": tenant_id, "session_id": session_id}).first()
+    row = driver.first(connection, _SESSION, {"tenant_id": tenant_id, "session_id": session_id})
     if row is None:
         raise SessionNotFoundError(f"no session {session_id!r}")
     session_pk = int(row.pk)
@@ -71,7 +72,7 @@ def read_memory_view(
     withheld: frozenset[str] = frozenset()
     if invalidation_scope is not None:
         params = {"tenant_id": tenant_id, "scope": invalidation_scope}
-        withheld = frozenset(connection.execute(WITHHELD, params).scalars())
+        withheld = frozenset(row[0] for row in driver.rows(connection, WITHHELD, params))
     entries = to_entries(rows)
     after = [e for r, e in zip(rows, entries, strict=True) if int(r.seq) > base_seq]
     ledger = fold_ledger(after, initial=ledger) if after else ledger

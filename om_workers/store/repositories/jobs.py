@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, literal, select, upda
 from om_core.policy.redaction import redact
 from om_core.policy.webhooks import EventType
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
+from om_workers.store import driver
 from om_workers.store.records import (
     FINAL_JOB_STATES,
     FlushJob,
@@ -277,7 +278,7 @@ class JobRepository:
         """Mark a job that has not finished ``running`` (attempts count up): the job as it now
         is and its session's key; ``None`` when it does not exist or already finished."""
         params = {"job": job_id, "tenant": tenant_id, "now": now}
-        row = self._connection.execute(_START, params).first()
+        row = driver.first(self._connection, _START, params)
         return None if row is None else (_to_job(row), int(row.session_pk))
 
     def finish(self, tenant_id: str, finish: JobFinish, *, now: datetime) -> FlushJob | None:
@@ -301,7 +302,7 @@ class JobRepository:
             "new_reason": finish.reason,
             "new_prompt_version": finish.prompt_version,
         }
-        row = self._connection.execute(_FINISH, params).first()
+        row = driver.first(self._connection, _FINISH, params)
         UsageRepository(self._connection).record(tenant_id, finish.job_id, finish.usage, now=now)
         if row is None:
             return None

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
+from om_workers.store import driver
 from om_workers.store.branch import Segment, segment_cte, segments_statement
 from om_workers.store.listing import listing_query
 from om_workers.store.records import SessionInfo, SessionRef, session_info
@@ -210,7 +211,7 @@ class SessionRepository:
         """
         query = _LOCK_PG if self._connection.dialect.name == "postgresql" else _LOCK
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        row = self._connection.execute(query, params).first()
+        row = driver.first(self._connection, query, params)
         if row is None:
             raise _missing(session_id)
         return LockedSession(
@@ -261,7 +262,7 @@ class SessionRepository:
     def raise_epoch_of(self, session_pk: int, *, now: datetime) -> int:
         """Raise the fencing epoch of a session found in this unit of work; the new epoch."""
         params = {"session": session_pk, "now": now}
-        return int(self._connection.execute(_RAISE_EPOCH_BY_PK, params).scalar_one())
+        return int(driver.one(self._connection, _RAISE_EPOCH_BY_PK, params)[0])
 
     def mark_rewritten(self, session_pk: int, *, now: datetime) -> None:
         """Record that stored entries of the session changed in place (see
@@ -288,9 +289,11 @@ class SessionRepository:
             "now": now,
         }
         if unobserved_tokens is None:
-            self._connection.execute(_MOVE_LEAF_ADDING, {**params, "added_tokens": added_tokens})
+            params["added_tokens"] = added_tokens
+            driver.write(self._connection, _MOVE_LEAF_ADDING, params)
         else:
-            self._connection.execute(_MOVE_LEAF, {**params, "new_tokens": unobserved_tokens})
+            params["new_tokens"] = unobserved_tokens
+            driver.write(self._connection, _MOVE_LEAF, params)
 
     def fork(self, session_pk: int, leaf_id: str, *, unobserved_tokens: int, now: datetime) -> None:
         """Move the leaf to an existing entry, with the new branch's unobserved tokens."""
