@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 import weakref
 from collections import namedtuple
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,15 +70,19 @@ def _row_type(names: list[str]) -> Any:
 
 # Per dialect (an engine's own settings, such as its JSON serializer, are in its processors),
 # then per statement object; a statement that cannot take this path maps to None.
-_PREPARED: weakref.WeakKeyDictionary[Dialect, dict[int, tuple[Executable, _Prepared | None]]] = (
-    weakref.WeakKeyDictionary()
-)
+_PREPARED: weakref.WeakKeyDictionary[
+    Dialect, dict[tuple[int, tuple[str, ...]], tuple[Executable, _Prepared | None]]
+] = weakref.WeakKeyDictionary()
 
 
-def _prepare(statement: Executable, dialect: Dialect) -> _Prepared | None:
+def _prepare(statement: Executable, dialect: Dialect, columns: tuple[str, ...]) -> _Prepared | None:
     if not isinstance(statement, ClauseElement):
         return None
-    compiled = statement.compile(dialect=dialect)
+    if columns:
+        # An INSERT's SQL names the columns its first row binds, as SQLAlchemy's does.
+        compiled = statement.compile(dialect=dialect, column_keys=list(columns))
+    else:
+        compiled = statement.compile(dialect=dialect)
     if not isinstance(compiled, SQLCompiler) or not compiled.positional:
         return None
     if (
@@ -100,6 +104,9 @@ def _prepare(statement: Executable, dialect: Dialect) -> _Prepared | None:
         keys.append((bind.key, name))
         if not bind.required:
             defaults[name] = bind.value
+    placeholders = "VALUES (" + ", ".join("?" * len(keys)) + ")"
+    if columns and compiled.string.count(placeholders) != 1:
+        return None  # not one plain row of values to repeat
     binds: list[_Processor] = []
     for name in compiled.positiontup:
         process = processors.get(name)
@@ -108,17 +115,23 @@ def _prepare(statement: Executable, dialect: Dialect) -> _Prepared | None:
         binds.append(process)
     row_type: Any = None
     results: tuple[_Processor, ...] = ()
-    columns = compiled._result_columns
-    if columns:
-        names = [column[0] for column in columns]
+    result_columns = compiled._result_columns
+    if result_columns:
+        names = [column[0] for column in result_columns]
         if len(set(names)) != len(names):
             return None
         row_type = _row_type(names)
-        results = tuple(column[3]._cached_result_processor(dialect, None) for column in columns)
+        results = tuple(
+            column[3]._cached_result_processor(dialect, None) for column in result_columns
+        )
     return _Prepared(compiled.string, tuple(keys), defaults, tuple(binds), row_type, results)
 
 
-def _prepared(connection: Connection, statement: Executable) -> _Prepared | None:
+def _prepared(
+    connection: Connection, statement: Executable, columns: tuple[str, ...] = ()
+) -> _Prepared | None:
+    """The statement prepared for ``connection``'s dialect (an INSERT's for the ``columns`` its
+    rows bind), ``None`` when it takes SQLAlchemy's path."""
     dialect = connection.dialect
     if dialect.name != "sqlite":
         return None
@@ -128,31 +141,41 @@ def _prepared(connection: Connection, statement: Executable) -> _Prepared | None
     cache = _PREPARED.get(dialect)
     if cache is None:
         cache = _PREPARED.setdefault(dialect, {})
-    found = cache.get(id(statement))
+    key = (id(statement), columns)
+    found = cache.get(key)
     if found is None or found[0] is not statement:
-        found = (statement, _prepare(statement, dialect))
-        cache[id(statement)] = found
+        found = (statement, _prepare(statement, dialect, columns))
+        cache[key] = found
     return found[1]
 
 
-def _execute(
-    connection: Connection, prepared: _Prepared, params: Mapping[str, Any]
-) -> sqlite3.Cursor:
+def _bound(prepared: _Prepared, params: Mapping[str, Any]) -> list[Any]:
+    """The values for the statement's ``?``, in order, through their types' processors."""
     values = []
     for (key, name), process in zip(prepared.keys, prepared.binds, strict=True):
         value = params.get(key, _MISSING)
         if value is _MISSING:
             value = params[name] if name in params else prepared.defaults[name]
         values.append(value if process is None else process(value))
+    return values
+
+
+def _run(connection: Connection, sql: str, values: list[Any]) -> sqlite3.Cursor:
     driver = connection.connection.driver_connection
     assert isinstance(driver, sqlite3.Connection)
     cursor = driver.cursor()
     try:
-        cursor.execute(prepared.sql, values)
+        cursor.execute(sql, values)
     except sqlite3.Error as exc:
         cursor.close()
-        raise DBAPIError.instance(prepared.sql, values, exc, sqlite3.Error) from exc
+        raise DBAPIError.instance(sql, values, exc, sqlite3.Error) from exc
     return cursor
+
+
+def _execute(
+    connection: Connection, prepared: _Prepared, params: Mapping[str, Any]
+) -> sqlite3.Cursor:
+    return _run(connection, prepared.sql, _bound(prepared, params))
 
 
 def rows(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
@@ -192,6 +215,35 @@ def one(connection: Connection, statement: Executable, params: Mapping[str, Any]
     return found[0]
 
 
+# SQLite binds at most 32,766 values a statement; SQLAlchemy sends at most 1,000 rows.
+_MAX_VALUES = 32_000
+_MAX_ROWS = 1_000
+
+
+def insert_rows(
+    connection: Connection, statement: Executable, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Insert ``rows`` (each binding the same columns) with the INSERT ``statement``, as
+    SQLAlchemy's "insertmanyvalues" does: many rows a statement (up to 1,000), not a statement
+    a row. Rows a ``RETURNING`` clause returns are not read: SQLite makes every change of an
+    INSERT at its first step, and each row read is one more step (one more release of the GIL
+    inside the writers' queue)."""
+    if not rows:
+        return
+    columns = tuple(rows[0])
+    prepared = _prepared(connection, statement, columns)
+    if prepared is None:
+        connection.execute(statement, list(rows)).close()
+        return
+    one = "(" + ", ".join("?" * len(prepared.keys)) + ")"  # checked by _prepare
+    per = max(1, min(_MAX_ROWS, _MAX_VALUES // max(1, len(prepared.keys))))
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        sql = prepared.sql.replace(one, ", ".join([one] * len(chunk)), 1)
+        values = [v for row in chunk for v in _bound(prepared, row)]
+        _run(connection, sql, values).close()
+
+
 def write(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> int:
     """Run ``statement`` (one that returns no rows) with ``params`` bound; the rows it changed."""
     prepared = _prepared(connection, statement)
@@ -203,4 +255,4 @@ def write(connection: Connection, statement: Executable, params: Mapping[str, An
     return changed
 
 
-__all__ = ["first", "one", "rows", "write"]
+__all__ = ["first", "insert_rows", "one", "rows", "write"]

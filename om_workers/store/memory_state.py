@@ -183,7 +183,7 @@ class ItemWriter:
         if not fresh:
             return
         rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-        self._connection.execute(_INSERT_NEW_ITEMS[self._connection.dialect.name], rows).close()
+        driver.insert_rows(self._connection, _INSERT_NEW_ITEMS[self._connection.dialect.name], rows)
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))

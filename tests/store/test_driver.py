@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, NoResultFound
+from store_factories import message
 
 from om_workers.store import SqlStore, driver
 from om_workers.store.engine import write_transaction
@@ -102,3 +103,17 @@ def test_a_statement_listener_sees_every_statement(
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
     assert len(seen) == 1 and seen[0].startswith("UPDATE flush_jobs")
+
+
+def test_many_rows_go_in_statements_of_a_bounded_size(
+    store: SqlStore, tenant: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver, "_MAX_ROWS", 2)
+    batch = [message(f"m{i}", session_id, f"text {i}") for i in range(5)]
+    assert store.append_entries(tenant, session_id, batch).appended_ids == tuple(
+        f"m{i}" for i in range(5)
+    )
+    stored = store.read_branch(tenant, session_id)
+    assert [(e.id, e.parent_id) for e in stored] == [
+        (f"m{i}", None if i == 0 else f"m{i - 1}") for i in range(5)
+    ]

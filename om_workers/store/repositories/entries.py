@@ -13,6 +13,7 @@ from sqlalchemy import Connection, and_, bindparam, insert, or_, select
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
+from om_workers.store import driver
 from om_workers.store.branch import (
     Segment,
     branch_segments,
@@ -104,8 +105,7 @@ class EntryRepository:
             }
             for row in rows
         ]
-        if values:
-            self._connection.execute(_INSERT, values).close()
+        driver.insert_rows(self._connection, _INSERT, values)
 
     def position(self, session_pk: int, entry_id: str) -> Position | None:
         """``(seq, segment_start)`` of an entry of this session (``None``: not in it)."""
