@@ -10,8 +10,9 @@ compiled for it, once per dialect, on the connection's own ``sqlite3`` cursor: t
 the same bound values (through the same type processors) and the same values back (through
 the same result processors), in the connection's transaction.
 
-Everything else goes through SQLAlchemy as before: PostgreSQL, a statement whose SQL depends
-on its parameters (expanding ``IN`` lists, Python-side defaults), and any engine with a
+An expanding ``IN`` list is rendered as that many ``?``, as SQLAlchemy renders it. Everything
+else goes through SQLAlchemy as before: PostgreSQL, a statement whose SQL depends on its
+parameters otherwise (an empty ``IN`` list, Python-side defaults), and any engine with a
 ``before_cursor_execute`` or ``after_cursor_execute`` listener (tracing, or a benchmark that
 counts statements), so those listeners still see every statement. A driver error is raised as
 the SQLAlchemy error SQLAlchemy would have raised, for the unit of work to translate.
@@ -46,6 +47,8 @@ class _Prepared:
     binds: tuple[_Processor, ...]
     row: Any  # the named tuple of a result row; None for a statement returning no rows
     results: tuple[_Processor, ...]
+    # Compiled names of the expanding parameters (``IN`` lists), rendered at each execution.
+    expanding: frozenset[str] = frozenset()
 
 
 _MISSING = object()
@@ -85,9 +88,10 @@ def _prepare(statement: Executable, dialect: Dialect, columns: tuple[str, ...]) 
         compiled = statement.compile(dialect=dialect)
     if not isinstance(compiled, SQLCompiler) or not compiled.positional:
         return None
+    expanding = frozenset(compiled.bind_names[b] for b in compiled.post_compile_params)
     if (
         compiled.literal_execute_params
-        or compiled.post_compile_params
+        or not all(b.expanding for b in compiled.post_compile_params)
         or compiled.insert_prefetch
         or compiled.update_prefetch
         or compiled.positiontup is None
@@ -124,7 +128,9 @@ def _prepare(statement: Executable, dialect: Dialect, columns: tuple[str, ...]) 
         results = tuple(
             column[3]._cached_result_processor(dialect, None) for column in result_columns
         )
-    return _Prepared(compiled.string, tuple(keys), defaults, tuple(binds), row_type, results)
+    return _Prepared(
+        compiled.string, tuple(keys), defaults, tuple(binds), row_type, results, expanding
+    )
 
 
 def _prepared(
@@ -135,7 +141,9 @@ def _prepared(
     dialect = connection.dialect
     if dialect.name != "sqlite":
         return None
-    dispatch = connection.dispatch
+    # The engine's listeners (a Connection's own would be missed: none are registered here);
+    # a Connection's joined dispatcher costs more to ask than the engine's.
+    dispatch = connection.engine.dispatch
     if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
         return None
     cache = _PREPARED.get(dialect)
@@ -149,15 +157,38 @@ def _prepared(
     return found[1]
 
 
+def _value(prepared: _Prepared, key: str, name: str, params: Mapping[str, Any]) -> Any:
+    value = params.get(key, _MISSING)
+    if value is _MISSING:
+        value = params[name] if name in params else prepared.defaults[name]
+    return value
+
+
 def _bound(prepared: _Prepared, params: Mapping[str, Any]) -> list[Any]:
     """The values for the statement's ``?``, in order, through their types' processors."""
     values = []
     for (key, name), process in zip(prepared.keys, prepared.binds, strict=True):
-        value = params.get(key, _MISSING)
-        if value is _MISSING:
-            value = params[name] if name in params else prepared.defaults[name]
+        value = _value(prepared, key, name, params)
         values.append(value if process is None else process(value))
     return values
+
+
+def _expanded(prepared: _Prepared, params: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """The SQL with each ``IN`` list rendered as that many ``?``, and its values; ``None`` for
+    an empty list (SQLAlchemy renders an empty set its own way)."""
+    sql = prepared.sql
+    values: list[Any] = []
+    for (key, name), process in zip(prepared.keys, prepared.binds, strict=True):
+        value = _value(prepared, key, name, params)
+        if name not in prepared.expanding:
+            values.append(value if process is None else process(value))
+            continue
+        items = list(value)
+        if not items:
+            return None
+        sql = sql.replace(f"__[POSTCOMPILE_{name}]", ", ".join("?" * len(items)), 1)
+        values.extend(items if process is None else [process(v) for v in items])
+    return sql, values
 
 
 def _run(connection: Connection, sql: str, values: list[Any]) -> sqlite3.Cursor:
@@ -184,7 +215,13 @@ def rows(connection: Connection, statement: Executable, params: Mapping[str, Any
     prepared = _prepared(connection, statement)
     if prepared is None or prepared.row is None:
         return list(connection.execute(statement, params))
-    cursor = _execute(connection, prepared, params)
+    if prepared.expanding:
+        rendered = _expanded(prepared, params)
+        if rendered is None:
+            return list(connection.execute(statement, params))
+        cursor = _run(connection, *rendered)
+    else:
+        cursor = _execute(connection, prepared, params)
     try:
         fetched = cursor.fetchall()
     except sqlite3.Error as exc:
@@ -232,7 +269,7 @@ def insert_rows(
         return
     columns = tuple(rows[0])
     prepared = _prepared(connection, statement, columns)
-    if prepared is None:
+    if prepared is None or prepared.expanding:
         connection.execute(statement, list(rows)).close()
         return
     one = "(" + ", ".join("?" * len(prepared.keys)) + ")"  # checked by _prepare
@@ -247,7 +284,7 @@ def insert_rows(
 def write(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> int:
     """Run ``statement`` (one that returns no rows) with ``params`` bound; the rows it changed."""
     prepared = _prepared(connection, statement)
-    if prepared is None:
+    if prepared is None or prepared.expanding:
         return int(connection.execute(statement, params).rowcount)
     cursor = _execute(connection, prepared, params)
     changed = cursor.rowcount

@@ -14,7 +14,7 @@ from store_factories import message
 from om_workers.store import SqlStore, driver
 from om_workers.store.engine import write_transaction
 from om_workers.store.memory_view import WITHHELD
-from om_workers.store.repositories import jobs, sessions
+from om_workers.store.repositories import entries, jobs, sessions
 from om_workers.store.schema import sessions as sessions_table
 from tests.e2e.support import add_chat
 
@@ -117,3 +117,17 @@ def test_many_rows_go_in_statements_of_a_bounded_size(
     assert [(e.id, e.parent_id) for e in stored] == [
         (f"m{i}", None if i == 0 else f"m{i - 1}") for i in range(5)
     ]
+
+
+def test_in_lists_find_what_sqlalchemy_finds(store: SqlStore, tenant: str, session_id: str) -> None:
+    add_chat(store, tenant, session_id, 2)
+    ids = [e.id for e in store.read_branch(tenant, session_id)]
+    with write_transaction(store.engine) as connection:
+        pk = connection.execute(
+            sessions_table.select().where(sessions_table.c.id == session_id)
+        ).one()
+        for wanted, refs in ((ids[:1], ids[1:]), (ids, []), ([], ids[2:]), (["nowhere"], ids)):
+            params = {"tenant_id": tenant, "ids": wanted, "session_pk": pk.pk, "refs": refs}
+            ours = sorted(tuple(row) for row in driver.rows(connection, entries._LOOKUP, params))
+            theirs = sorted(tuple(row) for row in connection.execute(entries._LOOKUP, params))
+            assert ours == theirs and len(ours) == len(set(wanted) & set(ids) | set(refs))

@@ -73,7 +73,7 @@ class EntryRepository:
                 "session_pk": session.pk,
                 "refs": list(refs[start : start + _IN_CHUNK]),
             }
-            for row in self._connection.execute(_LOOKUP, params):
+            for row in driver.rows(self._connection, _LOOKUP, params):
                 in_session = int(row.session_pk) == session.pk
                 if row.id in batch:
                     stored[row.id] = StoredEntry(
