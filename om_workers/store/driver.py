@@ -139,7 +139,8 @@ def _prepared(
     """The statement prepared for ``connection``'s dialect (an INSERT's for the ``columns`` its
     rows bind), ``None`` when it takes SQLAlchemy's path."""
     dialect = connection.dialect
-    if dialect.name != "sqlite":
+    # Outside a transaction SQLAlchemy would begin one first (autobegin); so does its path.
+    if dialect.name != "sqlite" or not connection.in_transaction():
         return None
     # The engine's listeners (a Connection's own would be missed: none are registered here);
     # a Connection's joined dispatcher costs more to ask than the engine's.

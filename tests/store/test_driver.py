@@ -131,3 +131,12 @@ def test_in_lists_find_what_sqlalchemy_finds(store: SqlStore, tenant: str, sessi
             ours = sorted(tuple(row) for row in driver.rows(connection, entries._LOOKUP, params))
             theirs = sorted(tuple(row) for row in connection.execute(entries._LOOKUP, params))
             assert ours == theirs and len(ours) == len(set(wanted) & set(ids) | set(refs))
+
+
+def test_outside_a_transaction_sqlalchemy_begins_one_first(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    with store.engine.connect() as connection:
+        assert driver._prepared(connection, WITHHELD) is None
+        assert driver.rows(connection, WITHHELD, {"tenant_id": tenant, "scope": "x"}) == []
+        assert connection.in_transaction()  # SQLAlchemy's autobegin
