@@ -44,7 +44,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "observer (extractive)": ("generate (om_core/flush/extractive.py",),
     "finish (records + job row, SQL)": ("finish (om_workers/jobs/running.py",),
     "webhook announce (SQL)": ("announce (om_workers/celery/webhooks.py",),
-    "SQL execute (all)": ("_execute_context (",),
+    # SQLAlchemy's execution path, or on SQLite the driver's (om_workers/store/driver.py).
+    "SQL execute (all)": ("_execute_context (", "_run (om_workers/store/driver.py"),
     "SQLite writers' queue": ("held (om_workers/store/engine.py",),
     "SQL commit": ("commit (sqlalchemy/engine/base.py",),
     "Redis round trips (all)": ("read_response (redis",),
