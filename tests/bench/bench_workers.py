@@ -226,7 +226,8 @@ def run() -> Section:
     section.notes.append(
         f"{calls} provider calls per flush. Figure 1 is the best of 3 runs of each kind, "
         "alternating. The worker is CPU-bound there (`python -m tests.bench.profile_flush` says "
-        "where its CPU goes): a flush costs about six no-op tasks, and one run's no-op baseline "
+        "where its CPU goes): a flush costs about four and a half no-op tasks of its CPU (4.9 "
+        "against 1.1 ms, medians of nine runs at load 4-5), and one run's no-op baseline "
         "moves by a quarter with the machine's other load, so compare trees over several "
         "alternating runs. A flush job costs two Redis round trips (the fair queue's start with "
         "the lock's acquire and claim; the release with the fair queue's done), two SQLite write "
