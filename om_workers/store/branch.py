@@ -18,7 +18,6 @@ from typing import Any
 from sqlalchemy import (
     CTE,
     Connection,
-    Row,
     Select,
     Text,
     and_,
@@ -173,8 +172,9 @@ def read_branch_payloads(
     limit: int | None = None,
     kinds: Sequence[str] | None = None,
     newest_first: bool = False,
-) -> list[Row[Any]]:
-    """Rows ``(seq, payload)`` (payload as JSON text) of the branch after ``after_seq``, in order.
+) -> list[Any]:
+    """Rows ``(seq, payload)`` (payload as JSON text) of the branch after ``after_seq``, in order
+    (SQLAlchemy's rows, or on SQLite :mod:`~om_workers.store.driver`'s named tuples).
 
     ``segments`` come from :func:`branch_segments`. ``newest_first`` with ``limit`` reads the
     last ``limit`` entries (still returned in branch order).
@@ -182,7 +182,7 @@ def read_branch_payloads(
     chunks = _range_chunks(segments, after_seq)
     if newest_first:
         chunks.reverse()
-    rows: list[Row[Any]] = []
+    rows: list[Any] = []
     for chunk in chunks:
         query = _payload_query(len(chunk), kinds is not None, limit is not None, newest_first)
         params: dict[str, Any] = _range_params(session_pk, chunk)
@@ -262,6 +262,6 @@ def entry_position(
     return None if row is None else (int(row.seq), int(row.segment_start))
 
 
-def to_entries(rows: Sequence[Row[Any]]) -> tuple[SessionEntry, ...]:
+def to_entries(rows: Sequence[Any]) -> tuple[SessionEntry, ...]:
     """Stored payloads (JSON text) back to entries (the payload is the entry's wire form)."""
     return tuple(SessionEntry.model_validate_json(row.payload) for row in rows)
