@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import (
     CTE,
     Connection,
-    Row,
     Select,
     Text,
     and_,
@@ -33,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from om_core.ledger.models import SessionEntry
+from om_workers.store import driver
 from om_workers.store.driver import FastStatement
 from om_workers.store.schema import entries
 
@@ -103,7 +103,7 @@ def branch_segments(connection: Connection, session_pk: int, leaf_id: str | None
     if leaf_id is None:
         return []
     statement = segments_statement(connection, _SEGMENTS, _SEGMENTS_PG)
-    rows = connection.execute(statement, {"session_pk": session_pk, "leaf_id": leaf_id}).all()
+    rows = driver.rows(connection, statement, {"session_pk": session_pk, "leaf_id": leaf_id})
     return [(int(lo), int(hi)) for lo, hi in rows]
 
 
@@ -192,8 +192,9 @@ def read_branch_payloads(
     limit: int | None = None,
     kinds: Sequence[str] | None = None,
     newest_first: bool = False,
-) -> list[Row[Any]]:
-    """Rows ``(seq, payload)`` (payload as JSON text) of the branch after ``after_seq``, in order.
+) -> list[Any]:
+    """Rows ``(seq, payload)`` (payload as JSON text) of the branch after ``after_seq``, in order
+    (SQLAlchemy's rows, or on SQLite :mod:`~om_workers.store.driver`'s named tuples).
 
     ``segments`` come from :func:`branch_segments`. ``newest_first`` with ``limit`` reads the
     last ``limit`` entries (still returned in branch order).
@@ -201,7 +202,7 @@ def read_branch_payloads(
     chunks = _range_chunks(segments, after_seq)
     if newest_first:
         chunks.reverse()
-    rows: list[Row[Any]] = []
+    rows: list[Any] = []
     for chunk in chunks:
         params: dict[str, Any] = _range_params(session_pk, chunk)
         if limit is not None:
@@ -282,6 +283,6 @@ def entry_position(
     return None if row is None else (int(row.seq), int(row.segment_start))
 
 
-def to_entries(rows: Sequence[Row[Any]]) -> tuple[SessionEntry, ...]:
+def to_entries(rows: Sequence[Any]) -> tuple[SessionEntry, ...]:
     """Stored payloads (JSON text) back to entries (the payload is the entry's wire form)."""
     return tuple(SessionEntry.model_validate_json(row.payload) for row in rows)

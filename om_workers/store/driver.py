@@ -1,16 +1,21 @@
-"""The serving path's hottest statements, run on SQLite's driver cursor.
+"""The hottest statements of a turn and of a flush, run on SQLite's driver cursor.
 
 Through SQLAlchemy a statement costs about 20 microseconds of Python around the driver's own
 work (cache key, execution context, result object): 21-26 us against 2-4 us for a one-row
-read of the ``sessions`` table, several times a request. A :class:`FastStatement` is compiled
-once per dialect by SQLAlchemy itself (the same SQL, the same bind and result processing of
-datetimes and JSON) and then runs on the connection's DBAPI connection, inside the
-transaction the connection already holds (a unit of work begins it). On PostgreSQL it runs
-through SQLAlchemy as any statement does.
+read of the ``sessions`` table, and a job start's UPDATE 45 against 19 us; a turn sends about
+a dozen such statements, a flush about fifteen, most of a flush's inside SQLite's writers'
+queue, where every other writer waits for them. A statement run here is compiled once per
+dialect by SQLAlchemy itself (the same SQL, the same bind and result processing of datetimes
+and JSON) and then runs on the connection's DBAPI connection, inside the transaction the
+connection already holds.
 
-Every listener of the engine's ``before_cursor_execute`` still sees each statement (the
-statement-count tests and benchmarks rely on it), and a driver error is wrapped as
-SQLAlchemy wraps it, so the store's error translation is unchanged.
+SQLAlchemy runs it instead on PostgreSQL (there the round trip, not the Python around it, is
+the cost), outside a transaction (SQLAlchemy would begin one first), and for a statement
+whose SQL depends on its values (expanding ``IN`` lists, Python-side defaults): lists go to
+SQLite as one JSON array (``json_each``) where a statement is hot. Every listener of the
+engine's ``before_cursor_execute`` still sees each statement (the statement-count tests and
+benchmarks rely on it), and a driver error is wrapped as SQLAlchemy wraps it, so the store's
+error translation is unchanged.
 """
 
 from __future__ import annotations
@@ -23,18 +28,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any]
 
+MAX_VALUES = 32_000
+"""Values one statement binds at most (SQLite's limit is 32,766)."""
 INSERT_CHUNK_ROWS = 1000
-"""Rows per multi-row INSERT: SQLite's FTS5 writes a segment per statement that touched it,
-so rows go in as few statements as the variable limit allows (1,000 rows of 10 columns is
-far below SQLite's 32,766)."""
+"""Rows a multi-row INSERT holds at most, as SQLAlchemy's own batches: SQLite's FTS5 writes
+a segment per statement that touched it, so rows go in as few statements as possible."""
 
 
 @dataclass(frozen=True)
@@ -71,28 +77,36 @@ def _row_type(names: list[str]) -> type[tuple[Any, ...]]:
     return type("Row", (base,), {"__slots__": (), "_mapping": mapping})
 
 
-def _compile(statement: Executable, dialect: Dialect) -> _Compiled:
-    compiled = cast(ClauseElement, statement).compile(dialect=dialect)
+def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) -> _Compiled | None:
+    """The statement for the driver; ``None`` when its SQL depends on its values."""
+    element = cast(ClauseElement, statement)
+    if columns:
+        # An INSERT's SQL names the columns its rows bind, as SQLAlchemy's does.
+        compiled = element.compile(dialect=dialect, column_keys=list(columns))
+    else:
+        compiled = element.compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
-    expanding = compiled.literal_execute_params or compiled.post_compile_params
-    if compiled.positiontup is None or expanding:
-        raise ValueError("a fast statement needs plain positional parameters")
+    varying = compiled.literal_execute_params or compiled.post_compile_params
+    defaulted = compiled.insert_prefetch or compiled.update_prefetch
+    if compiled.positiontup is None or varying or defaulted:
+        return None
     fixed: dict[str, Any] = {}
     binders: dict[str, Processor] = {}
     for bind, name in compiled.bind_names.items():
+        if bind.callable is not None:
+            return None
         if not bind.required:
-            fixed[name] = bind.effective_value
+            fixed[name] = bind.value
         processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if processor is not None:
             binders[name] = processor
-    columns = list(getattr(statement, "exported_columns", ()))
-    row = _row_type([c.key for c in columns]) if columns else None
-    readers = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
+    exported = list(getattr(statement, "exported_columns", ()))
+    names = [c.key for c in exported]
+    if len(set(names)) != len(names):
+        return None
+    row = _row_type(names) if exported else None
+    readers = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in exported)
     return _Compiled(compiled.string, tuple(compiled.positiontup), fixed, binders, row, readers)
-
-
-def _driver(connection: Connection) -> Any:
-    return connection.connection.driver_connection
 
 
 @dataclass(frozen=True)
@@ -108,43 +122,63 @@ def _run(
     sql: str,
     params: tuple[Any, ...],
     named: Callable[[], Sequence[Mapping[str, Any]]],
+    *,
+    fetch: bool = True,
 ) -> list[Any]:
-    cursor = _driver(connection).cursor()
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    cursor = driver.cursor()
     try:
         # The engine's listeners: the connection's own dispatcher is rebuilt on each access.
         for listener in connection.engine.dispatch.before_cursor_execute:
             listener(connection, cursor, sql, params, Announced(named()), False)
-        return cursor.execute(sql, params).fetchall()  # type: ignore[no-any-return]
+        cursor.execute(sql, params)
+        # An INSERT's rows are all written at its first step; reading the rows its RETURNING
+        # gives would be one more step each, and one more release of the GIL.
+        return cursor.fetchall() if fetch else []
     except sqlite3.Error as exc:
         raise DBAPIError.instance(sql, params, exc, sqlite3.Error) from exc
     finally:
         cursor.close()
 
 
+def _on_driver(connection: Connection) -> bool:
+    # Outside a transaction SQLAlchemy begins one before the statement (autobegin): a
+    # statement sent straight to the driver would run on its own, outside any snapshot.
+    return connection.dialect.name == "sqlite" and connection.in_transaction()
+
+
 class FastStatement:
-    """One statement (a ``select``, or an ``update``/``delete`` with or without
-    ``returning``) with named bound parameters and no expanding ones; see the module.
-    ``postgresql``: the statement PostgreSQL runs instead, when the two differ."""
+    """One statement (a ``select``, or an ``insert``/``update``/``delete`` with or without
+    ``returning``), run on the driver where it can be; see the module. ``postgresql``: the
+    statement PostgreSQL runs instead, when the two differ."""
 
     def __init__(self, statement: Executable, *, postgresql: Executable | None = None) -> None:
         self.statement = statement
         self._postgresql = postgresql if postgresql is not None else statement
-        self._compiled: weakref.WeakKeyDictionary[Dialect, _Compiled] = weakref.WeakKeyDictionary()
+        self._compiled: weakref.WeakKeyDictionary[
+            Dialect, dict[tuple[str, ...], _Compiled | None]
+        ] = weakref.WeakKeyDictionary()
 
-    def _for(self, dialect: Dialect) -> _Compiled:
-        compiled = self._compiled.get(dialect)
-        if compiled is None:
-            compiled = self._compiled[dialect] = _compile(self.statement, dialect)
-        return compiled
+    def _for(self, dialect: Dialect, columns: tuple[str, ...] = ()) -> _Compiled | None:
+        shapes = self._compiled.get(dialect)
+        if shapes is None:
+            shapes = self._compiled.setdefault(dialect, {})
+        if columns not in shapes:
+            shapes[columns] = _compile(self.statement, dialect, columns)
+        return shapes[columns]
+
+    def _sqlalchemy(self, connection: Connection) -> Executable:
+        return self._postgresql if connection.dialect.name == "postgresql" else self.statement
 
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[Any]:
-        """Every row, each with its columns as attributes (SQLAlchemy's rows on PostgreSQL).
-        Raises SQLAlchemy's errors."""
-        if connection.dialect.name != "sqlite":
-            result = connection.execute(self._postgresql, params)
+        """Every row, each with its columns as attributes (SQLAlchemy's rows on SQLAlchemy's
+        path). Raises SQLAlchemy's errors."""
+        compiled = self._for(connection.dialect) if _on_driver(connection) else None
+        if compiled is None:
+            result = connection.execute(self._sqlalchemy(connection), params)
             return list(result) if result.returns_rows else []
-        compiled = self._for(connection.dialect)
-        named = lambda: [{**compiled.fixed, **params}]  # noqa: E731
+        named = partial(_merged, compiled.fixed, params)
         raw = _run(connection, compiled.sql, compiled.parameters(params), named)
         return [compiled.read(r) for r in raw] if compiled.row is not None else []
 
@@ -152,6 +186,16 @@ class FastStatement:
         """The first row, or ``None``."""
         found = self.rows(connection, params)
         return found[0] if found else None
+
+    def one(self, connection: Connection, params: Mapping[str, Any]) -> Any:
+        """The one row; raises SQLAlchemy's ``NoResultFound`` or ``MultipleResultsFound``
+        otherwise, as ``Result.one()`` does."""
+        found = self.rows(connection, params)
+        if not found:
+            raise NoResultFound("No row was found when one was required")
+        if len(found) > 1:
+            raise MultipleResultsFound("Multiple rows were found when exactly one was required")
+        return found[0]
 
     def scalars(self, connection: Connection, params: Mapping[str, Any]) -> list[Any]:
         """The first column of every row."""
@@ -161,28 +205,65 @@ class FastStatement:
         """Run it for its effect (rows it returns are dropped)."""
         self.rows(connection, params)
 
+    def insert_rows(self, connection: Connection, values: Sequence[Mapping[str, Any]]) -> None:
+        """Run this INSERT for ``values`` (one mapping a row, every one naming the same
+        columns) in multi-row statements, as SQLAlchemy's "insertmanyvalues" does; rows a
+        ``RETURNING`` gives are not read. Raises SQLAlchemy's errors."""
+        if not values:
+            return
+        columns = tuple(values[0])
+        compiled = self._for(connection.dialect, columns) if _on_driver(connection) else None
+        group = "(" + ", ".join("?" * len(compiled.names)) + ")" if compiled else ""
+        if compiled is None or compiled.sql.count(f"VALUES {group}") != 1:
+            connection.execute(self._sqlalchemy(connection), list(values)).close()
+            return
+        per = max(1, min(INSERT_CHUNK_ROWS, MAX_VALUES // len(compiled.names)))
+        for start in range(0, len(values), per):
+            chunk = values[start : start + per]
+            sql = compiled.sql.replace(group, ", ".join([group] * len(chunk)), 1)
+            params = tuple(v for row in chunk for v in compiled.parameters(row))
+            _run(connection, sql, params, partial(list, chunk), fetch=False)
 
-def insert_rows(connection: Connection, table: Table, values: Sequence[Mapping[str, Any]]) -> None:
-    """Insert ``values`` (one mapping a row, every one naming the same columns) in multi-row
-    statements of :data:`INSERT_CHUNK_ROWS` rows, on SQLite's driver (see the module); on
-    PostgreSQL through SQLAlchemy. Raises SQLAlchemy's errors."""
-    if not values:
-        return
-    if connection.dialect.name != "sqlite":
-        connection.execute(table.insert(), list(values))
-        return
-    names = list(values[0])
-    columns = [table.c[name] for name in names]
-    dialect = connection.dialect
-    binders = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
-    quoted = ", ".join(dialect.identifier_preparer.format_column(c) for c in columns)
-    group = "(" + ", ".join("?" * len(names)) + ")"
-    head = f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({quoted}) VALUES "
-    for start in range(0, len(values), INSERT_CHUNK_ROWS):
-        chunk = values[start : start + INSERT_CHUNK_ROWS]
-        params = tuple(
-            value if binder is None or value is None else binder(value)
-            for row in chunk
-            for binder, value in zip(binders, (row[n] for n in names), strict=True)
-        )
-        _run(connection, head + ", ".join([group] * len(chunk)), params, partial(list, chunk))
+
+def _merged(fixed: Mapping[str, Any], params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{**fixed, **params}]
+
+
+_FAST: dict[int, FastStatement] = {}
+"""The statements run through :func:`rows` and its siblings, by identity: module constants,
+built once (a statement object built per call would only ever miss)."""
+
+
+def fast(statement: Executable) -> FastStatement:
+    """The :class:`FastStatement` of a statement built once (a module constant)."""
+    found = _FAST.get(id(statement))
+    if found is None or found.statement is not statement:
+        found = _FAST[id(statement)] = FastStatement(statement)
+    return found
+
+
+def rows(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
+    """:meth:`FastStatement.rows` of a statement built once."""
+    return fast(statement).rows(connection, params)
+
+
+def first(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
+    """:meth:`FastStatement.first` of a statement built once."""
+    return fast(statement).first(connection, params)
+
+
+def one(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
+    """:meth:`FastStatement.one` of a statement built once."""
+    return fast(statement).one(connection, params)
+
+
+def write(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> None:
+    """:meth:`FastStatement.execute` of a statement built once."""
+    fast(statement).execute(connection, params)
+
+
+def insert_rows(
+    connection: Connection, statement: Executable, values: Sequence[Mapping[str, Any]]
+) -> None:
+    """:meth:`FastStatement.insert_rows` of an INSERT built once."""
+    fast(statement).insert_rows(connection, values)

@@ -34,6 +34,7 @@ from om_core.ledger.models import (
 )
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
+from om_workers.store import driver
 from om_workers.store.branch import (
     Segment,
     branch_segments,
@@ -182,7 +183,7 @@ class ItemWriter:
         if not fresh:
             return
         rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-        self._connection.execute(_INSERT_NEW_ITEMS[self._connection.dialect.name], rows).close()
+        driver.insert_rows(self._connection, _INSERT_NEW_ITEMS[self._connection.dialect.name], rows)
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))
@@ -327,7 +328,7 @@ def _write_snapshot(
         "updated_at": now,
     }
     params = {"session": session_pk, **{f"new_{name}": value for name, value in values.items()}}
-    connection.execute(_UPDATE_SNAPSHOT if stored is not None else _INSERT_SNAPSHOT, params)
+    driver.write(connection, _UPDATE_SNAPSHOT if stored is not None else _INSERT_SNAPSHOT, params)
 
 
 def cursor_seq(

@@ -19,6 +19,7 @@ from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
+from om_workers.store import driver
 from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.driver import FastStatement
 from om_workers.store.records import ContextState
@@ -57,7 +58,7 @@ def read_memory_view(
     cursor, never the branch from its root (unless nothing was ever observed, when all of it is
     new work). Raises :class:`SessionNotFoundError`.
     """
-    row = connection.execute(_SESSION, {"tenant_id": tenant_id, "session_id": session_id}).first()
+    row = driver.first(connection, _SESSION, {"tenant_id": tenant_id, "session_id": session_id})
     if row is None:
         raise SessionNotFoundError(f"no session {session_id!r}")
     session_pk = int(row.pk)

@@ -44,7 +44,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "observer (extractive)": ("generate (om_core/flush/extractive.py",),
     "finish (records + job row, SQL)": ("finish (om_workers/jobs/running.py",),
     "webhook announce (SQL)": ("announce (om_workers/celery/webhooks.py",),
-    "SQL execute (all)": ("_execute_context (",),
+    # SQLAlchemy's execution path, or on SQLite the driver's (om_workers/store/driver.py).
+    "SQL execute (all)": ("_execute_context (", "_run (om_workers/store/driver.py"),
     "SQLite writers' queue": ("held (om_workers/store/engine.py",),
     "SQL commit": ("commit (sqlalchemy/engine/base.py",),
     "Redis round trips (all)": ("read_response (redis",),
@@ -56,7 +57,7 @@ PARTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def profile(flushes: int, fair: bool, raw_copy: str | None) -> None:
+def profile(flushes: int, fair: bool, raw_copy: str | None, gil: bool = False) -> None:
     """Run ``flushes`` flushes of distinct one-turn sessions through one worker under py-spy
     and print the parts, CPU a flush and Redis commands a flush."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -80,7 +81,7 @@ def profile(flushes: int, fair: bool, raw_copy: str | None) -> None:
                 raw = tmp / "flush.txt"
                 recorder = subprocess.Popen(
                     [spy, "record", "-p", str(worker.process.pid), "-r", "200", "-f", "raw",
-                     "-o", str(raw), "--nonblocking"],
+                     "-o", str(raw), "--nonblocking", *(["--gil"] if gil else [])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
                 time.sleep(1.0)  # py-spy attaches
@@ -146,8 +147,14 @@ def main() -> int:
     parser.add_argument("--flushes", type=int, default=600)
     parser.add_argument("--fair", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--raw", help="also keep py-spy's raw stacks in this file")
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL: where the worker's CPU goes, without "
+        "the GIL waits of its other threads",
+    )
     args = parser.parse_args()
-    profile(args.flushes, args.fair, args.raw)
+    profile(args.flushes, args.fair, args.raw, args.gil)
     return 0
 
 

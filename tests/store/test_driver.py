@@ -10,14 +10,17 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, bindparam, event, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from om_workers.store import SqlStore
+from om_workers.store import SqlStore, driver
 from om_workers.store import driver as store_driver
 from om_workers.store.driver import FastStatement, insert_rows
+from om_workers.store.repositories import entries as entry_rows
 from om_workers.store.schema import sessions, tombstones
+from tests.store.store_factories import message
 
 _SESSION = select(sessions).where(
     sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id")
 )
+_ADD_TOMBSTONE = tombstones.insert()
 _AT = datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=UTC)
 
 
@@ -45,29 +48,21 @@ def test_a_row_reads_as_sqlalchemy_reads_it(store: SqlStore, tenant: str, sessio
 def test_values_bound_in_the_statement_are_sent(store: SqlStore, tenant: str) -> None:
     store.create_session(tenant, "a")
     store.create_session(tenant, "b")
-    named = select(sessions.c.id).where(
-        sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id.in_(["b", "c"])
-    )
-    statement = FastStatement(named)
-    with store.engine.connect() as connection:
-        if connection.dialect.name == "sqlite":
-            # A literal list expands into one parameter a value: not a driver statement.
-            with pytest.raises(ValueError, match="positional"):
-                statement.rows(connection, {"tenant_id": tenant})
-        fixed = FastStatement(
-            select(sessions.c.id).where(
-                sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == "b"
-            )
-        )
+    tenant_is = sessions.c.tenant_id == bindparam("tenant_id")
+    fixed = FastStatement(select(sessions.c.id).where(tenant_is, sessions.c.id == "b"))
+    # A literal list expands into a parameter a value: SQLAlchemy's path, the same answer.
+    listed = FastStatement(select(sessions.c.id).where(tenant_is, sessions.c.id.in_(["b", "c"])))
+    with store.engine.begin() as connection:
         assert fixed.scalars(connection, {"tenant_id": tenant}) == ["b"]
+        assert listed.scalars(connection, {"tenant_id": tenant}) == ["b"]
 
 
 def test_rows_written_on_the_driver_are_stored_as_sqlalchemy_stores_them(
     store: SqlStore, tenant: str
 ) -> None:
     with store.engine.begin() as connection:
-        connection.execute(tombstones.insert(), [_tombstone(tenant, "by-sqlalchemy")])
-        insert_rows(connection, tombstones, [_tombstone(tenant, "by-driver")])
+        connection.execute(_ADD_TOMBSTONE, [_tombstone(tenant, "by-sqlalchemy")])
+        insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, "by-driver")])
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql(
             "SELECT entry_id, corrected, created_at FROM tombstones ORDER BY entry_id"
@@ -91,7 +86,7 @@ def test_listeners_see_every_statement_with_its_parameters_by_name(
             seen.clear()
             params = {"tenant_id": tenant, "session_id": session_id}
             FastStatement(_SESSION).rows(connection, params)
-            insert_rows(connection, tombstones, [_tombstone(tenant, f"e{i}") for i in range(5)])
+            insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, f"e{i}") for i in range(5)])
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
     selects = [params for verb, params in seen if verb == "SELECT"]
@@ -107,9 +102,11 @@ def test_listeners_see_every_statement_with_its_parameters_by_name(
 
 def test_a_driver_error_is_sqlalchemys_error(store: SqlStore, tenant: str) -> None:
     with store.engine.begin() as connection:
-        insert_rows(connection, tombstones, [_tombstone(tenant, "e1")])
+        insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, "e1")])
     with pytest.raises(IntegrityError) as raised, store.engine.begin() as connection:
-        insert_rows(connection, tombstones, [_tombstone(tenant, "e2"), _tombstone(tenant, "e1")])
+        insert_rows(
+            connection, _ADD_TOMBSTONE, [_tombstone(tenant, "e2"), _tombstone(tenant, "e1")]
+        )
     assert isinstance(raised.value, DBAPIError)
     with store.engine.connect() as connection:
         # The failed statement wrote nothing: not even the row before the duplicate.
@@ -122,3 +119,32 @@ def test_a_statement_on_a_missing_table_fails_as_sqlalchemy_fails(store: SqlStor
     statement = FastStatement(select(missing.c.x).where(missing.c.x == bindparam("x")))
     with pytest.raises(DBAPIError, match="no_such_table"), store.engine.connect() as connection:
         statement.rows(connection, {"x": 1})
+
+
+def test_in_lists_find_what_sqlalchemy_finds(store: SqlStore, tenant: str) -> None:
+    session = store.create_session(tenant, "lists")
+    store.append_entries(tenant, "lists", [message(f"m{i}", session_id="lists") for i in range(3)])
+    ids = [e.id for e in store.read_branch(tenant, "lists")]
+    with store.engine.begin() as connection:
+        pk = connection.execute(select(sessions.c.pk).where(sessions.c.id == session.id)).one()[0]
+        for wanted, refs in ((ids[:1], ids[1:]), (ids, []), ([], ids[2:]), (["nowhere"], ids)):
+            params = {"tenant_id": tenant, "ids": wanted, "session_pk": pk, "refs": refs}
+            # The statement SQLAlchemy expands, run on SQLAlchemy's path everywhere ...
+            expected = sorted(tuple(r) for r in connection.execute(entry_rows._LOOKUP, params))
+            assert sorted(
+                tuple(r) for r in driver.rows(connection, entry_rows._LOOKUP, params)
+            ) == (expected)
+            # ... and the store's own lookup, lists as JSON on SQLite's driver.
+            as_rows = entry_rows.EntryRepository(connection)._rows_of_lookup(params)
+            assert sorted(tuple(r) for r in as_rows) == expected
+            assert len(expected) == len(set(wanted) & set(ids) | set(refs))
+
+
+def test_outside_a_transaction_sqlalchemy_begins_one_first(store: SqlStore, tenant: str) -> None:
+    statement = FastStatement(
+        select(tombstones.c.entry_id).where(tombstones.c.tenant_id == bindparam("t"))
+    )
+    with store.engine.connect() as connection:
+        assert not connection.in_transaction()
+        assert statement.rows(connection, {"t": tenant}) == []
+        assert connection.in_transaction()  # SQLAlchemy's autobegin: its path was taken

@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from store_factories import message
 
 from om_core.policy.webhooks import secret_from_bytes
@@ -92,6 +92,28 @@ def test_a_tenant_without_endpoints_writes_no_deliveries(
     job = store.create_job(tenant, session_id)
     store.finish_job(tenant, job.id, "succeeded")
     assert _rows(store, webhook_deliveries) == 0
+
+
+def test_a_finish_reads_the_endpoints_only_of_a_tenant_that_has_one(
+    store: SqlStore, accounts: AccountStore, tenant: str, session_id: str
+) -> None:
+    # The finish itself says whether the tenant has an enabled endpoint; another tenant's
+    # endpoint neither writes a delivery here nor costs this finish the endpoint query.
+    rival = accounts.create_tenant("rival").id
+    store.webhooks.add_endpoint(rival, URL, SECRET, ("flush.succeeded",))
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    job = store.create_job(tenant, session_id)
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        assert store.finish_job(tenant, job.id, "succeeded").deliveries == ()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert _rows(store, webhook_deliveries) == 0
+    assert not [s for s in statements if s.startswith("SELECT webhook_endpoints.id")]
 
 
 def test_an_attempt_is_claimed_once_then_recorded(

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
+from om_workers.store import driver
 from om_workers.store.branch import (
     Segment,
     branch_segments,
@@ -23,7 +24,7 @@ from om_workers.store.branch import (
     read_branch_payloads,
     to_entries,
 )
-from om_workers.store.driver import FastStatement, insert_rows
+from om_workers.store.driver import FastStatement
 from om_workers.store.repositories.sessions import LockedSession
 from om_workers.store.schema import entries
 from om_workers.store.tail_cache import TailCache
@@ -141,12 +142,7 @@ class EntryRepository:
             }
             for row in rows
         ]
-        if not values:
-            return
-        if self._connection.dialect.name == "sqlite":
-            insert_rows(self._connection, entries, values)
-        else:
-            self._connection.execute(_INSERT, values).close()
+        driver.insert_rows(self._connection, _INSERT, values)
 
     def position(self, session_pk: int, entry_id: str) -> Position | None:
         """``(seq, segment_start)`` of an entry of this session (``None``: not in it)."""

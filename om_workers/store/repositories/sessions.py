@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
+from om_workers.store import driver
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
@@ -266,7 +267,7 @@ class SessionRepository:
     def raise_epoch_of(self, session_pk: int, *, now: datetime) -> int:
         """Raise the fencing epoch of a session found in this unit of work; the new epoch."""
         params = {"session": session_pk, "now": now}
-        return int(self._connection.execute(_RAISE_EPOCH_BY_PK, params).scalar_one())
+        return int(driver.one(self._connection, _RAISE_EPOCH_BY_PK, params)[0])
 
     def mark_rewritten(self, session_pk: int, *, now: datetime) -> None:
         """Record that stored entries of the session changed in place (see

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, insert, select, updat
 
 from om_core.policy.webhooks import EventType, event_payload
 from om_workers.errors import WebhookDeliveryNotFoundError, WebhookEndpointNotFoundError
+from om_workers.store import driver
 from om_workers.store.records import as_utc, as_utc_or_none
 from om_workers.store.schema import webhook_deliveries, webhook_endpoints
 
@@ -173,7 +174,7 @@ def enqueue_event(
     committed. ``data`` holds ids, states and counts only (it is sent as it is)."""
     listening = [
         row.id
-        for row in connection.execute(_LISTENING, {"tenant": tenant_id})
+        for row in driver.rows(connection, _LISTENING, {"tenant": tenant_id})
         if event_type in row.event_types
     ]
     if not listening:
