@@ -8,7 +8,7 @@ Python attributes are snake_case; both spellings are accepted on input, and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal, TypeVar, cast
 
@@ -24,7 +24,6 @@ from pydantic.alias_generators import to_camel
 
 from om_core.ledger.ids import MEMORY_ID_PATTERN
 from om_core.ledger.sizes import message_tokens
-from om_core.policy.redaction import redact
 
 Role = Literal["user", "assistant", "tool", "system"]
 ELIGIBLE_ROLES: frozenset[str] = frozenset({"user", "assistant", "tool"})
@@ -108,15 +107,14 @@ class Message(Frozen):
             lines.append(f"  -> tool call {call.name} {arguments} (id {call.id})")
         return "\n".join(lines)
 
-    def rendered_redacted(self, secrets: tuple[str, ...]) -> str:
-        """:attr:`rendered` with every exact secret in ``secrets`` (as
-        :func:`~om_core.policy.redaction.normalize_secrets` gives them) redacted; the answer
-        for the last ``secrets`` asked is kept."""
-        kept = self.__dict__.get(_REDACTED)
-        if kept is not None and kept[0] == secrets:
+    def rendered_as(self, key: tuple[str, ...], transform: Callable[[str], str]) -> str:
+        """``transform(rendered)``, kept for the last ``key`` asked (``transform`` must be a
+        function of ``key`` alone: a render redacts with the same secrets, read after read)."""
+        kept = self.__dict__.get(_TRANSFORMED)
+        if kept is not None and kept[0] == key:
             return cast(str, kept[1])
-        text = redact(self.rendered, secrets)
-        self.__dict__[_REDACTED] = (secrets, text)
+        text = transform(self.rendered)
+        self.__dict__[_TRANSFORMED] = (key, text)
         return text
 
     @cached_property
@@ -129,12 +127,12 @@ class Message(Frozen):
         """A copy whose rendering and token count are computed again (a plain copy would keep
         the values of the message it was copied from)."""
         copy = super().model_copy(update=update, deep=deep)
-        for cached in ("rendered", "estimated_tokens", _REDACTED):
+        for cached in ("rendered", "estimated_tokens", _TRANSFORMED):
             copy.__dict__.pop(cached, None)
         return copy
 
 
-_REDACTED = "_rendered_redacted"
+_TRANSFORMED = "_rendered_as"
 _R = TypeVar("_R", bound=Frozen)
 
 

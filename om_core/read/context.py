@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Unpack
 
 from om_core.ledger.fold import is_eligible_observation_source, unscanned_entries
@@ -15,7 +16,7 @@ from om_core.ledger.models import (
 )
 from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_entry_tokens, estimate_text_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
-from om_core.policy.redaction import normalize_secrets, scrub
+from om_core.policy.redaction import normalize_secrets, redact, scrub
 from om_core.read.context_memory import ContextMemory, MemorySelection
 from om_core.read.render import RenderedMemory
 from om_core.read.window import (
@@ -302,7 +303,8 @@ def _fitted_recent(
         units.pop(0)
         sizes.pop(0)
     keys = normalize_secrets(secrets)
-    kept = [(e.id, e.message.rendered_redacted(keys)) for u in units for e in u if e.message]
+    redacted = partial(redact, secrets=keys)
+    kept = [(e.id, e.message.rendered_as(keys, redacted)) for u in units for e in u if e.message]
     limit = min(room, MAX_RECENT_WINDOW_BYTES)
     while True:
         text = _clipped(kept, limit, keys)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.models import Message, SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
-from om_core.policy.redaction import normalize_secrets, scrub
+from om_core.policy.redaction import normalize_secrets, redact, scrub
 
 TRUNCATED_MARK = " …[truncated]"
 
@@ -95,8 +96,9 @@ def render_recent_message_window(
     """
     max_bytes = min(max_bytes, MAX_RECENT_WINDOW_BYTES)
     keys = normalize_secrets(secrets)
+    redacted = partial(redact, secrets=keys)
     units = [
-        [(e.id, e.message.rendered_redacted(keys)) for e in unit if e.message]
+        [(e.id, e.message.rendered_as(keys, redacted)) for e in unit if e.message]
         for unit in tool_units([e for e in entries if e.message is not None])
     ]
     sizes = [sum(len(text.encode("utf-8")) + 1 for _, text in unit) for unit in units]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import partial
+
 from om_core.ledger.fold import (
     eligible_observation_sources,
     fold_ledger,
@@ -15,6 +17,7 @@ from om_core.ledger.tokens import (
     estimate_message_tokens,
     estimate_text_tokens,
 )
+from om_core.policy.redaction import redact
 from om_core.read.window import render_message
 
 from .builders import Branch, mid, obs, ref
@@ -204,13 +207,17 @@ def test_a_message_is_rendered_and_counted_once_and_a_copy_afresh() -> None:
 
 def test_a_redacted_rendering_is_kept_for_the_secrets_asked_last() -> None:
     message = Message(role="user", content="token abc123 and xyz")
-    first = message.rendered_redacted(("abc123",))
+
+    def redacted(keys: tuple[str, ...]) -> str:
+        return message.rendered_as(keys, partial(redact, secrets=keys))
+
+    first = redacted(("abc123",))
     assert first == "[user] token [REDACTED] and xyz"
-    assert message.rendered_redacted(("abc123",)) is first  # kept, not redacted again
+    assert redacted(("abc123",)) is first  # kept, not redacted again
     # Other secrets (one more became known) redact afresh.
-    assert message.rendered_redacted(("abc123", "xyz")) == "[user] token [REDACTED] and [REDACTED]"
-    assert message.rendered_redacted(()) == "[user] token abc123 and xyz"
+    assert redacted(("abc123", "xyz")) == "[user] token [REDACTED] and [REDACTED]"
+    assert redacted(()) == "[user] token abc123 and xyz"
     # A copy with other content never keeps the original's answer.
     copy = message.model_copy(update={"content": "abc123 only"})
-    assert copy.rendered_redacted(("xyz",)) == "[user] abc123 only"
+    assert copy.rendered_as(("xyz",), partial(redact, secrets=("xyz",))) == "[user] abc123 only"
     assert message == Message.model_validate(message.model_dump())
