@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import signal
 import sys
@@ -145,6 +146,11 @@ def api(
 
     try:
         level = _log_level(log_level).lower()
+        if log_level is not None:
+            # The level of the whole service, not only uvicorn's: the app's own log (a line
+            # a request) follows OM_LOG_LEVEL, here and in every process started below.
+            os.environ["OM_LOG_LEVEL"] = level.upper()
+            get_settings.cache_clear()
         port = port if port is not None else get_settings().api.port
         workers = workers if workers is not None else get_settings().api.workers
     except pydantic.ValidationError as exc:

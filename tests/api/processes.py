@@ -23,18 +23,21 @@ START_TIMEOUT_S = 60.0
 
 
 def start_api(
-    database_url: str, redis_url: str, log: Path, **env: str
+    database_url: str, redis_url: str, log: Path, *options: str, **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``om api`` on a free port of 127.0.0.1 with the given ``OM_*`` overrides, its
-    output appended to ``log``; returns the process and its base URL once ``/readyz`` answers.
-    The caller stops the process."""
+    """Start ``om api`` (with ``options``) on a free port of 127.0.0.1 with the given ``OM_*``
+    overrides, its output appended to ``log``; returns the process and its base URL once
+    ``/readyz`` answers. The caller stops the process."""
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
     environment.update(PYTHONPATH=str(ROOT), OM_DATABASE_URL=database_url, OM_REDIS_URL=redis_url)
     environment.update(env)
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "om_api.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
+            [
+                *(sys.executable, "-m", "om_api.cli", "api"),
+                *("--host", "127.0.0.1", "--port", str(port), *options),
+            ],
             env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
