@@ -38,8 +38,14 @@ from om_workers.store import SqlStore
 
 MAX_CONTEXTS: Final = 256
 """Whole contexts kept (one per session, scope and budget read lately)."""
-MAX_MEMORIES: Final = 32
-"""Memory parts kept: each holds a session's rendered memory lines (up to a few MB)."""
+MAX_MEMORIES: Final = 1024
+"""Memory parts kept at most (one per session, scope and view read lately)."""
+MAX_MEMORY_CHARS: Final = 16_000_000
+"""Characters of rendered memory lines kept over every memory part (:attr:`ContextMemory.size`;
+the objects behind them hold a few times that): a part is a few KB for most sessions and
+up to a few MB for one of 10,000 observations, so parts are bounded by their size, not only
+by their number (a count of 32 had an agent server of a few hundred sessions rebuild
+every session's memory on every read)."""
 MAX_AGE_S: Final = 300.0
 """How long a kept value is used, seconds."""
 
@@ -93,12 +99,23 @@ V = TypeVar("V")
 
 
 class _Kept(Generic[K, V]):
-    """A bounded, aged map of values, least recently used out first. Thread-safe."""
+    """A bounded, aged map of values, least recently used out first: at most ``size`` of
+    them and, with ``weight``, at most ``budget`` of their weights together (the newest one
+    stays whatever its weight). Thread-safe."""
 
-    def __init__(self, size: int, max_age_s: float) -> None:
-        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+    def __init__(
+        self,
+        size: int,
+        max_age_s: float,
+        weight: Callable[[V], int] = lambda _: 0,
+        budget: int = 0,
+    ) -> None:
+        self._items: OrderedDict[K, tuple[float, V, int]] = OrderedDict()
         self._size = size
         self._max_age_s = max_age_s
+        self._weight = weight
+        self._budget = budget
+        self._held = 0
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
@@ -108,17 +125,25 @@ class _Kept(Generic[K, V]):
             if kept is None:
                 return None
             if now - kept[0] >= self._max_age_s:
-                del self._items[key]
+                self._drop(key)
                 return None
             self._items.move_to_end(key)
             return kept[1]
 
     def put(self, key: K, value: V) -> None:
+        weight = self._weight(value)
         with self._lock:
-            self._items[key] = (time.monotonic(), value)
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+            if key in self._items:
+                self._drop(key)
+            self._items[key] = (time.monotonic(), value, weight)
+            self._held += weight
+            while len(self._items) > self._size or (
+                self._held > self._budget > 0 and len(self._items) > 1
+            ):
+                self._drop(next(iter(self._items)))
+
+    def _drop(self, key: K) -> None:
+        self._held -= self._items.pop(key)[2]
 
     def forget(self, tenant_id: str, session_id: str) -> None:
         with self._lock:
@@ -126,7 +151,7 @@ class _Kept(Generic[K, V]):
                 k for k in self._items if (k.tenant_id, k.session_id) == (tenant_id, session_id)
             ]
             for key in gone:
-                del self._items[key]
+                self._drop(key)
 
     def __len__(self) -> int:
         with self._lock:
@@ -151,14 +176,17 @@ class ContextCache:
         max_contexts: int = MAX_CONTEXTS,
         max_memories: int = MAX_MEMORIES,
         max_age_s: float = MAX_AGE_S,
+        max_memory_chars: int = MAX_MEMORY_CHARS,
     ) -> None:
-        if min(max_contexts, max_memories) < 1 or max_age_s <= 0:
+        if min(max_contexts, max_memories, max_memory_chars) < 1 or max_age_s <= 0:
             raise ValueError(
-                "need max_contexts >= 1, max_memories >= 1 and max_age_s > 0, got "
-                f"{max_contexts}, {max_memories}, {max_age_s}"
+                "need max_contexts, max_memories and max_memory_chars >= 1 and max_age_s > 0, "
+                f"got {max_contexts}, {max_memories}, {max_memory_chars}, {max_age_s}"
             )
         self._contexts: _Kept[ContextKey, Context] = _Kept(max_contexts, max_age_s)
-        self._memories: _Kept[MemoryKey, ContextMemory] = _Kept(max_memories, max_age_s)
+        self._memories: _Kept[MemoryKey, ContextMemory] = _Kept(
+            max_memories, max_age_s, weight=lambda memory: memory.size, budget=max_memory_chars
+        )
         self.counts = CacheCounts()
 
     def kept_context(self, key: ContextKey) -> Context | None:

@@ -96,6 +96,12 @@ class ContextMemory:
         self._plans: dict[tuple[Policy, frozenset[str]], MemoryPlan] = {}
         self._lock = threading.Lock()
 
+    @property
+    def size(self) -> int:
+        """Characters of its rendered lines (at least 1): what keeping it costs, roughly (the
+        objects behind them hold a few times that)."""
+        return max(1, self._lines.chars)
+
     def _hidden(self, window: Iterable[SessionEntry]) -> frozenset[str]:
         """Ids of the observations ``window`` shows whole (every source in it): those
         :func:`visible_observations` leaves out, found from the window's side."""

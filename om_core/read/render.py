@@ -241,6 +241,8 @@ class ObservationLines:
             )
             for o in observations
         }
+        self.chars = sum(len(known[1]) for known in self._known.values())
+        """Characters of the rendered lines."""
 
     def _entry(self, o: Observation) -> tuple[Observation, str, str | None, datetime]:
         known = self._known.get(o.id)

@@ -16,11 +16,13 @@ from om_core.ledger.funnel import funnel_copy_id
 from om_core.ledger.ids import create_memory_id
 from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntry
 from om_core.read.context import Context, build_context
+from om_core.read.context_memory import ContextMemory
 from om_core.settings import ObservationalMemorySettings
 from om_workers.context_cache import (
     CacheCounts,
     ContextCache,
     ContextKey,
+    MemoryKey,
     context_cache,
     secrets_digest,
 )
@@ -286,7 +288,7 @@ def _key(session_id: str) -> ContextKey:
 def test_kept_values_are_bounded_and_aged() -> None:
     with pytest.raises(ValueError, match="max_age_s > 0"):
         ContextCache(max_age_s=0)
-    with pytest.raises(ValueError, match="max_contexts >= 1"):
+    with pytest.raises(ValueError, match="max_contexts, max_memories"):
         ContextCache(max_contexts=0)
     empty = build_context((), SETTINGS)
     cache = ContextCache(max_contexts=2, max_age_s=0.05)
@@ -303,3 +305,47 @@ def test_kept_values_are_bounded_and_aged() -> None:
     assert cache.counts.context_hits == 1  # too old: built again
     cache.forget("t", "s3")
     assert cache.sizes() == (1, 0)
+
+
+def _memory_key(session_id: str) -> MemoryKey:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    return MemoryKey(
+        tenant_id="t",
+        session_id=session_id,
+        created_at=now,
+        rewritten_at=None,
+        snapshot_entry_id=None,
+        memory_entry_ids=(),
+        withheld=frozenset(),
+        secrets=secrets_digest(()),
+        scope=None,
+        include="self+ancestors",
+    )
+
+
+def _memory_of(facts: int) -> ContextMemory:
+    record, _ = observations("o1", [f"m{i}" for i in range(facts)], f"m{facts - 1}")
+    return ContextMemory([record], (), (), {})
+
+
+def test_memory_parts_are_bounded_by_their_size() -> None:
+    with pytest.raises(ValueError, match="max_memory_chars >= 1"):
+        ContextCache(max_memory_chars=0)
+    small, large = _memory_of(2), _memory_of(40)
+    assert 0 < small.size < large.size
+    # Room for 3 small parts, not for a large one beside them.
+    cache = ContextCache(max_memory_chars=3 * small.size)
+    for n in range(3):
+        cache.memory(_memory_key(f"s{n}"), lambda: small)
+    assert cache.sizes()[1] == 3
+    cache.memory(_memory_key("big"), lambda: large)
+    assert cache.sizes()[1] == 1  # the older ones went; the newest stays, whatever its size
+    assert cache.holds_memory(_memory_key("big"))
+    assert not cache.holds_memory(_memory_key("s2"))
+    # Many small parts are kept by size, not by a count of a few dozen.
+    roomy = ContextCache(max_memory_chars=200 * small.size)
+    for n in range(200):
+        roomy.memory(_memory_key(f"s{n}"), lambda: small)
+    assert roomy.sizes()[1] == 200
+    roomy.memory(_memory_key("s0"), lambda: small)
+    assert roomy.counts.memory_hits == 1
