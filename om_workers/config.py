@@ -371,9 +371,9 @@ class RateLimitSettings(BaseModel):
     unreachable the limiter lets requests pass.
 
     The defaults are about twice what one agent server sends on one key with 64 agents turning
-    as fast as two API processes answer them (about 155 turns a second on two cores, each a
-    read, an append and a flush request; tests/bench/results.md, section 13), and a fifth of
-    what a runaway loop of reads gets served without limits there (about 1,450 a second)."""
+    as fast as two API processes answer them (about 310 turns a second on two cores, each a
+    read, an append and a flush request; tests/bench/results.md, section 13), and well below
+    what a runaway loop of reads gets served without limits there."""
 
     model_config = _group("Rate limits")
 
@@ -381,22 +381,22 @@ class RateLimitSettings(BaseModel):
         "OM_RATE_LIMITS_ENABLED", True, description="Enforce the per-key rate limits."
     )
     appends_per_s: float = setting(
-        "OM_RATE_APPENDS_PER_S", 300.0, gt=0, le=1e6, description="Appends per second per key."
+        "OM_RATE_APPENDS_PER_S", 600.0, gt=0, le=1e6, description="Appends per second per key."
     )
     appends_burst: int = setting(
-        "OM_RATE_APPENDS_BURST", 600, ge=1, description="Appends an idle key may send at once."
+        "OM_RATE_APPENDS_BURST", 1200, ge=1, description="Appends an idle key may send at once."
     )
     flushes_per_s: float = setting(
-        "OM_RATE_FLUSHES_PER_S", 300.0, gt=0, le=1e6, description="Flush requests per second."
+        "OM_RATE_FLUSHES_PER_S", 600.0, gt=0, le=1e6, description="Flush requests per second."
     )
     flushes_burst: int = setting(
-        "OM_RATE_FLUSHES_BURST", 600, ge=1, description="Flush requests an idle key sends at once."
+        "OM_RATE_FLUSHES_BURST", 1200, ge=1, description="Flush requests an idle key sends at once."
     )
     reads_per_s: float = setting(
-        "OM_RATE_READS_PER_S", 300.0, gt=0, le=1e6, description="Reads per second per key."
+        "OM_RATE_READS_PER_S", 600.0, gt=0, le=1e6, description="Reads per second per key."
     )
     reads_burst: int = setting(
-        "OM_RATE_READS_BURST", 600, ge=1, description="Reads an idle key may send at once."
+        "OM_RATE_READS_BURST", 1200, ge=1, description="Reads an idle key may send at once."
     )
     cache_s: float = setting(
         "OM_RATE_LIMIT_CACHE_S",

@@ -103,7 +103,7 @@ def test_flat_and_grouped_keywords_override_the_environment_leaf_by_leaf(
     limits = Settings(rate_reads_per_s=3).rate_limits
     assert (limits.reads_per_s, limits.reads_burst) == (3, 7)  # the other leaf from the env
     # A group object is taken whole: its defaults replace the environment's values.
-    assert Settings(rate_limits=RateLimitSettings()).rate_limits.reads_burst == 600
+    assert Settings(rate_limits=RateLimitSettings()).rate_limits.reads_burst == 1200
 
 
 def test_the_old_memory_settings_name_and_broken_json(monkeypatch: pytest.MonkeyPatch) -> None:
