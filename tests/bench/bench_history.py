@@ -262,7 +262,8 @@ def run() -> Section:
         "fresh copies of the 40 messages. Baseline: the same flush on an empty session in the "
         "same run. "
         "Statements: SQL statements the store's engine sent during that flush "
-        "(`before_cursor_execute`; an executemany counts once, SQLite's `BEGIN` counts)."
+        "(`before_cursor_execute`; an executemany or a multi-row INSERT counts once; SQLite's "
+        "`BEGIN`, sent by the dialect's hook, is not counted)."
     )
     section.notes.append(
         "History: chat messages (user, tool call, tool result, answer; ~500 bytes an entry), an "
