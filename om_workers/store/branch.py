@@ -32,7 +32,6 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from om_core.ledger.models import SessionEntry
-from om_workers.store import driver
 from om_workers.store.driver import FastStatement
 from om_workers.store.schema import entries
 
@@ -89,21 +88,14 @@ def _segments_query(*, lateral: bool) -> Select[Any]:
 
 
 # Built once: constructing the recursive CTE cost ~4 ms a read (profiled), more than running it.
-_SEGMENTS = _segments_query(lateral=False)
-_SEGMENTS_PG = _segments_query(lateral=True)
-
-
-def segments_statement(connection: Connection, sqlite: Any, postgresql: Any) -> Any:
-    """The statement of the two built for each store that ``connection``'s dialect runs."""
-    return postgresql if connection.dialect.name == "postgresql" else sqlite
+_SEGMENTS = FastStatement(_segments_query(lateral=False), postgresql=_segments_query(lateral=True))
 
 
 def branch_segments(connection: Connection, session_pk: int, leaf_id: str | None) -> list[Segment]:
     """The branch's seq ranges, ascending; empty for a session without entries."""
     if leaf_id is None:
         return []
-    statement = segments_statement(connection, _SEGMENTS, _SEGMENTS_PG)
-    rows = driver.rows(connection, statement, {"session_pk": session_pk, "leaf_id": leaf_id})
+    rows = _SEGMENTS.rows(connection, {"session_pk": session_pk, "leaf_id": leaf_id})
     return [(int(lo), int(hi)) for lo, hi in rows]
 
 

@@ -34,7 +34,6 @@ from om_core.ledger.models import (
 )
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
-from om_workers.store import driver
 from om_workers.store.branch import (
     Segment,
     branch_segments,
@@ -44,6 +43,7 @@ from om_workers.store.branch import (
     sum_eligible_tokens,
     to_entries,
 )
+from om_workers.store.driver import FastStatement
 from om_workers.store.schema import memory_items, snapshots
 from om_workers.store.snapshot import (
     OBSERVATION,
@@ -91,21 +91,23 @@ _INSERT_ITEMS = insert(memory_items)
 # makes SQLAlchemy send a batch as one multi-row statement instead of an executemany of one
 # statement per row: SQLite's FTS5 writes a new index segment at the end of every statement
 # that touched it (through the memory_items trigger), a flush's observations one each.
-_INSERT_NEW_ITEMS = {
-    "postgresql": pg_insert(memory_items)
+_INSERT_NEW_ITEMS = FastStatement(
+    lite_insert(memory_items)
     .on_conflict_do_nothing(index_elements=["session_pk", "kind", "item_id"])
     .returning(memory_items.c.item_id),
-    "sqlite": lite_insert(memory_items)
+    postgresql=pg_insert(memory_items)
     .on_conflict_do_nothing(index_elements=["session_pk", "kind", "item_id"])
     .returning(memory_items.c.item_id),
-}
+)
 _SNAPSHOT_VALUES: dict[str, BindParameter[Any]] = {
     name: bindparam(f"new_{name}") for name in SNAPSHOT_FIELDS
 }
-_UPDATE_SNAPSHOT = (
+_UPDATE_SNAPSHOT = FastStatement(
     update(snapshots).where(snapshots.c.session_pk == _SESSION_PK).values(**_SNAPSHOT_VALUES)
 )
-_INSERT_SNAPSHOT = insert(snapshots).values(session_pk=_SESSION_PK, **_SNAPSHOT_VALUES)
+_INSERT_SNAPSHOT = FastStatement(
+    insert(snapshots).values(session_pk=_SESSION_PK, **_SNAPSHOT_VALUES)
+)
 
 
 class ItemWriter:
@@ -183,7 +185,7 @@ class ItemWriter:
         if not fresh:
             return
         rows = [self._row(kind, item, pending=kind == OBSERVATION) for item in fresh.values()]
-        driver.insert_rows(self._connection, _INSERT_NEW_ITEMS[self._connection.dialect.name], rows)
+        _INSERT_NEW_ITEMS.insert_rows(self._connection, rows)
 
     def _drop(self, observation_ids: Sequence[str]) -> None:
         wanted = list(dict.fromkeys(observation_ids))
@@ -328,7 +330,7 @@ def _write_snapshot(
         "updated_at": now,
     }
     params = {"session": session_pk, **{f"new_{name}": value for name, value in values.items()}}
-    driver.write(connection, _UPDATE_SNAPSHOT if stored is not None else _INSERT_SNAPSHOT, params)
+    (_UPDATE_SNAPSHOT if stored is not None else _INSERT_SNAPSHOT).execute(connection, params)
 
 
 def cursor_seq(

@@ -19,7 +19,6 @@ from om_core.ledger.fold import fold_ledger, unscanned_entries
 from om_core.ledger.models import ObservationalMemoryLedger
 from om_core.scopes.index import fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
-from om_workers.store import driver
 from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.driver import FastStatement
 from om_workers.store.records import ContextState
@@ -35,7 +34,7 @@ from om_workers.store.snapshot import (
 )
 
 # Built once: constructing a statement costs several times more than running it on SQLite.
-_SESSION = (
+_SESSION = FastStatement(
     select(sessions.c.pk, sessions.c.leaf_id, *SNAPSHOT_COLUMNS)
     .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
     .where(sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id"))
@@ -58,7 +57,7 @@ def read_memory_view(
     cursor, never the branch from its root (unless nothing was ever observed, when all of it is
     new work). Raises :class:`SessionNotFoundError`.
     """
-    row = driver.first(connection, _SESSION, {"tenant_id": tenant_id, "session_id": session_id})
+    row = _SESSION.first(connection, {"tenant_id": tenant_id, "session_id": session_id})
     if row is None:
         raise SessionNotFoundError(f"no session {session_id!r}")
     session_pk = int(row.pk)

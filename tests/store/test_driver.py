@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, bindparam, event, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from om_workers.store import SqlStore, driver
+from om_workers.store import SqlStore
 from om_workers.store import driver as store_driver
-from om_workers.store.driver import FastStatement, insert_rows
+from om_workers.store.driver import FastStatement
 from om_workers.store.repositories import entries as entry_rows
 from om_workers.store.schema import sessions, tombstones
 from tests.store.store_factories import message
@@ -20,7 +20,7 @@ from tests.store.store_factories import message
 _SESSION = select(sessions).where(
     sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id")
 )
-_ADD_TOMBSTONE = tombstones.insert()
+_ADD_TOMBSTONE = FastStatement(tombstones.insert())
 _AT = datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=UTC)
 
 
@@ -61,8 +61,8 @@ def test_rows_written_on_the_driver_are_stored_as_sqlalchemy_stores_them(
     store: SqlStore, tenant: str
 ) -> None:
     with store.engine.begin() as connection:
-        connection.execute(_ADD_TOMBSTONE, [_tombstone(tenant, "by-sqlalchemy")])
-        insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, "by-driver")])
+        connection.execute(_ADD_TOMBSTONE.statement, [_tombstone(tenant, "by-sqlalchemy")])
+        _ADD_TOMBSTONE.insert_rows(connection, [_tombstone(tenant, "by-driver")])
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql(
             "SELECT entry_id, corrected, created_at FROM tombstones ORDER BY entry_id"
@@ -86,7 +86,7 @@ def test_listeners_see_every_statement_with_its_parameters_by_name(
             seen.clear()
             params = {"tenant_id": tenant, "session_id": session_id}
             FastStatement(_SESSION).rows(connection, params)
-            insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, f"e{i}") for i in range(5)])
+            _ADD_TOMBSTONE.insert_rows(connection, [_tombstone(tenant, f"e{i}") for i in range(5)])
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
     selects = [params for verb, params in seen if verb == "SELECT"]
@@ -102,11 +102,9 @@ def test_listeners_see_every_statement_with_its_parameters_by_name(
 
 def test_a_driver_error_is_sqlalchemys_error(store: SqlStore, tenant: str) -> None:
     with store.engine.begin() as connection:
-        insert_rows(connection, _ADD_TOMBSTONE, [_tombstone(tenant, "e1")])
+        _ADD_TOMBSTONE.insert_rows(connection, [_tombstone(tenant, "e1")])
     with pytest.raises(IntegrityError) as raised, store.engine.begin() as connection:
-        insert_rows(
-            connection, _ADD_TOMBSTONE, [_tombstone(tenant, "e2"), _tombstone(tenant, "e1")]
-        )
+        _ADD_TOMBSTONE.insert_rows(connection, [_tombstone(tenant, "e2"), _tombstone(tenant, "e1")])
     assert isinstance(raised.value, DBAPIError)
     with store.engine.connect() as connection:
         # The failed statement wrote nothing: not even the row before the duplicate.
@@ -131,9 +129,8 @@ def test_in_lists_find_what_sqlalchemy_finds(store: SqlStore, tenant: str) -> No
             params = {"tenant_id": tenant, "ids": wanted, "session_pk": pk, "refs": refs}
             # The statement SQLAlchemy expands, run on SQLAlchemy's path everywhere ...
             expected = sorted(tuple(r) for r in connection.execute(entry_rows._LOOKUP, params))
-            assert sorted(
-                tuple(r) for r in driver.rows(connection, entry_rows._LOOKUP, params)
-            ) == (expected)
+            found = FastStatement(entry_rows._LOOKUP).rows(connection, params)
+            assert sorted(tuple(r) for r in found) == expected
             # ... and the store's own lookup, lists as JSON on SQLite's driver.
             as_rows = entry_rows.EntryRepository(connection)._rows_of_lookup(params)
             assert sorted(tuple(r) for r in as_rows) == expected

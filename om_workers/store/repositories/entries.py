@@ -15,7 +15,6 @@ from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
-from om_workers.store import driver
 from om_workers.store.branch import (
     Segment,
     branch_segments,
@@ -78,7 +77,7 @@ _LOOKUP_SQLITE = FastStatement(
 )
 # RETURNING makes SQLAlchemy send a batch as multi-row statements ("insertmanyvalues", up to
 # 1,000 rows each) instead of an executemany of one statement per row.
-_INSERT = insert(entries).returning(entries.c.seq)
+_INSERT = FastStatement(insert(entries).returning(entries.c.seq))
 
 
 class EntryRepository:
@@ -142,7 +141,7 @@ class EntryRepository:
             }
             for row in rows
         ]
-        driver.insert_rows(self._connection, _INSERT, values)
+        _INSERT.insert_rows(self._connection, values)
 
     def position(self, session_pk: int, entry_id: str) -> Position | None:
         """``(seq, segment_start)`` of an entry of this session (``None``: not in it)."""

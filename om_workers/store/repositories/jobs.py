@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Row, bindparam, exists, insert, literal, sele
 from om_core.policy.redaction import redact
 from om_core.policy.webhooks import EventType
 from om_workers.errors import FlushJobNotFoundError, InvalidJobStateError
-from om_workers.store import driver
 from om_workers.store.driver import FastStatement
 from om_workers.store.records import (
     FINAL_JOB_STATES,
@@ -55,7 +54,7 @@ _SESSION_ID = (
 _GET = _JOB.where(*_THIS_JOB, sessions.c.erased_at.is_(None))
 _GET_PG = _GET.with_for_update(of=flush_jobs)
 _INSERT = insert(flush_jobs)
-_START = (
+_START = FastStatement(
     update(flush_jobs)
     .where(*_THIS_JOB, _NOT_FINAL)
     .values(state="running", started_at=bindparam("now"), attempts=flush_jobs.c.attempts + 1)
@@ -74,7 +73,7 @@ _ANY_ENDPOINT = (
     )
     .label("any_endpoint")
 )
-_FINISH = (
+_FINISH = FastStatement(
     update(flush_jobs)
     .where(*_THIS_JOB, _NOT_FINAL)
     .values(
@@ -294,7 +293,7 @@ class JobRepository:
         """Mark a job that has not finished ``running`` (attempts count up): the job as it now
         is and its session's key; ``None`` when it does not exist or already finished."""
         params = {"job": job_id, "tenant": tenant_id, "now": now}
-        row = driver.first(self._connection, _START, params)
+        row = _START.first(self._connection, params)
         return None if row is None else (_to_job(row), int(row.session_pk))
 
     def finish(self, tenant_id: str, finish: JobFinish, *, now: datetime) -> FlushJob | None:
@@ -318,7 +317,7 @@ class JobRepository:
             "new_reason": finish.reason,
             "new_prompt_version": finish.prompt_version,
         }
-        row = driver.first(self._connection, _FINISH, params)
+        row = _FINISH.first(self._connection, params)
         UsageRepository(self._connection).record(tenant_id, finish.job_id, finish.usage, now=now)
         if row is None:
             return None

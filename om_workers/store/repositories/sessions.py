@@ -15,7 +15,6 @@ from sqlalchemy import Connection, bindparam, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
-from om_workers.store import driver
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
@@ -77,7 +76,7 @@ _RAISE_EPOCH = (
     .values(epoch=sessions.c.epoch + 1, updated_at=bindparam("now"))
     .returning(sessions.c.epoch)
 )
-_RAISE_EPOCH_BY_PK = (
+_RAISE_EPOCH_BY_PK = FastStatement(
     update(sessions)
     .where(sessions.c.pk == bindparam("session"))
     .values(epoch=sessions.c.epoch + 1, updated_at=bindparam("now"))
@@ -267,7 +266,7 @@ class SessionRepository:
     def raise_epoch_of(self, session_pk: int, *, now: datetime) -> int:
         """Raise the fencing epoch of a session found in this unit of work; the new epoch."""
         params = {"session": session_pk, "now": now}
-        return int(driver.one(self._connection, _RAISE_EPOCH_BY_PK, params)[0])
+        return int(_RAISE_EPOCH_BY_PK.one(self._connection, params)[0])
 
     def mark_rewritten(self, session_pk: int, *, now: datetime) -> None:
         """Record that stored entries of the session changed in place (see

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, insert, select, updat
 
 from om_core.policy.webhooks import EventType, event_payload
 from om_workers.errors import WebhookDeliveryNotFoundError, WebhookEndpointNotFoundError
-from om_workers.store import driver
+from om_workers.store.driver import FastStatement
 from om_workers.store.records import as_utc, as_utc_or_none
 from om_workers.store.schema import webhook_deliveries, webhook_endpoints
 
@@ -111,8 +111,11 @@ _ENDPOINTS_OF = (
     .where(webhook_endpoints.c.tenant_id == bindparam("tenant"))
     .order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id)
 )
-_LISTENING = select(webhook_endpoints.c.id, webhook_endpoints.c.event_types).where(
-    webhook_endpoints.c.tenant_id == bindparam("tenant"), webhook_endpoints.c.enabled.is_(True)
+_LISTENING = FastStatement(
+    select(webhook_endpoints.c.id, webhook_endpoints.c.event_types).where(
+        webhook_endpoints.c.tenant_id == bindparam("tenant"),
+        webhook_endpoints.c.enabled.is_(True),
+    )
 )
 _INSERT_DELIVERY = insert(webhook_deliveries)
 _THIS_DELIVERY = (
@@ -174,7 +177,7 @@ def enqueue_event(
     committed. ``data`` holds ids, states and counts only (it is sent as it is)."""
     listening = [
         row.id
-        for row in driver.rows(connection, _LISTENING, {"tenant": tenant_id})
+        for row in _LISTENING.rows(connection, {"tenant": tenant_id})
         if event_type in row.event_types
     ]
     if not listening:
