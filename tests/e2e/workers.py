@@ -66,6 +66,8 @@ class Worker:
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-E",
             "-n", f"{name}@%h", "--loglevel=INFO",
         ]  # fmt: skip
+        # A log reused by an earlier worker already says " ready.": look only past its end.
+        self._log_start = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 args, cwd=ROOT, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out
@@ -76,8 +78,10 @@ class Worker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"worker {self.name} exited: {self.tail()}")
-            if " ready." in self.log.read_text(errors="replace"):
-                return
+            with self.log.open("rb") as log:
+                log.seek(self._log_start)
+                if b" ready." in log.read():
+                    return
             time.sleep(0.1)
         raise AssertionError(f"worker {self.name} not ready in {READY_TIMEOUT_S} s: {self.tail()}")
 
