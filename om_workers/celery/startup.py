@@ -68,10 +68,15 @@ def stop_tracing(**_: Any) -> None:
 
 def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
     """``setup_logging`` handler (worker and beat): every record as a redacted JSON line
-    (:mod:`om_workers.logs`), the provider key among the secrets. Connecting it keeps Celery
-    from installing its own plain-text handlers."""
+    (:mod:`om_workers.logs`), the provider key among the secrets, at the level Celery was
+    started with (``--loglevel``, which ``om worker --log-level`` sets; ``OM_LOG_LEVEL`` when
+    it gave none). Connecting it keeps Celery from installing its own plain-text handlers."""
     settings = get_settings()
-    level = loglevel if isinstance(loglevel, str) else settings.log_level
+    level = settings.log_level
+    if isinstance(loglevel, int):  # what Celery sends: the option already made a number
+        level = logging.getLevelName(loglevel)
+    elif isinstance(loglevel, str):
+        level = loglevel
     secrets = tuple(provider_secrets(settings))
     configure_json_logging([None], level, lambda: secrets)
 
