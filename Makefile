@@ -14,11 +14,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# TEST_WORKERS=2 runs the suite on two processes (pytest-xdist), each test file whole on one of
-# them so its module-scoped live API starts once; each process has its own private Redis and
-# every PostgreSQL test its own schema. The default stays one process until two loaded runs in a
-# row have passed that way.
-TEST_WORKERS ?= 0
+# The suite runs on two processes (pytest-xdist), each test file whole on one of them so its
+# module-scoped live API starts once; each process has its own private Redis and every
+# PostgreSQL test its own schema. TEST_WORKERS=0 runs it in this process alone.
+TEST_WORKERS ?= 2
 # The bytecode is written first: the suite starts hundreds of interpreters (workers, `om api`,
 # the CLI) and each would otherwise compile the packages again where PYTHONDONTWRITEBYTECODE is
 # set.
