@@ -7,6 +7,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +34,9 @@ from tests.e2e.support import (
 )
 from tests.e2e.workers import FINAL, ROOT, StartWorker, runs_of, settled, worker_env
 
+RUNNING_JOB_TIMEOUT_S = 120.0
+"""Only bounds a failing test: nothing asserts how soon a job runs."""
+
 
 @pytest.fixture
 def restartable() -> Iterator[EmbeddedRedis]:
@@ -58,11 +62,7 @@ def test_redis_restart_mid_load_loses_no_work(
         start_worker(redis_url=restartable.url, OM_TEST_PROVIDER_DELAY_S="0.3")
     for session in sessions:
         enqueue_flush(store, client, tenant, session, app=app)
-    wait_for(
-        lambda: any(r.state == "running" for s in sessions for r in runs_of(database_url, s)),
-        30,
-        "a run in progress before the restart",
-    )
+    _until_a_job_runs(store, client, app, tenant, database_url, messages, sessions)
     restartable.stop()
     restartable.start()  # same port, empty: markers, locks and queued messages are gone
     # (Reconnecting workers soon re-declare their queue bindings; no flush marker comes back.)
@@ -120,11 +120,7 @@ def test_five_redis_restarts_with_tasks_in_flight_kill_no_worker_and_lose_nothin
             store.create_session(tenant, session)
             messages[session] = add_chat(store, tenant, session, 2)
             enqueue_flush(store, client, tenant, session, app=app)
-        wait_for(
-            lambda b=batch: any(r.state == "running" for s in b for r in runs_of(database_url, s)),
-            30,
-            f"a job in flight before restart {restart}",
-        )
+        _until_a_job_runs(store, client, app, tenant, database_url, messages, batch)
         restartable.stop()
         restartable.start()  # empty: the in-flight jobs' locks and messages are gone
     assert [w.process.poll() for w in workers] == [None, None]  # every worker survived
@@ -149,6 +145,27 @@ def test_five_redis_restarts_with_tasks_in_flight_kill_no_worker_and_lose_nothin
     for worker in workers:
         assert "Unrecoverable error" not in worker.log.read_text()
     client.close()
+
+
+def _until_a_job_runs(
+    store: SqlStore, client: redis.Redis, app: Any, tenant: str, database_url: str,
+    messages: dict[str, list[str]], sessions: list[str],
+) -> None:  # fmt: skip
+    """Return once a flush job of ``sessions`` is running. A loaded machine polls slowly enough
+    to miss every job's run (queued at one poll, finished at the next): then one session gets
+    new messages and a flush, and the poll looks again, so no margin of time decides it."""
+    deadline = time.monotonic() + RUNNING_JOB_TIMEOUT_S
+    while time.monotonic() < deadline:
+        runs = [run for session in sessions for run in runs_of(database_url, session)]
+        if any(run.state == "running" for run in runs):
+            return
+        if runs and all(run.state in FINAL for run in runs):
+            session = sessions[0]
+            start = len(messages[session]) // 2
+            messages[session] += add_chat(store, tenant, session, 2, start=start)
+            enqueue_flush(store, client, tenant, session, app=app)
+        time.sleep(0.05)
+    raise AssertionError(f"no flush job of {sessions} ran in {RUNNING_JOB_TIMEOUT_S} s")
 
 
 def _get(url: str, auth: str) -> Any:
