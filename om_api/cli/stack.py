@@ -167,7 +167,12 @@ class Stack:
         return self._info
 
     def start(self) -> StackInfo:
-        """Start Redis (unless configured), migrate, start the children, wait for each."""
+        """Start Redis (unless configured), migrate, start the children, wait for each.
+
+        Raises :class:`StackError` when this stack was started already (a second set of
+        processes would outlive :meth:`stop`, which knows only the last)."""
+        if self._info is not None or self._redis is not None or self._children:
+            raise StackError("the stack is already running: stop it before starting it again")
         try:
             return self._start()
         except BaseException:
