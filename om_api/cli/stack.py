@@ -171,7 +171,7 @@ class Stack:
 
         Raises :class:`StackError` when this stack was started already (a second set of
         processes would outlive :meth:`stop`, which knows only the last)."""
-        if self._info is not None or self._redis is not None or self._children:
+        if self._info is not None:
             raise StackError("the stack is already running: stop it before starting it again")
         try:
             return self._start()

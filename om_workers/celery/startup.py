@@ -72,11 +72,8 @@ def setup_json_logging(loglevel: Any = None, **_: Any) -> None:
     started with (``--loglevel``, which ``om worker --log-level`` sets; ``OM_LOG_LEVEL`` when
     it gave none). Connecting it keeps Celery from installing its own plain-text handlers."""
     settings = get_settings()
-    level = settings.log_level
-    if isinstance(loglevel, int):  # what Celery sends: the option already made a number
-        level = logging.getLevelName(loglevel)
-    elif isinstance(loglevel, str):
-        level = loglevel
+    # Celery sends the level as a number (its option already parsed); None when sent without.
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else settings.log_level
     secrets = tuple(provider_secrets(settings))
     configure_json_logging([None], level, lambda: secrets)
 
