@@ -234,12 +234,18 @@ def test_demo_runs_end_to_end() -> None:
     assert "recall " in out and "found=True" in out
 
 
-def _worker(redis_url: str, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+def om_worker(
+    redis_url: str, tmp_path: Path, *args: str, **extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``om worker`` with ``args`` (and environment overrides ``extra``) on a SQLite file in
+    ``tmp_path``, its output in the returned log."""
     log = tmp_path / "worker.log"
     with log.open("w") as out:
         process = subprocess.Popen(
             [*OM, "worker", *args],
-            env=env(OM_REDIS_URL=redis_url, OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}"),
+            env=env(
+                OM_REDIS_URL=redis_url, OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}", **extra
+            ),
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -248,7 +254,7 @@ def _worker(redis_url: str, tmp_path: Path, *args: str) -> tuple[subprocess.Pope
 
 
 def test_om_worker_exits_0_on_a_warm_shutdown(redis_server: EmbeddedRedis, tmp_path: Path) -> None:
-    process, log = _worker(redis_server.url, tmp_path, "-c", "2", "-n", "warm@%h")
+    process, log = om_worker(redis_server.url, tmp_path, "-c", "2", "-n", "warm@%h")
     try:
         deadline = time.monotonic() + 60
         while " ready." not in log.read_text():
@@ -267,19 +273,10 @@ def test_om_worker_that_dies_exits_non_zero(redis_server: EmbeddedRedis, tmp_pat
     on failure restarts it."""
     from tests.cli import celery_dying_worker
 
-    log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*OM, "worker", "-c", "1", "-n", "dying@%h"],
-            env=env(
-                OM_REDIS_URL=redis_server.url,
-                OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}",
-                CELERY_CONFIG_MODULE=celery_dying_worker.__name__,
-            ),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+    process, log = om_worker(
+        redis_server.url, tmp_path, "-c", "1", "-n", "dying@%h",
+        CELERY_CONFIG_MODULE=celery_dying_worker.__name__,
+    )  # fmt: skip
     try:
         code = process.wait(timeout=90)
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from om_workers.coordination import keys
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
-from tests.cli.test_commands import OM, ROOT, env
+from tests.cli.test_commands import om_worker
 
 START_WAIT_S = 60.0
 STOP_WAIT_S = 60.0
@@ -25,20 +24,11 @@ STOP_WAIT_S = 60.0
 def test_the_log_level_option_reaches_the_workers_json_log(
     redis_server: EmbeddedRedis, tmp_path: Path, option: str, logged: bool
 ) -> None:
-    log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*OM, "worker", "-c", "1", "-n", f"{option}@%h", "--log-level", option],
-            # The environment says info: the option must win over it.
-            env=env(
-                OM_REDIS_URL=redis_server.url,
-                OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.db'}",
-                OM_LOG_LEVEL="INFO",
-            ),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+    # The environment says info: the option must win over it.
+    process, log = om_worker(
+        redis_server.url, tmp_path, "-c", "1", "-n", f"{option}@%h", "--log-level", option,
+        OM_LOG_LEVEL="INFO",
+    )  # fmt: skip
     client = connect(redis_server.url)
     try:
         # Ready once its slots are in the pool: its "ready." line is itself at info.
