@@ -337,11 +337,15 @@ def test_memory_parts_are_bounded_by_their_size() -> None:
     cache = ContextCache(max_memory_chars=3 * small.size)
     for n in range(3):
         cache.memory(_memory_key(f"s{n}"), lambda: small)
-    assert cache.sizes()[1] == 3
+    assert cache.sizes()[1] == 3  # exactly the budget: all kept
+    cache.memory(_memory_key("s3"), lambda: small)
+    assert cache.sizes()[1] == 3  # one over: the oldest went
+    assert not cache.holds_memory(_memory_key("s0"))
+    assert cache.holds_memory(_memory_key("s1"))
     cache.memory(_memory_key("big"), lambda: large)
     assert cache.sizes()[1] == 1  # the older ones went; the newest stays, whatever its size
     assert cache.holds_memory(_memory_key("big"))
-    assert not cache.holds_memory(_memory_key("s2"))
+    assert not cache.holds_memory(_memory_key("s3"))
     # Many small parts are kept by size, not by a count of a few dozen.
     roomy = ContextCache(max_memory_chars=200 * small.size)
     for n in range(200):
