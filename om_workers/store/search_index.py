@@ -37,17 +37,20 @@ _FILL_MEMORY = """
     SELECT rowid, json_extract(payload, '$.text') FROM memory_items
     WHERE session_pk > :lo AND session_pk <= :hi
 """
-_PG_INDEXES = ("ix_entries_search", "ix_memory_items_search")
+_PG_INDEXES = ("ix_entries_search_terms", "ix_memory_items_search_terms")
+_PG_COLUMN = "search_terms"
+"""The stored lexemes of a row on PostgreSQL (a generated column, migration ``0016``)."""
 _SQLITE_TABLES = ("entries_fts", "memory_fts")
 
 
 def is_search_index_object(name: str | None) -> bool:
     """Whether a database object of this name belongs to the full-text index (an FTS5 table,
-    one of its shadow tables, or a GIN index): the database keeps them, so the table
-    metadata of :mod:`om_workers.store.schema` does not describe them."""
+    one of its shadow tables, a GIN index or the lexemes' generated column): the database
+    keeps them, so the table metadata of :mod:`om_workers.store.schema` does not describe
+    them."""
     if name is None:
         return False
-    return name in _PG_INDEXES or name.startswith(_SQLITE_TABLES)
+    return name in _PG_INDEXES or name == _PG_COLUMN or name.startswith(_SQLITE_TABLES)
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
+from store_factories import message
 
 from om_workers.store import AccountStore, SqlStore, current_revision, head_revision, upgrade
 from om_workers.store.engine import create_store_engine
-from om_workers.store.migrate import VERSION_TABLE
+from om_workers.store.migrate import VERSION_TABLE, alembic_config
 from om_workers.store.schema import metadata
 from om_workers.store.search_index import is_search_index_object
 
@@ -175,5 +177,26 @@ def test_upgrade_to_0008_leaves_existing_sessions_unlinked(database_url: str) ->
         assert store.get_session("t", "s").workspace_id is None
         store.create_session("t", "w")
         assert store.link_session("t", "s", "w").workspace_id == "w"
+    finally:
+        store.close()
+
+
+def test_search_terms_cover_what_was_stored_before_their_revision(database_url: str) -> None:
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        tenant = AccountStore(store.engine).create_tenant("t").id
+        store.create_session(tenant, "s")
+        store.append_entries(tenant, "s", [message("m1", "s", "the heron waits by the lease")])
+    finally:
+        store.close()
+    # Back to the expression indexes, then up again: PostgreSQL computes the stored lexemes
+    # of the rows already there (SQLite's FTS5 tables are untouched by the revision).
+    command.downgrade(alembic_config(database_url), "0015")
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        assert [hit.id for hit in store.search(tenant, "lease", session_id="s").hits] == ["m1"]
+        assert [hit.id for hit in store.search(tenant, "herons").hits] == ["m1"]
     finally:
         store.close()

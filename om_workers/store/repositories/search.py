@@ -1,7 +1,8 @@
 """Full-text candidates: ranked, keyset-paged pages of messages and memory items.
 
-The index is the database's (migration ``0012``: FTS5 tables kept by triggers on SQLite,
-expression GIN indexes on PostgreSQL), so what was erased, refreshed or never committed is
+The index is the database's (migration ``0012``: FTS5 tables kept by triggers on SQLite;
+on PostgreSQL GIN indexes over the stored lexemes of each row, ``search_terms``, migration
+``0016``), so what was erased, refreshed or never committed is
 never a candidate. Tenancy and tombstones are filtered here, in SQL, so a page's ``LIMIT``
 counts only rows the caller may see; the rest of the rules (revoked memory, secrets) are
 applied by :mod:`om_workers.store.search` on the page.
@@ -39,19 +40,18 @@ _NOT_HIDDEN = """e.session_pk NOT IN (
 _PG_QUERY = "replace(plainto_tsquery('english'::regconfig, :words)::text, ' & ', ' | ')::tsquery"
 _PG_ENTRIES = f"""
     SELECT 0 AS source, e.session_pk * 4294967296 + e.seq AS row,
-        -ts_rank(to_tsvector('english'::regconfig, om_message_text(e.payload)), q.q)::float8
-            AS rank
+        -ts_rank(e.search_terms, q.q)::float8 AS rank
     FROM entries AS e, (SELECT {_PG_QUERY} AS q) AS q
     WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
-        AND to_tsvector('english'::regconfig, om_message_text(e.payload)) @@ q.q
+        AND e.search_terms @@ q.q
         AND e.session_pk * 4294967296 + e.seq NOT IN ({WITHHELD_ROWS})
         AND {_NOT_HIDDEN}
 """
 _PG_MEMORY = f"""
     SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row,
-        -ts_rank(to_tsvector('english'::regconfig, m.payload ->> 'text'), q.q)::float8 AS rank
+        -ts_rank(m.search_terms, q.q)::float8 AS rank
     FROM memory_items AS m {{tenant_join}}, (SELECT {_PG_QUERY} AS q) AS q
-    WHERE to_tsvector('english'::regconfig, m.payload ->> 'text') @@ q.q {{session_filter}}
+    WHERE m.search_terms @@ q.q {{session_filter}}
 """
 # The stored rows of a page's candidates (its keys, best first), joined once the page is known.
 _ROWS = """
