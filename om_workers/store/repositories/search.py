@@ -1,16 +1,17 @@
 """Full-text candidates: ranked, keyset-paged pages of messages and memory items.
 
-The index is the database's (migration ``0012``: FTS5 tables kept by triggers on SQLite;
-on PostgreSQL GIN indexes over the stored lexemes of each row, ``search_terms``, migration
-``0016``), so what was erased, refreshed or never committed is
-never a candidate. Tenancy and tombstones are filtered here, in SQL, so a page's ``LIMIT``
-counts only rows the caller may see; the rest of the rules (revoked memory, secrets) are
+The index is the database's (migration ``0012``: FTS5 tables kept by triggers on SQLite; on
+PostgreSQL GIN indexes over the stored lexemes of each row, ``search_terms``, migration
+``0016``), so what was erased, refreshed or never committed is never a candidate. Tenancy and
+tombstones are filtered here, in SQL, so a page's ``LIMIT`` counts only rows the caller may
+see; the rest of the rules (revoked memory, secrets) are
 applied by :mod:`om_workers.store.search` on the page.
 
-Candidates are keyed as :mod:`~om_workers.store.repositories.search_sql` says. PostgreSQL
-ranks a page in one statement; SQLite's keys come from
-:mod:`~om_workers.store.repositories.search_sqlite` (several statements, so that common
-words do not score every row), then the page's rows are read by key.
+Candidates are keyed as :mod:`~om_workers.store.repositories.search_sql` says. Neither store
+ranks every match of a common word when it can help it: SQLite's keys come from
+:mod:`~om_workers.store.repositories.search_sqlite` (BM25 bounds by class of words), then the
+page's rows are read by key; PostgreSQL ranks its likeliest rows first
+(:mod:`~om_workers.store.repositories.search_postgresql`), a page a statement.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, text
 
 from om_core.read.search import SearchKey, SearchQuery
-from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, WITHHELD_ROWS
+from om_workers.store.repositories import search_postgresql as postgresql
+from om_workers.store.repositories.search_sql import ROWS
 from om_workers.store.repositories.search_sqlite import KeyQuery, SqliteKeys
 from om_workers.store.schema import memory_items
 from om_workers.store.snapshot import OBSERVATION
@@ -35,49 +37,8 @@ _OBSERVATIONS = select(memory_items.c.item_id, memory_items.c.payload).where(
     memory_items.c.item_id.in_(bindparam("ids", expanding=True)),
 )
 
-_NOT_HIDDEN = """e.session_pk NOT IN (
-    SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NOT NULL)"""
-_PG_QUERY = "replace(plainto_tsquery('english'::regconfig, :words)::text, ' & ', ' | ')::tsquery"
-_PG_ENTRIES = f"""
-    SELECT 0 AS source, e.session_pk * 4294967296 + e.seq AS row,
-        -ts_rank(e.search_terms, q.q)::float8 AS rank
-    FROM entries AS e, (SELECT {_PG_QUERY} AS q) AS q
-    WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
-        AND e.search_terms @@ q.q
-        AND e.session_pk * 4294967296 + e.seq NOT IN ({WITHHELD_ROWS})
-        AND {_NOT_HIDDEN}
-"""
-_PG_MEMORY = f"""
-    SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row,
-        -ts_rank(m.search_terms, q.q)::float8 AS rank
-    FROM memory_items AS m {{tenant_join}}, (SELECT {_PG_QUERY} AS q) AS q
-    WHERE m.search_terms @@ q.q {{session_filter}}
-"""
-# The stored rows of a page's candidates (its keys, best first), joined once the page is known.
-_ROWS = """
-    SELECT c.source, c.row, c.rank, s.id AS session_id,
-        e.id AS entry_id, e.created_at, e.payload AS entry_payload,
-        m.kind AS memory_kind, m.payload AS memory_payload
-    FROM candidates AS c
-    JOIN sessions AS s ON s.pk = c.row / 4294967296
-    LEFT JOIN entries AS e
-        ON c.source = 0 AND e.session_pk = c.row / 4294967296 AND e.seq = c.row % 4294967296
-    LEFT JOIN memory_items AS m
-        ON c.source = 1 AND m.session_pk = c.row / 4294967296 AND m.ord = c.row % 4294967296
-    ORDER BY c.rank, c.source, c.row
-"""
-# PostgreSQL ranks in one statement: only the page's keys are sorted with the matches, and the
-# stored rows (payloads) are read for the page alone.
-_PG_PAGE = f"""
-    WITH candidates AS (
-        SELECT source, row, rank FROM ({{entries}} UNION ALL {{memory}}) AS c
-        WHERE TRUE {{after}}
-        ORDER BY rank, source, row
-        LIMIT :limit)
-    {_ROWS}
-"""
 # SQLite's page: the keys chosen by search_sqlite, as literal rows.
-_SQLITE_PAGE = "WITH candidates(source, row, rank) AS (VALUES {keys}) " + _ROWS
+_SQLITE_PAGE = "WITH candidates(source, row, rank) AS (VALUES {keys}) " + ROWS
 
 
 @dataclass(frozen=True)
@@ -92,16 +53,6 @@ class SearchRow:
     entry_payload: dict[str, Any] | None
     memory_kind: str | None
     memory_payload: dict[str, Any] | None
-
-
-def _pg_statement(*, session: bool, after: bool) -> str:
-    memory_filter = "AND m.session_pk = :session_pk" if session else ""
-    entries = _PG_ENTRIES.format(session_filter="AND e.session_pk = :session_pk" if session else "")
-    memory = _PG_MEMORY.format(
-        session_filter=memory_filter,
-        tenant_join="" if session else OF_TENANT.format(pk="m.session_pk"),
-    )
-    return _PG_PAGE.format(entries=entries, memory=memory, after=AFTER if after else "")
 
 
 def _json(value: Any) -> dict[str, Any] | None:
@@ -159,8 +110,27 @@ class SearchRepository:
             params["session_pk"] = session_pk
         if after is not None:
             params.update(after_rank=after.rank, after_source=after.source, after_row=after.row)
-        sql = _pg_statement(session=session_pk is not None, after=after is not None)
-        return self._rows(sql, params)
+        return self._pg_page(query, params, session=session_pk is not None, after=after is not None)
+
+    def _pg_page(
+        self, query: SearchQuery, params: dict[str, Any], *, session: bool, after: bool
+    ) -> list[SearchRow]:
+        """PostgreSQL's page, its likeliest rows ranked first
+        (:mod:`~om_workers.store.repositories.search_postgresql`)."""
+        found = self._connection.execute(
+            text(postgresql.word_shares_statement(session=session)),
+            {**params, "terms": list(query.terms)},
+        )
+        words, lexemes, scope_rows = postgresql.word_shares([dict(r) for r in found.mappings()])
+        *first, _whole = postgresql.steps(words, lexemes, scope_rows)
+        for step in first:
+            sql = postgresql.page_statement(match=step.match, session=session, after=after)
+            rare = " ".join(step.rare_words) or params["words"]
+            rows = self._rows(sql, {**params, "rare_words": rare})
+            if step.settles([-row.key.rank for row in rows], params["limit"]):
+                return rows
+        sql = postgresql.page_statement(match="whole", session=session, after=after)
+        return self._rows(sql, {**params, "rare_words": params["words"]})
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:
         """The stored rows of ``keys``, in key order."""

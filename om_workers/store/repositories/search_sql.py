@@ -29,3 +29,18 @@ session being erased is hidden at once, its rows until the job deletes them."""
 AFTER = """AND (rank > :after_rank OR (rank = :after_rank AND (source > :after_source
     OR (source = :after_source AND row > :after_row))))"""
 """Only the keys after the cursor's."""
+
+ROWS = """
+    SELECT c.source, c.row, c.rank, s.id AS session_id,
+        e.id AS entry_id, e.created_at, e.payload AS entry_payload,
+        m.kind AS memory_kind, m.payload AS memory_payload
+    FROM candidates AS c
+    JOIN sessions AS s ON s.pk = c.row / 4294967296
+    LEFT JOIN entries AS e
+        ON c.source = 0 AND e.session_pk = c.row / 4294967296 AND e.seq = c.row % 4294967296
+    LEFT JOIN memory_items AS m
+        ON c.source = 1 AND m.session_pk = c.row / 4294967296 AND m.ord = c.row % 4294967296
+    ORDER BY c.rank, c.source, c.row
+"""
+"""The stored rows of a page's candidates (a ``candidates`` table of keys), best first: joined
+once the page is known, so payloads are read for the page alone."""
