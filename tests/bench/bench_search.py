@@ -13,7 +13,9 @@ session size, and what the index costs an append.
   bulk-inserted through the same triggers) against a tenant of 1k entries in the same store.
 - **Append**: entries per second appended in batches of 100 with the index's triggers against
   the same database without them (the figure is the slowdown; goal at most 1.3), wall-clock
-  and in the process's CPU time.
+  and in the process's CPU time; and the same in batches of 4, an agent turn's messages.
+- **PostgreSQL**: the session latency on a PostgreSQL store (``OM_TEST_DATABASE_URL``, else
+  the local server), wall-clock only (the server does the work); skipped when unreachable.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from om_core.ledger.models import Message, SessionEntry
 from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.schema import entries, sessions
 
+from .bench_history import postgres_url
 from .bench_locomo import DATA
 from .common import Section
 
@@ -47,6 +50,9 @@ TENANT_SESSIONS = 1_000
 SESSION_ENTRIES = 1_000
 APPEND_ENTRIES = 20_000
 APPEND_BATCH = 100
+TURN_BATCH = 4
+"""Messages an agent turn appends at once (the agent-turns load's shape): FTS5 writes a
+segment per statement, so its cost per message is larger in small appends."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,10 @@ def _messages(
 
 
 def _store(folder: str, name: str) -> tuple[SqlStore, str]:
-    url = f"sqlite:///{Path(folder) / name}"
+    return _store_at(f"sqlite:///{Path(folder) / name}")
+
+
+def _store_at(url: str) -> tuple[SqlStore, str]:
     upgrade(url)
     store = SqlStore.from_url(url)
     return store, AccountStore(store.engine).create_tenant("bench").id
@@ -108,15 +117,24 @@ def _p99(store: SqlStore, tenant: str, session_id: str, rng: random.Random) -> _
     )
 
 
-def _latency(section: Section, folder: str) -> None:
-    store, tenant = _store(folder, "latency.db")
+def _session_p99s(store: SqlStore, tenant: str) -> tuple[_P99, _P99]:
+    """The search p99 of a 1k-entry and of a 100k-entry session of ``store``."""
     rng = random.Random(7)
     for size in SIZES:
         session_id = f"s{size}"
         store.create_session(tenant, session_id)
         for start in range(0, size, BATCH):
             store.append_entries(tenant, session_id, _messages(session_id, BATCH, rng, start))
+    if store.engine.dialect.name == "postgresql":
+        with store.engine.begin() as connection:
+            connection.exec_driver_sql("ANALYZE")  # as autovacuum would after such a load
     small, large = (_p99(store, tenant, f"s{size}", random.Random(11)) for size in SIZES)
+    return small, large
+
+
+def _latency(section: Section, folder: str) -> None:
+    store, tenant = _store(folder, "latency.db")
+    small, large = _session_p99s(store, tenant)
     section.add("search p99, 100k-entry session", large.wall, "ms", "1k-entry session", small.wall)
     section.add(
         "search p99 (thread CPU), 100k-entry session",
@@ -126,6 +144,25 @@ def _latency(section: Section, folder: str) -> None:
         small.cpu,
     )
     store.close()
+
+
+def _latency_postgresql(section: Section) -> None:
+    with postgres_url() as url:
+        if url is None:
+            print("  postgresql: not reachable, skipped", flush=True)
+            return
+        store, tenant = _store_at(url)
+        try:
+            small, large = _session_p99s(store, tenant)
+        finally:
+            store.close()
+    section.add(
+        "PostgreSQL: search p99, 100k-entry session",
+        large.wall,
+        "ms",
+        "1k-entry session",
+        small.wall,
+    )
 
 
 def _bulk_tenant(store: SqlStore, tenant: str, count: int, rng: random.Random) -> None:
@@ -184,32 +221,34 @@ def _tenant(section: Section, folder: str) -> None:
     store.close()
 
 
-def _append_rate(store: SqlStore, tenant: str) -> tuple[float, float]:
-    """Seconds to append the messages: wall-clock, and the process's CPU time (every thread:
-    the store's writers' queue hands work between them)."""
+def _append_rate(store: SqlStore, tenant: str, batch: int) -> tuple[float, float]:
+    """Seconds to append the messages ``batch`` at a time: wall-clock, and the process's CPU
+    time (every thread: the store's writers' queue hands work between them)."""
     rng = random.Random(3)
     store.create_session(tenant, "a")
     rows = _messages("a", APPEND_ENTRIES, rng)
     start, cpu = time.perf_counter(), time.process_time()
-    for at in range(0, APPEND_ENTRIES, APPEND_BATCH):
-        store.append_entries(tenant, "a", rows[at : at + APPEND_BATCH])
+    for at in range(0, APPEND_ENTRIES, batch):
+        store.append_entries(tenant, "a", rows[at : at + batch])
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def _append(section: Section, folder: str) -> None:
+def _append(section: Section, folder: str, batch: int = APPEND_BATCH) -> None:
     # Best of 3 of each, alternating, each on a fresh database: the first appends of a process
     # pay its warm-up, which would otherwise fall on whichever side went first.
     timings: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for run in range(3):
         for indexed in (False, True):
-            store, tenant = _store(folder, f"append-{run}-{int(indexed)}.db")
+            store, tenant = _store(folder, f"append-{batch}-{run}-{int(indexed)}.db")
             if not indexed:
                 with store.engine.begin() as connection:
                     for trigger in ("insert", "delete", "update"):
                         connection.exec_driver_sql(f"DROP TRIGGER entries_fts_{trigger}")
-            timings[indexed].append(_append_rate(store, tenant))
+            timings[indexed].append(_append_rate(store, tenant, batch))
             store.close()
     name = f"append {APPEND_ENTRIES:,} messages, with the index"
+    if batch != APPEND_BATCH:
+        name = f"append {APPEND_ENTRIES:,} messages {batch} at a time, with the index"
     section.add(
         name,
         min(wall for wall, _ in timings[True]),
@@ -314,7 +353,9 @@ def run() -> Section:
         _retrieval(section, folder)
         _latency(section, folder)
         _append(section, folder)
+        _append(section, folder, TURN_BATCH)
         _tenant(section, folder)
+    _latency_postgresql(section)
     section.notes += [
         "Retrieval: session search for the question's text (any word, BM25 via FTS5, Porter "
         "stemming) against bm25s (English stopwords, no stemmer) over the same turns; a "
@@ -322,12 +363,15 @@ def run() -> Section:
         f"Latency: {QUERIES} searches of three vocabulary words (Zipf-like, {VOCABULARY:,} "
         f"words, {WORDS_PER_MESSAGE} words a message), limit 10; goal 100k/1k at most 3. "
         "Thread CPU: the same searches' CPU time on the searching thread, where SQLite runs.",
-        f"Append: {APPEND_ENTRIES:,} messages in batches of {APPEND_BATCH}, with the FTS5 "
-        "triggers against the same schema without them, best of 3 each, alternating; goal at "
-        "most 1.3. Process CPU: the same runs' CPU time, every thread.",
+        f"Append: {APPEND_ENTRIES:,} messages in batches of {APPEND_BATCH} (and of "
+        f"{TURN_BATCH}, an agent turn's), with the FTS5 triggers against the same schema "
+        "without them, best of 3 each, alternating; goal at most 1.3. Process CPU: the same "
+        "runs' CPU time, every thread.",
         f"Tenant: {TENANT_SESSIONS:,} sessions of {SESSION_ENTRIES:,} synthetic messages "
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
         "against a 1-session tenant in the same file.",
+        "PostgreSQL: the latency figures' sessions on a fresh PostgreSQL schema (stored "
+        "lexemes with a GIN index, ranked by ts_rank), ANALYZEd after the load; wall-clock.",
         f"Load average (1 min) {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
         "end (2 cores).",
     ]
