@@ -28,8 +28,8 @@ from om_workers.store.schema import entries, memory_items, sessions
 from om_workers.store.search_index import ReindexProgress, purge_deleted_terms, reindex
 
 
-@pytest.fixture(autouse=True, params=["as-planned", "by-class"])
-def sqlite_plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["as-planned", "exhaustive"])
+def search_plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every rule is checked twice: as each search is planned (on SQLite, by the cost model:
     on rows this few, one statement; on PostgreSQL, in the steps a large scope takes, the
     rows most likely to make the page first), and the other way (SQLite: every search scored
@@ -495,7 +495,7 @@ def test_postgresql_pages_from_the_rows_of_rare_words_equal_the_full_ranking(
 ) -> None:
     if store.engine.dialect.name != "postgresql":
         pytest.skip("ts_rank is PostgreSQL's")
-    if request.node.callspec.params.get("sqlite_plan") == "by-class":
+    if request.node.callspec.params.get("search_plan") == "exhaustive":
         pytest.skip("checks the statements PostgreSQL plans")
     # One message holds all three words; six hold the rare "osprey" with "common", which
     # outranks any message holding "common" alone (the statistics call it common).
@@ -522,7 +522,7 @@ def test_postgresql_pages_from_the_rows_of_rare_words_equal_the_full_ranking(
     monkeypatch.setattr(search_postgresql, "page_statement", recording)
     q = "osprey heron common"
     first = store.search(tenant, q, session_id=session_id, limit=3)
-    used, tried[:] = list(tried), []
+    used = list(tried)
     paged = list(first.hits)
     cursor = first.next_cursor
     while cursor is not None:

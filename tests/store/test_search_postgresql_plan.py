@@ -88,3 +88,9 @@ def test_a_small_scope_is_ranked_at_once_whatever_its_words() -> None:
         "rare",
         "whole",
     ]
+
+
+def test_only_the_rare_step_binds_its_own_words() -> None:
+    assert Step("rare", 0.05, ("osprey", "heron")).rare_text("osprey heron the") == "osprey heron"
+    assert Step("every", 0.05).rare_text("osprey heron the") == "osprey heron the"
+    assert Step("whole").rare_text("osprey") == "osprey"

@@ -4,14 +4,15 @@ The index is the database's (migration ``0012``: FTS5 tables kept by triggers on
 PostgreSQL GIN indexes over the stored lexemes of each row, ``search_terms``, migration
 ``0016``), so what was erased, refreshed or never committed is never a candidate. Tenancy and
 tombstones are filtered here, in SQL, so a page's ``LIMIT`` counts only rows the caller may
-see; the rest of the rules (revoked memory, secrets) are
-applied by :mod:`om_workers.store.search` on the page.
+see; the rest of the rules (revoked memory, secrets) are applied by
+:mod:`om_workers.store.search` on the page.
 
 Candidates are keyed as :mod:`~om_workers.store.repositories.search_sql` says. Neither store
 ranks every match of a common word when it can help it: SQLite's keys come from
 :mod:`~om_workers.store.repositories.search_sqlite` (BM25 bounds by class of words), then the
 page's rows are read by key; PostgreSQL ranks its likeliest rows first
-(:mod:`~om_workers.store.repositories.search_postgresql`), a page a statement.
+(:mod:`~om_workers.store.repositories.search_postgresql`), each statement returning a whole
+page.
 """
 
 from __future__ import annotations
@@ -121,16 +122,14 @@ class SearchRepository:
             text(postgresql.word_shares_statement(session=session)),
             {**params, "terms": list(query.terms)},
         )
-        words, lexemes, scope_rows = postgresql.word_shares([dict(r) for r in found.mappings()])
-        *first, _whole = postgresql.steps(words, lexemes, scope_rows)
-        for step in first:
+        words, lexemes, scope_rows = postgresql.word_shares(found.mappings().all())
+        rows: list[SearchRow] = []
+        for step in postgresql.steps(words, lexemes, scope_rows):
             sql = postgresql.page_statement(match=step.match, session=session, after=after)
-            rare = " ".join(step.rare_words) or params["words"]
-            rows = self._rows(sql, {**params, "rare_words": rare})
+            rows = self._rows(sql, {**params, "rare_words": step.rare_text(params["words"])})
             if step.settles([-row.key.rank for row in rows], params["limit"]):
-                return rows
-        sql = postgresql.page_statement(match="whole", session=session, after=after)
-        return self._rows(sql, {**params, "rare_words": params["words"]})
+                break
+        return rows
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:
         """The stored rows of ``keys``, in key order."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, ROWS, WITHHELD_ROWS
 
@@ -115,6 +115,11 @@ class Step:
     bound: float = 0.0
     rare_words: tuple[str, ...] = ()
 
+    def rare_text(self, words: str) -> str:
+        """What the statement binds as ``:rare_words`` (the query's ``words`` when this step
+        does not match by them: the expression must still parse)."""
+        return " ".join(self.rare_words) or words
+
     def settles(self, ranks: Sequence[float], limit: int) -> bool:
         """Whether a page of these ``ranks`` (scores, best first) is the whole query's."""
         if self.match == "whole":
@@ -162,12 +167,10 @@ def page_statement(*, match: Match, session: bool, after: bool) -> str:
     return _PAGE.format(entries=entries, memory=memory, after=AFTER if after else "")
 
 
-def word_shares(rows: Sequence[Mapping[str, object]]) -> tuple[list[WordShare], int, int]:
+def word_shares(rows: Sequence[Mapping[Any, Any]]) -> tuple[list[WordShare], int, int]:
     """The words, the query's lexeme count and the scope's entries, from the rows of
     :func:`word_shares_statement`."""
-    words = [
-        WordShare(str(r["word"]), int(str(r["lexemes"])), float(str(r["share"]))) for r in rows
-    ]
+    words = [WordShare(r["word"], int(r["lexemes"]), float(r["share"])) for r in rows]
     if not rows:
         return words, 0, 0
-    return words, int(str(rows[0]["query_lexemes"])), int(str(rows[0]["scope_rows"]))
+    return words, int(rows[0]["query_lexemes"]), int(rows[0]["scope_rows"])
