@@ -297,11 +297,7 @@ def _fitted_recent(
         return render_recent_message_window(window, secrets)
     units = tool_units([e for e in window if e.message is not None])
     room = max(budget, 1) * CHARS_PER_TOKEN
-    # Sizes as rendered (role tags, tool calls), one newline between lines.
-    sizes = [sum(len(render_message(e.message)) + 1 for e in u if e.message) for u in units]
-    while len(units) > 1 and sum(sizes) - 1 > room:
-        units.pop(0)
-        sizes.pop(0)
+    units = units[_newest_fitting(units, room) :]
     keys = normalize_secrets(secrets)
     redacted = partial(redact, secrets=keys)
     kept = [(e.id, e.message.rendered_as(keys, redacted)) for u in units for e in u if e.message]
@@ -313,6 +309,19 @@ def _fitted_recent(
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
             return text, tuple(entry_id for entry_id, _ in kept)
         limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+
+
+def _newest_fitting(units: Sequence[Sequence[SessionEntry]], room: int) -> int:
+    """The index of the oldest unit kept: the newest units whose text (as rendered: role tags,
+    tool calls, one newline between lines) fits ``room`` characters, and at least the last.
+    Sized newest first, so a long window costs what its kept part costs."""
+    start, total = len(units), -1
+    while start > 0:
+        size = sum(len(render_message(e.message)) + 1 for e in units[start - 1] if e.message)
+        if total + size > room:
+            break
+        start, total = start - 1, total + size
+    return min(start, len(units) - 1) if units else 0
 
 
 def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ...]) -> str:
