@@ -59,43 +59,49 @@ def recent_tail(
         tail = store.read_tail(tenant_id, session_id, limit)
         if len(tail) < limit:
             return tail
-        messages = _messages(tail)
-        if _covers_window(messages, keep) and (
-            not unobserved or _reaches(tail, messages, cursor, max_tokens)
-        ):
+        reach = TailReach(cursor, max_tokens) if unobserved else None
+        if tail_holds(tail, keep, reach):
             return tail
         limit *= 2
 
 
-def _messages(tail: Sequence[SessionEntry]) -> list[SessionEntry]:
-    return [e for e in tail if is_eligible_observation_source(e)]
+@dataclass(frozen=True)
+class TailReach:
+    """How far back a tail must reach: to the entry ``cursor`` (the observation cursor;
+    ``None``: the branch's root), unless its messages alone pass ``max_tokens``."""
+
+    cursor: str | None
+    max_tokens: int | None
 
 
-def _reaches(
-    tail: Sequence[SessionEntry],
-    messages: Sequence[SessionEntry],
-    cursor: str | None,
-    max_tokens: int | None,
-) -> bool:
-    """Whether ``tail`` holds the observation cursor, or its ``messages`` alone pass
-    ``max_tokens``."""
-    if cursor is not None and any(e.id == cursor for e in tail):
-        return True
-    if max_tokens is None:
-        return False
-    return sum(estimate_entry_tokens(e) for e in messages) > max_tokens
+def tail_holds(tail: Sequence[SessionEntry], keep: int, reach: TailReach | None) -> bool:
+    """Whether ``tail`` holds more than the last ``keep`` messages, the tool calls those
+    answer, and (with ``reach``) reaches the cursor or more message tokens than the budget.
 
-
-def _covers_window(messages: Sequence[SessionEntry], keep: int) -> bool:
-    """Whether a tail's ``messages`` hold the last ``keep`` and the calls they answer."""
-    if len(messages) <= keep:
-        return False  # the window may reach further back than this tail
-    calls = {c.id for e in messages if e.message for c in e.message.tool_calls}
-    window = messages[-keep:] if keep else []
-    return all(
-        e.message is None or e.message.role != "tool" or e.message.tool_call_id in calls
-        for e in window
-    )
+    One pass from the newest entry, which stops as soon as all of it holds: a context read
+    asks this of a tail of every unobserved message, read after read."""
+    messages, tokens = 0, 0
+    wanted: set[str] = set()  # calls answered in the window and not seen yet
+    calls: set[str] = set()  # calls seen so far
+    reached = reach is None
+    for entry in reversed(tail):
+        if reach is not None and entry.id == reach.cursor:
+            reached = True
+        if is_eligible_observation_source(entry):
+            message = entry.message
+            assert message is not None
+            messages += 1
+            for call in message.tool_calls:
+                calls.add(call.id)
+                wanted.discard(call.id)
+            if messages <= keep and message.role == "tool" and message.tool_call_id not in calls:
+                wanted.add(message.tool_call_id or "")
+            if reach is not None and reach.max_tokens is not None and not reached:
+                tokens += estimate_entry_tokens(entry)
+                reached = tokens > reach.max_tokens
+        if reached and messages > keep and not wanted:
+            return True
+    return False
 
 
 def session_context(
@@ -253,10 +259,8 @@ class _ContextRead:
     def enough(self, state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
         """Whether ``tail`` holds the recent window and reaches the observation cursor (or
         more unobserved tokens than the budget can show)."""
-        cursor = state.ledger.observation_covers_up_to_id
-        keep = self.settings.context.recent_messages
-        messages = _messages(tail)
-        return _covers_window(messages, keep) and _reaches(tail, messages, cursor, self.max_tokens)
+        reach = TailReach(state.ledger.observation_covers_up_to_id, self.max_tokens)
+        return tail_holds(tail, self.settings.context.recent_messages, reach)
 
     def kept(self) -> Context:
         """The context kept for the version read (after :meth:`look_up` said so)."""

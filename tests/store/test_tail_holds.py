@@ -1,0 +1,90 @@
+"""Whether a branch tail is long enough for a context read (``tail_holds``), checked against
+the rule stated plainly: every message's facts gathered first, then each condition on its own."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from om_core.ledger.fold import is_eligible_observation_source
+from om_core.ledger.models import SessionEntry
+from om_core.ledger.tokens import estimate_entry_tokens
+from om_workers.reads import TailReach, tail_holds
+from tests.core.builders import Branch
+
+
+def _stated(tail: list[SessionEntry], keep: int, reach: TailReach | None) -> bool:
+    messages = [e for e in tail if is_eligible_observation_source(e)]
+    if len(messages) <= keep:
+        return False
+    calls = {c.id for e in messages if e.message for c in e.message.tool_calls}
+    window = messages[-keep:] if keep else []
+    answered = all(
+        e.message is None or e.message.role != "tool" or e.message.tool_call_id in calls
+        for e in window
+    )
+    if not answered or reach is None:
+        return answered
+    if reach.cursor is not None and any(e.id == reach.cursor for e in tail):
+        return True
+    if reach.max_tokens is None:
+        return False
+    return sum(estimate_entry_tokens(e) for e in messages) > reach.max_tokens
+
+
+def _random_branch(rng: random.Random) -> list[SessionEntry]:
+    branch, open_calls = Branch(), list[str]()
+    for n in range(rng.randint(0, 30)):
+        pick = rng.random()
+        if pick < 0.2:
+            call_id = f"c{n}"
+            branch.call(call_id)
+            open_calls.append(call_id)
+        elif pick < 0.45:
+            # A result of an open call, or of a call this tail may never hold.
+            answered = open_calls.pop(rng.randrange(len(open_calls))) if open_calls else None
+            branch.result(answered or f"elsewhere{n}", "x" * rng.randint(0, 400))
+        elif pick < 0.55:
+            branch.custom({"type": "note", "n": n})
+        else:
+            branch.message(rng.choice(("user", "assistant")), "y" * rng.randint(0, 400))
+    return branch.entries
+
+
+def test_tail_holds_as_stated_for_random_tails() -> None:
+    rng = random.Random(3)
+    checked = {True: 0, False: 0}
+    for _ in range(3_000):
+        tail = _random_branch(rng)
+        keep = rng.randint(0, 6)
+        ids = [e.id for e in tail]
+        cursor = rng.choice([None, "gone", *ids]) if ids else None
+        reach = rng.choice([None, TailReach(cursor, rng.choice([None, 0, 50, 300, 2_000]))])
+        expected = _stated(tail, keep, reach)
+        assert tail_holds(tail, keep, reach) is expected, (keep, reach, ids)
+        checked[expected] += 1
+    assert min(checked.values()) > 300  # both answers were exercised, many times
+
+
+@pytest.mark.parametrize(
+    ("keep", "holds"),
+    [(1, True), (2, False), (3, False)],  # the result's call is not in the tail
+)
+def test_a_window_result_needs_its_call_in_the_tail(keep: int, holds: bool) -> None:
+    branch = Branch()
+    branch.user("before")
+    branch.result("called-earlier", "output")
+    branch.user("after")
+    assert tail_holds(branch.entries, keep, None) is holds
+
+
+def test_the_cursor_or_the_budget_ends_the_reach() -> None:
+    branch = Branch()
+    for _ in range(6):
+        branch.user("z" * 400)  # about 100 tokens each
+    ids = [e.id for e in branch.entries]
+    assert tail_holds(branch.entries, 2, TailReach(ids[0], None))
+    assert not tail_holds(branch.entries, 2, TailReach("older", None))
+    assert tail_holds(branch.entries, 2, TailReach("older", 300))
+    assert not tail_holds(branch.entries, 2, TailReach("older", 10_000))
