@@ -187,6 +187,11 @@ class ContextCache:
         self._memories: _Kept[MemoryKey, ContextMemory] = _Kept(
             max_memories, max_age_s, weight=lambda memory: memory.size, budget=max_memory_chars
         )
+        # The key of each session's memory part kept last (at most ``max_memories``): where
+        # a new version of that memory finds the lines it shares with the previous one.
+        self._latest: OrderedDict[tuple[str, str], MemoryKey] = OrderedDict()
+        self._max_latest = max_memories
+        self._latest_lock = threading.Lock()
         self.counts = CacheCounts()
 
     def kept_context(self, key: ContextKey) -> Context | None:
@@ -220,7 +225,25 @@ class ContextCache:
         self.counts.memory_misses += 1
         built = build()
         self._memories.put(key, built)
+        with self._latest_lock:
+            self._latest[(key.tenant_id, key.session_id)] = key
+            self._latest.move_to_end((key.tenant_id, key.session_id))
+            while len(self._latest) > self._max_latest:
+                self._latest.popitem(last=False)
         return built
+
+    def earlier_memory(self, key: MemoryKey) -> ContextMemory | None:
+        """The memory part kept last for ``key``'s session (the same session row, secrets,
+        scope and include, another version of its memory), while it is still kept; else
+        ``None``. What a build of ``key`` may lend lines from."""
+        with self._latest_lock:
+            latest = self._latest.get((key.tenant_id, key.session_id))
+        if latest is None or latest == key:
+            return None
+        same = (latest.created_at, latest.secrets, latest.scope, latest.include)
+        if same != (key.created_at, key.secrets, key.scope, key.include):
+            return None
+        return self._memories.get(latest)
 
     def holds_memory(self, key: MemoryKey) -> bool:
         """Whether a memory part is kept under ``key``, so that a build would reuse it."""
@@ -230,6 +253,8 @@ class ContextCache:
         """Drop everything kept of the session (it was erased)."""
         self._contexts.forget(tenant_id, session_id)
         self._memories.forget(tenant_id, session_id)
+        with self._latest_lock:
+            self._latest.pop((tenant_id, session_id), None)
 
     def sizes(self) -> tuple[int, int]:
         """How many whole contexts and memory parts are kept."""

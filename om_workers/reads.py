@@ -298,7 +298,10 @@ class _ContextRead:
             "include": self.include,
         }
         memory = cache.memory(
-            memory_key, lambda: ContextMemory(parts.tail, key.withheld, self.secrets, view)
+            memory_key,
+            lambda: ContextMemory(
+                parts.tail, key.withheld, self.secrets, view, cache.earlier_memory(memory_key)
+            ),
         )
         count, tokens, first = parts.older
         older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None

@@ -61,9 +61,14 @@ class ContextMemory:
     is the reusable part of a context: beside a window of messages only the observations
     that window wholly shows are left out, so its rendering plan
     (:class:`~om_core.read.render.MemoryPlan`) is kept per such set and reused by every
-    later window that leaves out the same ones (a message appended leaves out none). Safe
-    to share between threads: a plan computed twice at once is computed equal.
+    later window that leaves out the same ones (a message appended leaves out none).
+    ``earlier``, a previous version of the same branch's memory, lends the rendered lines of
+    the observations the two share, so a version that only added records costs what those
+    records cost to render. Safe to share between threads: a plan computed twice at once is
+    computed equal.
     """
+
+    _lines: ObservationLines
 
     def __init__(
         self,
@@ -71,6 +76,7 @@ class ContextMemory:
         invalidated_ids: Iterable[str],
         secrets: Iterable[str],
         view: MemorySelection,
+        earlier: ContextMemory | None = None,
     ) -> None:
         self.secrets = normalize_secrets(secrets)
         ledger = view.get("ledger")
@@ -92,7 +98,8 @@ class ContextMemory:
         for observation in self._projection.observations:
             for source in observation.source_entry_ids:
                 self._by_source.setdefault(source, []).append(observation)
-        self._lines = ObservationLines(self._projection.observations, self.secrets)
+        prepared = earlier._lines if earlier is not None else None
+        self._lines = ObservationLines(self._projection.observations, self.secrets, prepared)
         self._plans: dict[tuple[Policy, frozenset[str]], MemoryPlan] = {}
         self._lock = threading.Lock()
 

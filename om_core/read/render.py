@@ -230,26 +230,37 @@ class ObservationLines:
     shows and sorts by: what every :class:`MemoryPlan` over some of them can share. Lines
     are found by observation id; an observation not among them is rendered on the spot."""
 
-    def __init__(self, observations: Iterable[Observation], secrets: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        observations: Iterable[Observation],
+        secrets: tuple[str, ...],
+        earlier: ObservationLines | None = None,
+    ) -> None:
         self.secrets = secrets
-        self._known: dict[str, tuple[Observation, str, str | None, datetime]] = {
-            o.id: (
-                o,
-                _item(OBSERVATION_REF_PREFIX, o.id, o.text, secrets),
-                format_time(o.observed_at),
-                _moment(o.observed_at) or _UNDATED,
-            )
-            for o in observations
-        }
+        # An observation's line and times are a function of its id, text, time and the
+        # secrets: those of ``earlier`` (a previous version of the same memory) that match
+        # are taken as they are, so a memory grown by a few records renders only those.
+        same = earlier is not None and set(earlier.secrets) == set(secrets)
+        reused = earlier._known if earlier is not None and same else {}
+        self._known: dict[str, tuple[Observation, str, str | None, datetime]] = {}
+        for o in observations:
+            known = reused.get(o.id)
+            if known is None or (known[0].text, known[0].observed_at) != (o.text, o.observed_at):
+                self._known[o.id] = self._rendered(o)
+            else:
+                self._known[o.id] = (o, *known[1:])
         self.chars = sum(len(known[1]) for known in self._known.values())
         """Characters of the rendered lines."""
+
+    def _rendered(self, o: Observation) -> tuple[Observation, str, str | None, datetime]:
+        line = _item(OBSERVATION_REF_PREFIX, o.id, o.text, self.secrets)
+        return o, line, format_time(o.observed_at), _moment(o.observed_at) or _UNDATED
 
     def _entry(self, o: Observation) -> tuple[Observation, str, str | None, datetime]:
         known = self._known.get(o.id)
         if known is not None and known[0] is o:
             return known
-        line = _item(OBSERVATION_REF_PREFIX, o.id, o.text, self.secrets)
-        return o, line, format_time(o.observed_at), _moment(o.observed_at) or _UNDATED
+        return self._rendered(o)
 
     def in_time_order(self, observations: Sequence[Observation]) -> list[Observation]:
         """:func:`in_time_order` from the times already read."""

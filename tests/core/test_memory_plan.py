@@ -123,3 +123,51 @@ def test_prepared_lines_serve_secrets_of_equal_length_in_either_order() -> None:
     assert plan.fitted(3_000) == alone.fitted(3_000)
     with pytest.raises(ValueError, match="other secrets"):
         MemoryPlan(reflections, observations, None, ("word 3",), "reachable", lines)
+
+
+def _observed(*texts: str, secrets: tuple[str, ...] = ()) -> ContextMemory:
+    """A memory of one observation per text (ids and times by position), as a store keeps."""
+    branch = Branch()
+    for n, text in enumerate(texts):
+        source = branch.user(f"message {n}")
+        observation = Observation(
+            id=mid(n + 1),
+            text=text,
+            source_entry_ids=(source.id,),
+            observed_at=f"2026-02-0{n % 9 + 1}T10:00:00Z",
+        )
+        branch.observe(observation, covers=source.id)
+    return ContextMemory(branch.entries, (), secrets, {})
+
+
+def _rebuilt(earlier: ContextMemory, *texts: str, secrets: tuple[str, ...] = ()) -> ContextMemory:
+    fresh = _observed(*texts, secrets=secrets)
+    return ContextMemory(
+        [],
+        (),
+        secrets,
+        {"ledger": fresh.ledger, "scope_map": None},
+        earlier,
+    )
+
+
+def test_a_memory_built_on_an_earlier_version_renders_as_one_built_afresh() -> None:
+    earlier = _observed("the lease ends in March", "the build is green")
+    # Grown by one record, one text rewritten in place (an erasure's placeholder), and
+    # one secret more: each line that changed is rendered anew, the rest is lent.
+    cases = [
+        (("the lease ends in March", "the build is green", "a third fact"), ()),
+        (("[erased]", "the build is green"), ()),
+        (("the lease ends in March", "the build is green"), ("lease",)),
+    ]
+    for texts, secrets in cases:
+        grown = _rebuilt(earlier, *texts, secrets=secrets)
+        alone = _observed(*texts, secrets=secrets)
+        for budget in (None, 40, 90, 10_000):
+            assert grown.render_reachable([], budget, None) == alone.render_reachable(
+                [], budget, None
+            )
+    erased = _rebuilt(earlier, "[erased]", "the build is green").render([])
+    assert "lease" not in erased and "[erased]" in erased
+    redacted = _rebuilt(earlier, "the lease ends in March", secrets=("lease",)).render([])
+    assert "lease" not in redacted

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -353,3 +354,30 @@ def test_memory_parts_are_bounded_by_their_size() -> None:
     assert roomy.sizes()[1] == 200
     roomy.memory(_memory_key("s0"), lambda: small)
     assert roomy.counts.memory_hits == 1
+
+
+def test_a_new_memory_part_finds_its_sessions_earlier_one_while_it_is_kept() -> None:
+    cache = ContextCache()
+    first = _memory_key("s1")
+    grown = replace(first, memory_entry_ids=("m1",))
+    assert cache.earlier_memory(grown) is None  # nothing kept yet
+    kept = _memory_of(3)
+    cache.memory(first, lambda: kept)
+    assert cache.earlier_memory(grown) is kept
+    assert cache.earlier_memory(first) is None  # its own key: it is kept, not earlier
+    # Another session, or the same one read with other secrets, scope or include, or
+    # created anew under the same id, lends nothing.
+    others = [
+        _memory_key("s2"),
+        replace(grown, secrets=secrets_digest(["pw"])),
+        replace(grown, scope="task-1"),
+        replace(grown, include="self"),
+        replace(grown, created_at=datetime(2026, 2, 1, tzinfo=UTC)),
+    ]
+    assert all(cache.earlier_memory(key) is None for key in others)
+    cache.forget("t", "s1")  # erased: nothing of it is lent
+    assert cache.earlier_memory(grown) is None
+    aged = ContextCache(max_age_s=0.05)
+    aged.memory(first, lambda: kept)
+    time.sleep(0.1)
+    assert aged.earlier_memory(grown) is None
