@@ -132,7 +132,16 @@ class SqlReadUnitOfWork:
     _SPAN = "db transaction read"
 
     def _connect(self, stack: ExitStack) -> Connection:
-        return stack.enter_context(self._engine.connect())
+        connection = stack.enter_context(self._engine.connect())
+        if connection.dialect.name == "postgresql":
+            # PostgreSQL's default (READ COMMITTED) takes a snapshot per statement: a read of
+            # several statements could straddle a worker's commit (a session's head read
+            # before it, its memory after). One snapshot for the block, as SQLite's WAL read
+            # transaction has; psycopg says so in its BEGIN, no round trip more.
+            connection.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+        return connection
 
     def _span_attributes(self) -> dict[str, str]:
         return {"db.system.name": self._engine.dialect.name}

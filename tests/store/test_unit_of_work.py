@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.exc import IntegrityError
+from store_factories import message
 
 from om_workers.errors import SessionNotFoundError, StoreError, StoreUnavailableError
 from om_workers.store import SqlReadUnitOfWork, SqlStore, SqlUnitOfWork
@@ -95,3 +96,21 @@ def test_a_lost_race_is_run_once_more_and_a_second_one_is_a_store_error() -> Non
     with pytest.raises(StoreError) as raised:
         retry_once_after_race(lambda: races(2))
     assert not isinstance(raised.value, WriteRace) and len(calls) == 2
+
+
+def test_a_read_block_sees_one_snapshot_while_others_commit(store: SqlStore, tenant: str) -> None:
+    # A context read takes the session's head, its memory and its tail in several statements:
+    # a commit between two of them must not show in the second.
+    store.create_session(tenant, "s1")
+    with SqlReadUnitOfWork(store.engine) as reader:
+        before = reader.sessions.info(tenant, "s1")
+        with SqlUnitOfWork(store.engine) as writer:
+            _insert(writer, tenant, "s2")
+            writer.commit()
+        store.append_entries(tenant, "s1", [message("m1")])
+        store.raise_epoch(tenant, "s1")
+        assert reader.sessions.info(tenant, "s1") == before
+        assert not reader.sessions.exists(tenant, "s2")
+    with SqlReadUnitOfWork(store.engine) as later:
+        assert later.sessions.exists(tenant, "s2")
+        assert later.sessions.info(tenant, "s1") != before
