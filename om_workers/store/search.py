@@ -27,13 +27,12 @@ from om_core.read.search import (
     snippet,
 )
 from om_workers.store.repositories.search import SearchRow
+from om_workers.store.repositories.search_sql import ROW_SHIFT
 from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.service import Service
 from om_workers.store.snapshot import OBSERVATION
 from om_workers.store.unit_of_work import SqlReadUnitOfWork
 from om_workers.store.vectors import top_by_cosine
-
-_ROW_SHIFT = 4294967296
 
 
 def _entry_text(payload: dict[str, object] | None) -> str:
@@ -73,7 +72,7 @@ class _Withheld:
         observation_ids = [str(i) for i in payload.get("observationIds", ())]
         if not blocked.isdisjoint(observation_ids):
             return True
-        sources = self._uow.search.observation_sources(row.key.row // _ROW_SHIFT, observation_ids)
+        sources = self._uow.search.observation_sources(row.key.row // ROW_SHIFT, observation_ids)
         return any(not blocked.isdisjoint(ids) for ids in sources.values())
 
 

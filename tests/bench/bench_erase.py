@@ -31,7 +31,7 @@ from om_workers.jobs.erase import run_erasure_job
 from om_workers.reads import session_context
 from om_workers.store import AccountStore, SqlStore, upgrade
 
-from .bench_history import postgres_url
+from .bench_history import _analyze, postgres_url
 from .common import Section, percentile
 
 ENTRIES = 100_000
@@ -68,13 +68,6 @@ def _load(store: SqlStore, tenant: str, session_id: str, count: int) -> float:
             _analyze(store)
     _analyze(store)
     return time.perf_counter() - began
-
-
-def _analyze(store: SqlStore) -> None:
-    # As autovacuum would after a bulk load (see bench_history._analyze).
-    if store.engine.dialect.name == "postgresql":
-        with store.engine.begin() as connection:
-            connection.exec_driver_sql("ANALYZE")
 
 
 def _erase_in_process(

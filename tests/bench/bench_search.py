@@ -37,7 +37,7 @@ from om_core.ledger.models import Message, SessionEntry
 from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.schema import entries, sessions
 
-from .bench_history import postgres_url
+from .bench_history import _analyze, postgres_url
 from .bench_locomo import DATA
 from .common import Section
 
@@ -125,9 +125,7 @@ def _session_p99s(store: SqlStore, tenant: str) -> tuple[_P99, _P99]:
         store.create_session(tenant, session_id)
         for start in range(0, size, BATCH):
             store.append_entries(tenant, session_id, _messages(session_id, BATCH, rng, start))
-    if store.engine.dialect.name == "postgresql":
-        with store.engine.begin() as connection:
-            connection.exec_driver_sql("ANALYZE")  # as autovacuum would after such a load
+    _analyze(store)
     small, large = (_p99(store, tenant, f"s{size}", random.Random(11)) for size in SIZES)
     return small, large
 
@@ -218,9 +216,7 @@ def _tenant_p99s(store: SqlStore) -> tuple[_P99, _P99]:
     rng = random.Random(5)
     _bulk_tenant(store, small_tenant, 1, rng)
     _bulk_tenant(store, big, TENANT_SESSIONS, rng)
-    if store.engine.dialect.name == "postgresql":
-        with store.engine.begin() as connection:
-            connection.exec_driver_sql("ANALYZE")  # as autovacuum would after such a load
+    _analyze(store)
     large = _tenant_p99(store, big, random.Random(13))
     small = _tenant_p99(store, small_tenant, random.Random(13))
     return large, small

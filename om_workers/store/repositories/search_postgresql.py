@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, ROWS, WITHHELD_ROWS
+from om_workers.store.repositories.search_sql import (
+    AFTER,
+    OF_TENANT,
+    ROW_SHIFT,
+    ROWS,
+    WITHHELD_ROWS,
+)
 
 WORD_RANK: Final = 0.1
 """The most one lexeme adds to ``ts_rank`` before the sum is divided by the query's lexeme
@@ -43,16 +49,16 @@ _QUERY = """(SELECT
 _NOT_HIDDEN = """e.session_pk NOT IN (
     SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NOT NULL)"""
 _ENTRIES = f"""
-    SELECT 0 AS source, e.session_pk * 4294967296 + e.seq AS row,
+    SELECT 0 AS source, e.session_pk * {ROW_SHIFT} + e.seq AS row,
         -ts_rank(e.search_terms, q.whole)::float8 AS rank
     FROM entries AS e, {_QUERY}
     WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
         AND e.search_terms @@ q.{{match}}
-        AND e.session_pk * 4294967296 + e.seq NOT IN ({WITHHELD_ROWS})
+        AND e.session_pk * {ROW_SHIFT} + e.seq NOT IN ({WITHHELD_ROWS})
         AND {_NOT_HIDDEN}
 """
 _MEMORY = f"""
-    SELECT 1 AS source, m.session_pk * 4294967296 + m.ord AS row,
+    SELECT 1 AS source, m.session_pk * {ROW_SHIFT} + m.ord AS row,
         -ts_rank(m.search_terms, q.whole)::float8 AS rank
     FROM memory_items AS m {{tenant_join}}, {_QUERY}
     WHERE m.search_terms @@ q.{{match}} {{session_filter}}

@@ -11,8 +11,8 @@ ROW_SHIFT = 4294967296
 """A session's rows are ``session_pk * ROW_SHIFT`` plus a position (an entry's ``seq``, a
 memory item's ``ord``)."""
 
-WITHHELD_ROWS = """
-    SELECT e.session_pk * 4294967296 + e.seq
+WITHHELD_ROWS = f"""
+    SELECT e.session_pk * {ROW_SHIFT} + e.seq
     FROM tombstones AS t
     JOIN sessions AS ts ON ts.tenant_id = t.tenant_id AND t.scope = 'session:' || ts.id
     JOIN entries AS e
@@ -30,16 +30,16 @@ AFTER = """AND (rank > :after_rank OR (rank = :after_rank AND (source > :after_s
     OR (source = :after_source AND row > :after_row))))"""
 """Only the keys after the cursor's."""
 
-ROWS = """
+ROWS = f"""
     SELECT c.source, c.row, c.rank, s.id AS session_id,
         e.id AS entry_id, e.created_at, e.payload AS entry_payload,
         m.kind AS memory_kind, m.payload AS memory_payload
     FROM candidates AS c
-    JOIN sessions AS s ON s.pk = c.row / 4294967296
+    JOIN sessions AS s ON s.pk = c.row / {ROW_SHIFT}
     LEFT JOIN entries AS e
-        ON c.source = 0 AND e.session_pk = c.row / 4294967296 AND e.seq = c.row % 4294967296
+        ON c.source = 0 AND e.session_pk = c.row / {ROW_SHIFT} AND e.seq = c.row % {ROW_SHIFT}
     LEFT JOIN memory_items AS m
-        ON c.source = 1 AND m.session_pk = c.row / 4294967296 AND m.ord = c.row % 4294967296
+        ON c.source = 1 AND m.session_pk = c.row / {ROW_SHIFT} AND m.ord = c.row % {ROW_SHIFT}
     ORDER BY c.rank, c.source, c.row
 """
 """The stored rows of a page's candidates (a ``candidates`` table of keys), best first: joined
