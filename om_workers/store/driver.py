@@ -1,26 +1,28 @@
-"""The hottest statements of a turn and of a flush, run on SQLite's driver cursor.
+"""The hottest statements of a turn and of a flush, run on the driver's own cursor (SQLite's
+``sqlite3``, PostgreSQL's psycopg).
 
-Through SQLAlchemy a statement costs about 20 microseconds of Python around the driver's own
+Through SQLAlchemy a statement costs about 20 microseconds of Python around SQLite's own
 work (cache key, execution context, result object): 21-26 us against 2-4 us for a one-row
 read of the ``sessions`` table, and a job start's UPDATE 45 against 19 us; a turn sends about
 a dozen such statements, a flush about fifteen, most of a flush's inside SQLite's writers'
-queue, where every other writer waits for them. A statement run here is compiled once per
-dialect by SQLAlchemy itself (the same SQL, the same bind and result processing of datetimes
-and JSON) and then runs on the connection's DBAPI connection, inside the transaction the
-connection already holds.
+queue, where every other writer waits for them. On PostgreSQL the same Python was about 45 of
+a one-row read's 126 us of client CPU (psycopg's own send and wait are the rest). A statement
+run here is compiled once per dialect by SQLAlchemy itself (the same SQL, the same bind and
+result processing of datetimes and JSON; psycopg takes its parameters by name) and then runs
+on the connection's DBAPI connection, inside the transaction the connection already holds.
 
-SQLAlchemy runs it instead on PostgreSQL (there the round trip, not the Python around it, is
-the cost), outside a transaction (SQLAlchemy would begin one first), and for a statement
-whose SQL depends on its values (expanding ``IN`` lists, Python-side defaults): lists go to
-SQLite as one JSON array (``json_each``) where a statement is hot. Every listener of the
+SQLAlchemy runs it instead outside a transaction (SQLAlchemy would begin one first), for a
+statement whose SQL depends on its values (expanding ``IN`` lists, Python-side defaults:
+lists go to SQLite as one JSON array, ``json_each``, where a statement is hot), and for
+PostgreSQL's inserts (its "insertmanyvalues" batches rows already). Every listener of the
 engine's ``before_cursor_execute`` still sees each statement (the statement-count tests and
 benchmarks rely on it), and a driver error is wrapped as SQLAlchemy wraps it, so the store's
-error translation is unchanged.
+error translation is unchanged; a lost server is handed to SQLAlchemy, which invalidates the
+pool as it does for its own statements.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
@@ -45,9 +47,9 @@ a segment per statement that touched it, so rows go in as few statements as poss
 
 @dataclass(frozen=True)
 class _Compiled:
-    """A statement as SQLite's driver takes it: positional SQL, where each parameter comes
-    from (the caller's mapping, or the value bound in the statement), how each is stored,
-    and how each result column is read back."""
+    """A statement as the driver takes it: its SQL (positional on SQLite, by name on
+    psycopg), where each parameter comes from (the caller's mapping, or the value bound in
+    the statement), how each is stored, and how each result column is read back."""
 
     sql: str
     names: tuple[str, ...]
@@ -55,14 +57,15 @@ class _Compiled:
     binders: Mapping[str, Processor]
     row: type[tuple[Any, ...]] | None
     readers: tuple[Processor | None, ...]
+    by_name: bool = False
 
-    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         values = []
         for name in self.names:
             value = params[name] if name in params else self.fixed[name]
             binder = self.binders.get(name)
             values.append(value if binder is None or value is None else binder(value))
-        return tuple(values)
+        return dict(zip(self.names, values, strict=True)) if self.by_name else tuple(values)
 
     def read(self, raw: Sequence[Any]) -> tuple[Any, ...]:
         assert self.row is not None
@@ -88,7 +91,8 @@ def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) ->
     assert isinstance(compiled, SQLCompiler)
     varying = compiled.literal_execute_params or compiled.post_compile_params
     defaulted = compiled.insert_prefetch or compiled.update_prefetch
-    if compiled.positiontup is None or varying or defaulted:
+    by_name = dialect.paramstyle == "pyformat"
+    if (compiled.positiontup is None and not by_name) or varying or defaulted:
         return None
     fixed: dict[str, Any] = {}
     binders: dict[str, Processor] = {}
@@ -106,7 +110,11 @@ def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) ->
         return None
     row = _row_type(names) if exported else None
     readers = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in exported)
-    return _Compiled(compiled.string, tuple(compiled.positiontup), fixed, binders, row, readers)
+    if by_name:
+        order = tuple(dict.fromkeys(compiled.bind_names.values()))
+    else:
+        order = tuple(compiled.positiontup or ())
+    return _Compiled(compiled.string, order, fixed, binders, row, readers, by_name)
 
 
 @dataclass(frozen=True)
@@ -117,17 +125,22 @@ class Announced:
     compiled_parameters: Sequence[Mapping[str, Any]]
 
 
+class _Disconnected(Exception):
+    """The driver lost its server: SQLAlchemy must see the statement fail on its own path,
+    where it invalidates the pool's connections as it does for its own statements."""
+
+
 def _run(
     connection: Connection,
     sql: str,
-    params: tuple[Any, ...],
+    params: tuple[Any, ...] | Mapping[str, Any],
     named: Callable[[], Sequence[Mapping[str, Any]]],
     *,
     fetch: bool = True,
 ) -> list[Any]:
     driver = connection.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)
-    cursor = driver.cursor()
+    dbapi = connection.dialect.loaded_dbapi
+    cursor = driver.cursor()  # type: ignore[union-attr]
     try:
         # The engine's listeners: the connection's own dispatcher is rebuilt on each access.
         for listener in connection.engine.dispatch.before_cursor_execute:
@@ -135,17 +148,31 @@ def _run(
         cursor.execute(sql, params)
         # An INSERT's rows are all written at its first step; reading the rows its RETURNING
         # gives would be one more step each, and one more release of the GIL.
-        return cursor.fetchall() if fetch else []
-    except sqlite3.Error as exc:
-        raise DBAPIError.instance(sql, params, exc, sqlite3.Error) from exc
+        return cursor.fetchall() if fetch and _has_rows(cursor) else []
+    except dbapi.Error as exc:
+        if connection.dialect.is_disconnect(exc, driver, cursor):
+            raise _Disconnected from exc
+        raise DBAPIError.instance(sql, params, exc, dbapi.Error) from exc
     finally:
         cursor.close()
+
+
+def _has_rows(cursor: Any) -> bool:
+    # psycopg builds a ``Column`` object a column at every read of ``description``.
+    result = getattr(cursor, "pgresult", None)
+    if result is not None:
+        return bool(result.nfields)
+    return cursor.description is not None
+
+
+_DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
 
 
 def _on_driver(connection: Connection) -> bool:
     # Outside a transaction SQLAlchemy begins one before the statement (autobegin): a
     # statement sent straight to the driver would run on its own, outside any snapshot.
-    return connection.dialect.name == "sqlite" and connection.in_transaction()
+    dialect = connection.dialect
+    return _DRIVERS.get(dialect.name) == dialect.driver and connection.in_transaction()
 
 
 class FastStatement:
@@ -165,21 +192,27 @@ class FastStatement:
         if shapes is None:
             shapes = self._compiled.setdefault(dialect, {})
         if columns not in shapes:
-            shapes[columns] = _compile(self.statement, dialect, columns)
+            shapes[columns] = _compile(self._of(dialect), dialect, columns)
         return shapes[columns]
 
-    def _sqlalchemy(self, connection: Connection) -> Executable:
-        return self._postgresql if connection.dialect.name == "postgresql" else self.statement
+    def _of(self, dialect: Dialect) -> Executable:
+        return self._postgresql if dialect.name == "postgresql" else self.statement
+
+    def _through_sqlalchemy(self, connection: Connection, params: Any) -> list[Any]:
+        result = connection.execute(self._of(connection.dialect), params)
+        return list(result) if result.returns_rows else []
 
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Every row, each with its columns as attributes (SQLAlchemy's rows on SQLAlchemy's
         path). Raises SQLAlchemy's errors."""
         compiled = self._for(connection.dialect) if _on_driver(connection) else None
         if compiled is None:
-            result = connection.execute(self._sqlalchemy(connection), params)
-            return list(result) if result.returns_rows else []
+            return self._through_sqlalchemy(connection, params)
         named = partial(_merged, compiled.fixed, params)
-        raw = _run(connection, compiled.sql, compiled.parameters(params), named)
+        try:
+            raw = _run(connection, compiled.sql, compiled.parameters(params), named)
+        except _Disconnected:
+            return self._through_sqlalchemy(connection, params)
         return [compiled.read(r) for r in raw] if compiled.row is not None else []
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> Any | None:
@@ -214,15 +247,20 @@ class FastStatement:
         columns = tuple(values[0])
         compiled = self._for(connection.dialect, columns) if _on_driver(connection) else None
         group = "(" + ", ".join("?" * len(compiled.names)) + ")" if compiled else ""
-        if compiled is None or compiled.sql.count(f"VALUES {group}") != 1:
-            connection.execute(self._sqlalchemy(connection), list(values)).close()
+        # PostgreSQL's inserts stay SQLAlchemy's: its "insertmanyvalues" batches them already.
+        if compiled is None or compiled.by_name or compiled.sql.count(f"VALUES {group}") != 1:
+            connection.execute(self._of(connection.dialect), list(values)).close()
             return
         per = max(1, min(INSERT_CHUNK_ROWS, MAX_VALUES // len(compiled.names)))
-        for start in range(0, len(values), per):
-            chunk = values[start : start + per]
-            sql = compiled.sql.replace(group, ", ".join([group] * len(chunk)), 1)
-            params = tuple(v for row in chunk for v in compiled.parameters(row))
-            _run(connection, sql, params, partial(list, chunk), fetch=False)
+        try:
+            for start in range(0, len(values), per):
+                chunk = values[start : start + per]
+                sql = compiled.sql.replace(group, ", ".join([group] * len(chunk)), 1)
+                params = [compiled.parameters(row) for row in chunk]
+                flat = tuple(v for row in params for v in cast(tuple[Any, ...], row))
+                _run(connection, sql, flat, partial(list, chunk), fetch=False)
+        except _Disconnected:
+            connection.execute(self._of(connection.dialect), list(values)).close()
 
 
 def _merged(fixed: Mapping[str, Any], params: Mapping[str, Any]) -> list[dict[str, Any]]:

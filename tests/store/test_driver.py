@@ -1,5 +1,5 @@
-"""Statements on SQLite's driver read and write what SQLAlchemy would, show themselves to
-statement listeners, and fail as SQLAlchemy fails; on PostgreSQL they are SQLAlchemy's."""
+"""Statements on the driver's cursor (SQLite's and psycopg's) read and write what SQLAlchemy
+would, show themselves to statement listeners, and fail as SQLAlchemy fails."""
 
 from __future__ import annotations
 
@@ -145,3 +145,23 @@ def test_outside_a_transaction_sqlalchemy_begins_one_first(store: SqlStore, tena
         assert not connection.in_transaction()
         assert statement.rows(connection, {"t": tenant}) == []
         assert connection.in_transaction()  # SQLAlchemy's autobegin: its path was taken
+
+
+def test_inside_a_transaction_a_read_runs_on_the_driver(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    contexts: list[object] = []
+
+    def record(_c: Any, _cur: Any, _sql: str, _p: Any, context: Any, _many: bool) -> None:
+        contexts.append(context)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        with store.engine.begin() as connection:
+            FastStatement(_SESSION).rows(
+                connection, {"tenant_id": tenant, "session_id": session_id}
+            )
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    # SQLAlchemy's own path would announce its execution context instead.
+    assert [type(c) for c in contexts] == [store_driver.Announced]

@@ -5,14 +5,17 @@ store's 503 error once, then a fresh connection."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, bindparam, create_engine, event, select
+from sqlalchemy.exc import DBAPIError
 
 from om_workers.errors import SessionNotFoundError, StoreUnavailableError
 from om_workers.store import SqlStore, upgrade
 from om_workers.store import engine as store_engine
+from om_workers.store.driver import FastStatement
 from om_workers.store.engine import normalize_database_url
 from tests.conftest import PG_URL, fresh_database, needs_postgres
 
@@ -28,11 +31,13 @@ def pg_store(tmp_path: Path) -> Iterator[SqlStore]:
         store.close()
 
 
-def _terminate_pooled_backends(engine: Engine) -> None:
-    """End, from the server side, every connection the engine's pool holds."""
+def _terminate_pooled_backends(engine: Engine, count: int = 1) -> None:
+    """End, from the server side, the ``count`` connections the engine's pool holds."""
     pids: list[int] = []
-    with engine.connect() as connection:
-        pids.append(int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
+    with ExitStack() as held:
+        for _ in range(count):
+            connection = held.enter_context(engine.connect())
+            pids.append(int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
     admin = create_engine(normalize_database_url(str(PG_URL)))
     try:
         with admin.begin() as connection:
@@ -81,3 +86,24 @@ def test_a_busy_connection_lost_fails_once_then_the_pool_heals(pg_store: SqlStor
         pg_store.get_session("nobody", "nothing")
     with pytest.raises(SessionNotFoundError):
         pg_store.get_session("nobody", "nothing")
+
+
+def test_a_statement_on_the_driver_that_loses_its_server_heals_the_whole_pool(
+    pg_store: SqlStore,
+) -> None:
+    # Statements run straight on psycopg still let SQLAlchemy see a lost server: it
+    # invalidates every pooled connection at once, so only the first caller fails.
+    _terminate_pooled_backends(pg_store.engine, count=2)
+    statement = FastStatement(select(bindparam("x")))
+    connects: list[str] = []
+    event.listen(pg_store.engine, "connect", lambda *_: connects.append("connect"))
+    with pg_store.engine.connect() as connection:
+        connection.begin()
+        with pytest.raises(DBAPIError) as raised:
+            statement.rows(connection, {"x": 1})
+        assert raised.value.connection_invalidated and connection.invalidated
+    for _ in range(2):
+        with pg_store.engine.begin() as first, pg_store.engine.begin() as second:
+            assert statement.scalars(first, {"x": 1}) == [1]
+            assert statement.scalars(second, {"x": 2}) == [2]
+    assert connects == ["connect", "connect"]
