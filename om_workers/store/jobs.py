@@ -49,7 +49,7 @@ class JobService(Service):
 
     def last_flush(self, tenant_id: str, session_id: str) -> LastFlush:
         """The session's unobserved tokens and newest job, in one statement."""
-        with self._units.read() as uow:
+        with self._units.read(one_statement=True) as uow:
             last = uow.jobs.last_flush(tenant_id, session_id)
         if last is None:
             # The same answer whether the session is missing or another tenant's.
@@ -58,7 +58,7 @@ class JobService(Service):
 
     def get_job(self, tenant_id: str, job_id: str) -> FlushJob:
         """The job."""
-        with self._units.read() as uow:
+        with self._units.read(one_statement=True) as uow:
             return uow.jobs.get(tenant_id, job_id)
 
     def start_job(self, tenant_id: str, job_id: str) -> StartedJob:

@@ -41,10 +41,15 @@ class UnitsOfWork:
             self.engine, clock=self.clock, snapshots=self.snapshots, tails=self.tails
         )
 
-    def read(self) -> SqlReadUnitOfWork:
-        """A unit of work for reads (see :class:`SqlReadUnitOfWork`)."""
+    def read(self, *, one_statement: bool = False) -> SqlReadUnitOfWork:
+        """A unit of work for reads (see :class:`SqlReadUnitOfWork`); ``one_statement``: the
+        block sends a single statement, which is its own snapshot."""
         return SqlReadUnitOfWork(
-            self.engine, clock=self.clock, snapshots=self.snapshots, tails=self.tails
+            self.engine,
+            clock=self.clock,
+            snapshots=self.snapshots,
+            tails=self.tails,
+            one_statement=one_statement,
         )
 
 

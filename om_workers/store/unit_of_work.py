@@ -121,11 +121,13 @@ class SqlReadUnitOfWork:
         clock: Callable[[], datetime] = utc_now,
         snapshots: SnapshotCache | None = None,
         tails: TailCache | None = None,
+        one_statement: bool = False,
     ) -> None:
         self._engine = engine
         self._clock = clock
         self._snapshots = snapshots if snapshots is not None else SnapshotCache()
         self._tails = tails if tails is not None else TailCache()
+        self._one_statement = one_statement
         self._stack: ExitStack | None = None
         self._transaction: RootTransaction | None = None
 
@@ -133,7 +135,11 @@ class SqlReadUnitOfWork:
 
     def _connect(self, stack: ExitStack) -> Connection:
         connection = stack.enter_context(self._engine.connect())
-        if connection.dialect.name == "postgresql":
+        if connection.dialect.name == "postgresql" and self._one_statement:
+            # A single statement is its own snapshot: no BEGIN and ROLLBACK around it, two
+            # round trips of three.
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+        elif connection.dialect.name == "postgresql":
             # PostgreSQL's default (READ COMMITTED) takes a snapshot per statement: a read of
             # several statements could straddle a worker's commit (a session's head read
             # before it, its memory after). One snapshot for the block, as SQLite's WAL read

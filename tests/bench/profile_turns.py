@@ -22,6 +22,7 @@ from pathlib import Path
 from .bench_history import postgres_url
 from .bench_turns import bare_server, drive, om_stack
 
+EXTRA = os.environ.get("PT_EXTRA", "").split()
 PARTS: dict[str, tuple[str, ...]] = {
     # The async routes' coroutines and the functions they hand to the thread pool.
     "GET context (route)": ("context (om_api/server/routes/memory.py", "context_answer ("),
@@ -65,7 +66,7 @@ def profile(
                     target=subprocess.run,
                     args=(
                         [spy, "record", "-p", str(stack.api_pid), "-d", str(int(seconds)),
-                         "-r", "200", "-f", "raw", "-o", str(raw), "--nonblocking"],
+                         "-r", "200", "-f", "raw", "-o", str(raw), "--nonblocking", *EXTRA],
                     ),
                     kwargs={"capture_output": True, "check": True},
                 )  # fmt: skip

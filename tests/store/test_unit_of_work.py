@@ -114,3 +114,16 @@ def test_a_read_block_sees_one_snapshot_while_others_commit(store: SqlStore, ten
     with SqlReadUnitOfWork(store.engine) as later:
         assert later.sessions.exists(tenant, "s2")
         assert later.sessions.info(tenant, "s1") != before
+
+
+def test_a_one_statement_read_opens_no_transaction(store: SqlStore, tenant: str) -> None:
+    store.create_session(tenant, "s1")
+    # The second block takes the pooled connection the first one gave back: a read of
+    # several statements still gets its transaction.
+    for one_statement, outside in ((True, "IDLE"), (False, "INTRANS")):
+        with SqlReadUnitOfWork(store.engine, one_statement=one_statement) as reader:
+            assert reader.sessions.exists(tenant, "s1")
+            driver = reader.sessions._connection.connection.driver_connection
+            if store.engine.dialect.name == "postgresql":
+                # Autocommit: the statement was its own transaction, none is left open.
+                assert driver.info.transaction_status.name == outside  # type: ignore[union-attr]
