@@ -8,21 +8,22 @@ a dozen such statements, a flush about fifteen, most of a flush's inside SQLite'
 queue, where every other writer waits for them. On PostgreSQL the same Python was about 45 of
 a one-row read's 126 us of client CPU (psycopg's own send and wait are the rest). A statement
 run here is compiled once per dialect by SQLAlchemy itself (the same SQL, the same bind and
-result processing of datetimes and JSON; psycopg takes its parameters by name) and then runs
-on the connection's DBAPI connection, inside the transaction the connection already holds.
+result processing of datetimes and JSON; psycopg's named placeholders rewritten as
+positional ones) and then runs on the connection's DBAPI connection, inside the transaction
+the connection already holds.
 
-SQLAlchemy runs it instead outside a transaction (SQLAlchemy would begin one first), for a
-statement whose SQL depends on its values (expanding ``IN`` lists, Python-side defaults:
-lists go to SQLite as one JSON array, ``json_each``, where a statement is hot), and for
-PostgreSQL's inserts (its "insertmanyvalues" batches rows already). Every listener of the
-engine's ``before_cursor_execute`` still sees each statement (the statement-count tests and
-benchmarks rely on it), and a driver error is wrapped as SQLAlchemy wraps it, so the store's
-error translation is unchanged; a lost server is handed to SQLAlchemy, which invalidates the
-pool as it does for its own statements.
+SQLAlchemy runs it instead outside a transaction (SQLAlchemy would begin one first), and for
+a statement whose SQL depends on its values (expanding ``IN`` lists, Python-side defaults:
+lists go to SQLite as one JSON array, ``json_each``, where a statement is hot). Every
+listener of the engine's ``before_cursor_execute`` still sees each statement (the
+statement-count tests and benchmarks rely on it), and a driver error is wrapped as
+SQLAlchemy wraps it, so the store's error translation is unchanged; a lost server is handed
+to SQLAlchemy, which invalidates the pool as it does for its own statements.
 """
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
@@ -57,15 +58,14 @@ class _Compiled:
     binders: Mapping[str, Processor]
     row: type[tuple[Any, ...]] | None
     readers: tuple[Processor | None, ...]
-    by_name: bool = False
 
-    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         values = []
         for name in self.names:
             value = params[name] if name in params else self.fixed[name]
             binder = self.binders.get(name)
             values.append(value if binder is None or value is None else binder(value))
-        return dict(zip(self.names, values, strict=True)) if self.by_name else tuple(values)
+        return tuple(values)
 
     def read(self, raw: Sequence[Any]) -> tuple[Any, ...]:
         assert self.row is not None
@@ -91,8 +91,10 @@ def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) ->
     assert isinstance(compiled, SQLCompiler)
     varying = compiled.literal_execute_params or compiled.post_compile_params
     defaulted = compiled.insert_prefetch or compiled.update_prefetch
-    by_name = dialect.paramstyle == "pyformat"
-    if (compiled.positiontup is None and not by_name) or varying or defaulted:
+    sql, order = compiled.string, compiled.positiontup
+    if order is None and dialect.paramstyle == "pyformat":
+        sql, order = _positional(sql)
+    if order is None or varying or defaulted:
         return None
     fixed: dict[str, Any] = {}
     binders: dict[str, Processor] = {}
@@ -110,11 +112,41 @@ def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) ->
         return None
     row = _row_type(names) if exported else None
     readers = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in exported)
-    if by_name:
-        order = tuple(dict.fromkeys(compiled.bind_names.values()))
-    else:
-        order = tuple(compiled.positiontup or ())
-    return _Compiled(compiled.string, order, fixed, binders, row, readers, by_name)
+    return _Compiled(sql, tuple(order), fixed, binders, row, readers)
+
+
+_PYFORMAT = re.compile(r"%%|%\((\w+)\)s")
+
+
+def _positional(sql: str) -> tuple[str, list[str]]:
+    """psycopg's named placeholders (``%(name)s``) as positional ones (``%s``) and the names
+    in their order: one form for both drivers, so a multi-row INSERT repeats its group."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return match.group(0)  # an escaped percent sign stays escaped
+        names.append(match.group(1))
+        return "%s"
+
+    return _PYFORMAT.sub(placeholder, sql), names
+
+
+def _values_group(compiled: _Compiled) -> tuple[int, int] | None:
+    """Where the one parenthesised group of an ``INSERT ... VALUES (...)`` is in its SQL, the
+    group binding every parameter (``None``: no such group)."""
+    sql = compiled.sql
+    start = sql.find(" VALUES (") + len(" VALUES ")
+    if start < len(" VALUES ") or sql.find(" VALUES (", start) >= 0:
+        return None
+    depth = 0
+    for end in range(start, len(sql)):
+        depth += {"(": 1, ")": -1}.get(sql[end], 0)
+        if depth == 0:
+            group = sql[start : end + 1]
+            binds = group.count("?") + group.count("%s")
+            return (start, end + 1) if binds == len(compiled.names) else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,7 +165,7 @@ class _Disconnected(Exception):
 def _run(
     connection: Connection,
     sql: str,
-    params: tuple[Any, ...] | Mapping[str, Any],
+    params: tuple[Any, ...],
     named: Callable[[], Sequence[Mapping[str, Any]]],
     *,
     fetch: bool = True,
@@ -246,19 +278,22 @@ class FastStatement:
             return
         columns = tuple(values[0])
         compiled = self._for(connection.dialect, columns) if _on_driver(connection) else None
-        group = "(" + ", ".join("?" * len(compiled.names)) + ")" if compiled else ""
-        # PostgreSQL's inserts stay SQLAlchemy's: its "insertmanyvalues" batches them already.
-        if compiled is None or compiled.by_name or compiled.sql.count(f"VALUES {group}") != 1:
+        span = _values_group(compiled) if compiled is not None else None
+        if compiled is None or span is None:
             connection.execute(self._of(connection.dialect), list(values)).close()
             return
         per = max(1, min(INSERT_CHUNK_ROWS, MAX_VALUES // len(compiled.names)))
+        head, group, tail = (
+            compiled.sql[: span[0]],
+            compiled.sql[span[0] : span[1]],
+            compiled.sql[span[1] :],
+        )
         try:
             for start in range(0, len(values), per):
                 chunk = values[start : start + per]
-                sql = compiled.sql.replace(group, ", ".join([group] * len(chunk)), 1)
-                params = [compiled.parameters(row) for row in chunk]
-                flat = tuple(v for row in params for v in cast(tuple[Any, ...], row))
-                _run(connection, sql, flat, partial(list, chunk), fetch=False)
+                sql = f"{head}{', '.join([group] * len(chunk))}{tail}"
+                params = tuple(v for row in chunk for v in compiled.parameters(row))
+                _run(connection, sql, params, partial(list, chunk), fetch=False)
         except _Disconnected:
             connection.execute(self._of(connection.dialect), list(values)).close()
 
