@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select
+from sqlalchemy import ARRAY, Connection, String, and_, any_, bindparam, func, insert, or_, select
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
@@ -31,31 +31,21 @@ from om_workers.store.tail_cache import TailCache
 # Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
 _IN_CHUNK = 500
 
-# One lookup for both: the batch's ids anywhere in the tenant (idempotency, conflicts) and the
-# entries of this session the batch refers to (parents, the leaf, coverage cursors).
-_LOOKUP = select(
-    entries.c.id, entries.c.session_pk, entries.c.seq, entries.c.segment_start, entries.c.payload
-).where(
-    or_(
-        and_(
-            entries.c.tenant_id == bindparam("tenant_id"),
-            entries.c.id.in_(bindparam("ids", expanding=True)),
-        ),
-        and_(
-            entries.c.session_pk == bindparam("session_pk"),
-            entries.c.id.in_(bindparam("refs", expanding=True)),
-        ),
-    )
-)
-
 
 def _json_values(name: str) -> Any:
     return select(func.json_each(bindparam(name)).table_valued("value").c.value)
 
 
-# The same lookup for SQLite's driver: each list bound as one JSON array, not one parameter
-# an id, so the statement is compiled once (see om_workers.store.driver).
-_LOOKUP_SQLITE = FastStatement(
+def _listed(name: str) -> Any:
+    return any_(bindparam(name, type_=ARRAY(String)))
+
+
+# One lookup for both: the batch's ids anywhere in the tenant (idempotency, conflicts) and the
+# entries of this session the batch refers to (parents, the leaf, coverage cursors). Each list
+# is bound as one value, not one parameter an id, so the statement is compiled once (see
+# om_workers.store.driver): a JSON array on SQLite, an array on PostgreSQL (``= ANY``, an
+# index probe per id as ``IN`` is).
+_LOOKUP = FastStatement(
     select(
         entries.c.id,
         entries.c.session_pk,
@@ -73,7 +63,19 @@ _LOOKUP_SQLITE = FastStatement(
                 entries.c.id.in_(_json_values("refs")),
             ),
         )
-    )
+    ),
+    postgresql=select(
+        entries.c.id,
+        entries.c.session_pk,
+        entries.c.seq,
+        entries.c.segment_start,
+        entries.c.payload,
+    ).where(
+        or_(
+            and_(entries.c.tenant_id == bindparam("tenant_id"), entries.c.id == _listed("ids")),
+            and_(entries.c.session_pk == bindparam("session_pk"), entries.c.id == _listed("refs")),
+        )
+    ),
 )
 # RETURNING makes SQLAlchemy send a batch as multi-row statements ("insertmanyvalues", up to
 # 1,000 rows each) instead of an executemany of one statement per row.
@@ -115,9 +117,9 @@ class EntryRepository:
 
     def _rows_of_lookup(self, params: dict[str, Any]) -> Sequence[Any]:
         if self._connection.dialect.name != "sqlite":
-            return list(self._connection.execute(_LOOKUP, params))
+            return _LOOKUP.rows(self._connection, params)
         as_json = {**params, "ids": json.dumps(params["ids"]), "refs": json.dumps(params["refs"])}
-        return _LOOKUP_SQLITE.rows(self._connection, as_json)
+        return _LOOKUP.rows(self._connection, as_json)
 
     def insert(self, session: LockedSession, rows: Sequence[PlannedRow], *, now: datetime) -> None:
         """Insert planned rows into the session, in multi-row statements of up to 1,000 rows.
