@@ -58,6 +58,9 @@ class _Compiled:
     binders: Mapping[str, Processor]
     row: type[tuple[Any, ...]] | None
     readers: tuple[Processor | None, ...]
+    values: tuple[str, str, str] | None
+    """An INSERT's SQL around its one ``VALUES`` group, and the group: ``(head, group, tail)``
+    (``None``: not such an INSERT)."""
 
     def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         values = []
@@ -112,7 +115,9 @@ def _compile(statement: Executable, dialect: Dialect, columns: Sequence[str]) ->
         return None
     row = _row_type(names) if exported else None
     readers = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in exported)
-    return _Compiled(sql, tuple(order), fixed, binders, row, readers)
+    span = _values_group(sql, len(order))
+    values = None if span is None else (sql[: span[0]], sql[span[0] : span[1]], sql[span[1] :])
+    return _Compiled(sql, tuple(order), fixed, binders, row, readers, values)
 
 
 _PYFORMAT = re.compile(r"%%|%\((\w+)\)s")
@@ -132,10 +137,9 @@ def _positional(sql: str) -> tuple[str, list[str]]:
     return _PYFORMAT.sub(placeholder, sql), names
 
 
-def _values_group(compiled: _Compiled) -> tuple[int, int] | None:
-    """Where the one parenthesised group of an ``INSERT ... VALUES (...)`` is in its SQL, the
-    group binding every parameter (``None``: no such group)."""
-    sql = compiled.sql
+def _values_group(sql: str, binds: int) -> tuple[int, int] | None:
+    """Where the one parenthesised group of an ``INSERT ... VALUES (...)`` is in ``sql``, the
+    group binding all ``binds`` parameters (``None``: no such group)."""
     start = sql.find(" VALUES (") + len(" VALUES ")
     if start < len(" VALUES ") or sql.find(" VALUES (", start) >= 0:
         return None
@@ -144,8 +148,7 @@ def _values_group(compiled: _Compiled) -> tuple[int, int] | None:
         depth += {"(": 1, ")": -1}.get(sql[end], 0)
         if depth == 0:
             group = sql[start : end + 1]
-            binds = group.count("?") + group.count("%s")
-            return (start, end + 1) if binds == len(compiled.names) else None
+            return (start, end + 1) if group.count("?") + group.count("%s") == binds else None
     return None
 
 
@@ -170,8 +173,8 @@ def _run(
     *,
     fetch: bool = True,
 ) -> list[Any]:
+    dialect = connection.dialect
     driver = connection.connection.driver_connection
-    dbapi = connection.dialect.loaded_dbapi
     cursor = driver.cursor()  # type: ignore[union-attr]
     try:
         # The engine's listeners: the connection's own dispatcher is rebuilt on each access.
@@ -179,22 +182,22 @@ def _run(
             listener(connection, cursor, sql, params, Announced(named()), False)
         cursor.execute(sql, params)
         # An INSERT's rows are all written at its first step; reading the rows its RETURNING
-        # gives would be one more step each, and one more release of the GIL.
-        return cursor.fetchall() if fetch and _has_rows(cursor) else []
-    except dbapi.Error as exc:
-        if connection.dialect.is_disconnect(exc, driver, cursor):
+        # gives would be one more step each, and one more release of the GIL. psycopg cannot
+        # fetch a result without columns (sqlite3 gives no rows), and asking its
+        # ``description`` builds an object a column: its result is asked instead.
+        if not fetch or (dialect.driver == "psycopg" and not cursor.pgresult.nfields):
+            return []
+        rows: list[Any] = cursor.fetchall()
+        return rows
+    except Exception as exc:
+        errors = dialect.loaded_dbapi.Error
+        if not isinstance(exc, errors):
+            raise
+        if dialect.is_disconnect(exc, driver, cursor):
             raise _Disconnected from exc
-        raise DBAPIError.instance(sql, params, exc, dbapi.Error) from exc
+        raise DBAPIError.instance(sql, params, exc, errors) from exc
     finally:
         cursor.close()
-
-
-def _has_rows(cursor: Any) -> bool:
-    # psycopg builds a ``Column`` object a column at every read of ``description``.
-    result = getattr(cursor, "pgresult", None)
-    if result is not None:
-        return bool(result.nfields)
-    return cursor.description is not None
 
 
 _DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
@@ -278,16 +281,11 @@ class FastStatement:
             return
         columns = tuple(values[0])
         compiled = self._for(connection.dialect, columns) if _on_driver(connection) else None
-        span = _values_group(compiled) if compiled is not None else None
-        if compiled is None or span is None:
+        if compiled is None or compiled.values is None:
             connection.execute(self._of(connection.dialect), list(values)).close()
             return
         per = max(1, min(INSERT_CHUNK_ROWS, MAX_VALUES // len(compiled.names)))
-        head, group, tail = (
-            compiled.sql[: span[0]],
-            compiled.sql[span[0] : span[1]],
-            compiled.sql[span[1] :],
-        )
+        head, group, tail = compiled.values
         try:
             for start in range(0, len(values), per):
                 chunk = values[start : start + per]
