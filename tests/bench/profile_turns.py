@@ -2,8 +2,13 @@
 :mod:`tests.bench.bench_turns`): py-spy samples the API process (every thread) and this
 prints the share of samples in which each of the serving path's parts is on the stack.
 
-``python -m tests.bench.profile_turns [--backend sqlite|postgresql] [--seconds 20]``; needs
-``py-spy`` (``pip install py-spy``), run as root or with ptrace allowed.
+It also prints the CPU a turn of each process of the stack (the API, the worker, the database
+server, Redis), read from ``/proc``: the machine's two cores are shared, and what the API does
+not spend another process may.
+
+``python -m tests.bench.profile_turns [--backend sqlite|postgresql] [--seconds 20] [--gil]``
+(``--gil``: sample only the thread holding the GIL, the Python work); needs ``py-spy``
+(``pip install py-spy``), run as root or with ptrace allowed.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from pathlib import Path
 from .bench_history import postgres_url
 from .bench_turns import bare_server, drive, om_stack
 
-EXTRA = os.environ.get("PT_EXTRA", "").split()
 PARTS: dict[str, tuple[str, ...]] = {
     # The async routes' coroutines and the functions they hand to the thread pool.
     "GET context (route)": ("context (om_api/server/routes/memory.py", "context_answer ("),
@@ -49,10 +53,10 @@ PARTS: dict[str, tuple[str, ...]] = {
 
 
 def profile(
-    backend: str, seconds: float, agents: int, keep: str | None = None
+    backend: str, seconds: float, agents: int, keep: str | None = None, *, gil: bool = False
 ) -> tuple[Counter[str], int]:
     """Samples of each part while ``agents`` agents load the API for ``seconds``; ``keep``:
-    where to copy py-spy's raw stacks."""
+    where to copy py-spy's raw stacks; ``gil``: sample only the thread holding the GIL."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
@@ -62,22 +66,31 @@ def profile(
             with om_stack(tmp, url, 1) as stack:
                 asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, 3.0))  # warm-up
                 raw = tmp / "profile.txt"
+                only_gil = ["--gil"] if gil else []
                 recorder = threading.Thread(
                     target=subprocess.run,
                     args=(
                         [spy, "record", "-p", str(stack.api_pid), "-d", str(int(seconds)),
-                         "-r", "200", "-f", "raw", "-o", str(raw), "--nonblocking", *EXTRA],
+                         "-r", "200", "-f", "raw", "-o", str(raw), "--nonblocking", *only_gil],
                     ),
                     kwargs={"capture_output": True, "check": True},
                 )  # fmt: skip
                 recorder.start()
                 cpu_before = _cpu_s(stack.api_pid)
+                others_before = _cpu_by_program()
                 load = asyncio.run(drive(stack.url, stack.key, stack.sessions, agents, seconds))
                 cpu_ms = (_cpu_s(stack.api_pid) - cpu_before) * 1000
                 print(
                     f"API process: {cpu_ms / max(1, load.turns):.1f} ms CPU a turn "
                     f"({load.turns_per_s:.1f} turns/s, {cpu_ms / 1000 / load.seconds:.2f} cores)"
                 )
+                others = _cpu_by_program()
+                for name in _PROGRAMS:
+                    spent_ms = (others[name] - others_before[name]) * 1000
+                    print(
+                        f"{name}: {spent_ms / max(1, load.turns):.1f} ms CPU a turn "
+                        f"({spent_ms / 1000 / load.seconds:.2f} cores)"
+                    )
                 recorder.join()
                 with bare_server(tmp, 1) as (bare_url, bare_pid):
                     cpu_before = _cpu_s(bare_pid)
@@ -97,6 +110,27 @@ def _cpu_s(pid: int) -> float:
     """User + system CPU seconds the process has used (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_PROGRAMS = {"worker": "celery", "database server": "postgres", "Redis": "redis-server"}
+
+
+def _cpu_by_program() -> dict[str, float]:
+    """CPU seconds used so far by every process whose command line names each program of
+    :data:`_PROGRAMS` (processes of other stacks on the machine included)."""
+    spent = dict.fromkeys(_PROGRAMS, 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cpu = _cpu_s(int(entry.name))
+        except (OSError, IndexError, ValueError):  # the process ended meanwhile
+            continue
+        for name, program in _PROGRAMS.items():
+            if program in command.split(" ", 1)[0] or f"-m {program}" in command:
+                spent[name] += cpu
+    return spent
 
 
 class _sqlite:
@@ -131,13 +165,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--raw", help="also keep py-spy's raw stacks in this file")
+    parser.add_argument("--gil", action="store_true", help="sample only the GIL's holder")
     parser.add_argument("--from-raw", help="summarise this raw file instead of measuring")
     args = parser.parse_args()
     if args.from_raw:
         with open(args.from_raw, encoding="utf-8") as raw:
             parts, busy = _parts(raw.read().splitlines())
     else:
-        parts, busy = profile(args.backend, args.seconds, args.agents, args.raw)
+        parts, busy = profile(args.backend, args.seconds, args.agents, args.raw, gil=args.gil)
     print(f"| part ({args.backend}, {args.agents} agents) | share of busy samples |")
     print("| --- | ---: |")
     for name, count in parts.most_common():
