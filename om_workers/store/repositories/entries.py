@@ -7,11 +7,23 @@ built once (per shape), with bound parameters.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, Connection, String, and_, any_, bindparam, func, insert, or_, select
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Select,
+    String,
+    and_,
+    any_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+)
 
 from om_core.ledger.append_plan import PlannedRow, Position, StoredEntry
 from om_core.ledger.models import SessionEntry
@@ -32,51 +44,36 @@ from om_workers.store.tail_cache import TailCache
 _IN_CHUNK = 500
 
 
-def _json_values(name: str) -> Any:
-    return select(func.json_each(bindparam(name)).table_valued("value").c.value)
+def _in_json_array(name: str) -> Any:
+    return entries.c.id.in_(select(func.json_each(bindparam(name)).table_valued("value").c.value))
 
 
-def _listed(name: str) -> Any:
-    return any_(bindparam(name, type_=ARRAY(String)))
+def _in_array(name: str) -> Any:
+    return entries.c.id == any_(bindparam(name, type_=ARRAY(String)))
 
 
-# One lookup for both: the batch's ids anywhere in the tenant (idempotency, conflicts) and the
-# entries of this session the batch refers to (parents, the leaf, coverage cursors). Each list
-# is bound as one value, not one parameter an id, so the statement is compiled once (see
-# om_workers.store.driver): a JSON array on SQLite, an array on PostgreSQL (``= ANY``, an
+def _lookup(listed: Callable[[str], Any]) -> Select[Any]:
+    """The batch's ids anywhere in the tenant (idempotency, conflicts) and the entries of this
+    session the batch refers to (parents, the leaf, coverage cursors); ``listed(name)``: an
+    entry's id is in the list bound as ``name``."""
+    return select(
+        entries.c.id,
+        entries.c.session_pk,
+        entries.c.seq,
+        entries.c.segment_start,
+        entries.c.payload,
+    ).where(
+        or_(
+            and_(entries.c.tenant_id == bindparam("tenant_id"), listed("ids")),
+            and_(entries.c.session_pk == bindparam("session_pk"), listed("refs")),
+        )
+    )
+
+
+# Each list is bound as one value, not one parameter an id, so the statement is compiled once
+# (see om_workers.store.driver): a JSON array on SQLite, an array on PostgreSQL (``= ANY``, an
 # index probe per id as ``IN`` is).
-_LOOKUP = FastStatement(
-    select(
-        entries.c.id,
-        entries.c.session_pk,
-        entries.c.seq,
-        entries.c.segment_start,
-        entries.c.payload,
-    ).where(
-        or_(
-            and_(
-                entries.c.tenant_id == bindparam("tenant_id"),
-                entries.c.id.in_(_json_values("ids")),
-            ),
-            and_(
-                entries.c.session_pk == bindparam("session_pk"),
-                entries.c.id.in_(_json_values("refs")),
-            ),
-        )
-    ),
-    postgresql=select(
-        entries.c.id,
-        entries.c.session_pk,
-        entries.c.seq,
-        entries.c.segment_start,
-        entries.c.payload,
-    ).where(
-        or_(
-            and_(entries.c.tenant_id == bindparam("tenant_id"), entries.c.id == _listed("ids")),
-            and_(entries.c.session_pk == bindparam("session_pk"), entries.c.id == _listed("refs")),
-        )
-    ),
-)
+_LOOKUP = FastStatement(_lookup(_in_json_array), postgresql=_lookup(_in_array))
 # RETURNING makes SQLAlchemy send a batch as multi-row statements ("insertmanyvalues", up to
 # 1,000 rows each) instead of an executemany of one statement per row.
 _INSERT = FastStatement(insert(entries).returning(entries.c.seq))
