@@ -48,9 +48,10 @@ a segment per statement that touched it, so rows go in as few statements as poss
 
 @dataclass(frozen=True)
 class _Compiled:
-    """A statement as the driver takes it: its SQL (positional on SQLite, by name on
-    psycopg), where each parameter comes from (the caller's mapping, or the value bound in
-    the statement), how each is stored, and how each result column is read back."""
+    """A statement as the driver takes it: its SQL with positional placeholders (``?`` for
+    SQLite, ``%s`` for psycopg), where each parameter comes from (the caller's mapping, or
+    the value bound in the statement), how each is stored, and how each result column is
+    read back."""
 
     sql: str
     names: tuple[str, ...]
@@ -145,7 +146,7 @@ def _values_group(sql: str, binds: int) -> tuple[int, int] | None:
         return None
     depth = 0
     for end in range(start, len(sql)):
-        depth += {"(": 1, ")": -1}.get(sql[end], 0)
+        depth += (sql[end] == "(") - (sql[end] == ")")
         if depth == 0:
             group = sql[start : end + 1]
             return (start, end + 1) if group.count("?") + group.count("%s") == binds else None
