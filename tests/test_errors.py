@@ -39,6 +39,10 @@ OUTSIDE_THE_TREE = {
         "not an error: the hot layer's signal, never raised out of it, that the framework "
         "answers this request"
     ),
+    "om_workers.store.driver._Disconnected": (
+        "not an error: the driver's signal, never raised out of it, that SQLAlchemy's own path "
+        "must run the statement (and fail, invalidating the pool)"
+    ),
 }
 """Error classes that may not descend from the root, by why."""
 
