@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from om_core.ledger.models import (
-    ELIGIBLE_ROLES,
     OBSERVATIONS_DROPPED,
     OBSERVATIONS_RECORDED,
     REFLECTIONS_RECORDED,
@@ -196,12 +195,9 @@ def _pick(current: _T | None, candidate: _T) -> _T:
 
 
 def is_eligible_observation_source(entry: SessionEntry) -> bool:
-    """True for ``message`` entries of role user, assistant or tool."""
-    return (
-        entry.kind == "message"
-        and entry.message is not None
-        and entry.message.role in ELIGIBLE_ROLES
-    )
+    """True for ``message`` entries of role user, assistant or tool
+    (:attr:`SessionEntry.is_observation_source`)."""
+    return entry.is_observation_source
 
 
 def eligible_observation_sources(entries: Iterable[SessionEntry]) -> list[SessionEntry]:

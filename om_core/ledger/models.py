@@ -165,6 +165,26 @@ class SessionEntry(Frozen):
             raise ValueError("a compaction entry needs a summary")
         return self
 
+    @cached_property
+    def is_observation_source(self) -> bool:
+        """Whether an observer may read and cite it: a message of role user, assistant or
+        tool. Kept per entry object: a context read asks it of every entry of the session's
+        tail, read after read."""
+        return (
+            self.kind == "message"
+            and self.message is not None
+            and (self.message.role in ELIGIBLE_ROLES)
+        )
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> SessionEntry:
+        """A copy whose kept answers are computed again (a plain copy would keep the answers
+        of the entry it was copied from)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("is_observation_source", None)
+        return copy
+
     @property
     def record_type(self) -> str | None:
         """``data.type`` of a custom entry, else ``None``."""

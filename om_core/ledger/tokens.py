@@ -27,8 +27,9 @@ def estimate_message_tokens(message: Message) -> int:
 
 def estimate_entry_tokens(entry: SessionEntry) -> int:
     """Tokens of an entry: its message, its compaction summary, or its JSON data."""
-    if entry.message is not None:
-        return estimate_message_tokens(entry.message)
+    message = entry.message
+    if message is not None:
+        return message.estimated_tokens
     if entry.summary is not None:
         return estimate_text_tokens(entry.summary)
     if entry.data is not None:

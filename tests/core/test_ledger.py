@@ -10,7 +10,7 @@ from om_core.ledger.fold import (
     observations_uncovered_by_reflection,
     unscanned_entries,
 )
-from om_core.ledger.models import Message, ObservationalMemoryLedger, ToolCall
+from om_core.ledger.models import Message, ObservationalMemoryLedger, SessionEntry, ToolCall
 from om_core.ledger.projection import snapshot_of
 from om_core.ledger.tokens import (
     estimate_entry_tokens,
@@ -203,6 +203,20 @@ def test_a_message_is_rendered_and_counted_once_and_a_copy_afresh() -> None:
     # Kept values are not fields: equality and dumps ignore them.
     assert message == Message.model_validate(message.model_dump())
     assert "rendered" not in message.model_dump()
+
+
+def test_an_entry_kept_as_an_observation_source_and_a_copy_afresh() -> None:
+    user = SessionEntry(
+        id="e1", session_id="s", kind="message", message=Message(role="user", content="hi")
+    )
+    assert is_eligible_observation_source(user) and "is_observation_source" in user.__dict__
+    # A copy with another message (the append plan and recall copy this way) asks afresh.
+    system = user.model_copy(update={"message": Message(role="system", content="be brief")})
+    assert not is_eligible_observation_source(system)
+    assert is_eligible_observation_source(system.model_copy(update={"message": user.message}))
+    # The kept answer is not a field: equality and dumps ignore it.
+    assert user == SessionEntry.model_validate(user.model_dump())
+    assert "is_observation_source" not in user.model_dump()
 
 
 def test_a_redacted_rendering_is_kept_for_the_secrets_asked_last() -> None:
