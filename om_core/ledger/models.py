@@ -7,10 +7,11 @@ Python attributes are snake_case; both spellings are accepted on input, and
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Annotated, Any, Final, Literal, TypeVar, cast
+from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -47,6 +48,25 @@ class Frozen(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """The wire form: camelCase keys, ``None`` fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy whose kept values (every ``cached_property``) are computed again: a plain
+        copy would keep those of the model it was copied from."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _kept_names(type(self)):
+            copy.__dict__.pop(name, None)
+        return copy
+
+
+@functools.cache
+def _kept_names(model: type[Frozen]) -> tuple[str, ...]:
+    """The names of ``model``'s cached properties, its bases' included."""
+    return tuple(
+        name
+        for cls in model.__mro__
+        for name, value in vars(cls).items()
+        if isinstance(value, cached_property)
+    )
 
 
 # Checked by pydantic's own (Rust) pattern matcher: a Python validator per id made parsing a
@@ -123,12 +143,10 @@ class Message(Frozen):
         calls = ((call.name, call.arguments) for call in self.tool_calls)
         return message_tokens(self.text, calls, self.tool_name)
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
-        """A copy whose rendering and token count are computed again (a plain copy would keep
-        the values of the message it was copied from)."""
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy whose rendering, token count and redacted rendering are computed again."""
         copy = super().model_copy(update=update, deep=deep)
-        for cached in ("rendered", "estimated_tokens", _TRANSFORMED):
-            copy.__dict__.pop(cached, None)
+        copy.__dict__.pop(_TRANSFORMED, None)
         return copy
 
 
@@ -175,15 +193,6 @@ class SessionEntry(Frozen):
             and self.message is not None
             and (self.message.role in ELIGIBLE_ROLES)
         )
-
-    def model_copy(
-        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
-    ) -> SessionEntry:
-        """A copy whose kept answers are computed again (a plain copy would keep the answers
-        of the entry it was copied from)."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("is_observation_source", None)
-        return copy
 
     @property
     def record_type(self) -> str | None:
@@ -312,15 +321,6 @@ class ObservationalMemoryLedger(Frozen):
     @cached_property
     def dropped(self) -> frozenset[str]:
         return frozenset(self.dropped_observation_ids)
-
-    def model_copy(
-        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
-    ) -> ObservationalMemoryLedger:
-        """A copy whose id maps are rebuilt (a plain copy would keep stale cached maps)."""
-        copy = super().model_copy(update=update, deep=deep)
-        for cached in ("observations_by_id", "reflections_by_id", "dropped"):
-            copy.__dict__.pop(cached, None)
-        return copy
 
     @property
     def active_observations(self) -> tuple[Observation, ...]:

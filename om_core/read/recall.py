@@ -68,7 +68,6 @@ def recall_memory(
         replayed = fold_ledger(entries, from_snapshot=False)
         if bare in replayed.observations_by_id:
             obs = replayed.observations_by_id[bare]
-            # A new model, not model_copy: copies would keep the stale cached id maps.
             folded = ObservationalMemoryLedger(
                 observations=(*folded.observations, obs),
                 reflections=folded.reflections,

@@ -258,7 +258,6 @@ def merge_shared_memory(
     for memory in shared:
         binds.setdefault(memory.scope_id, {}).update(dict.fromkeys(memory.refs))
     bindings = tuple(ScopeBinding(scope_id=s, refs=tuple(r)) for s, r in binds.items() if r)
-    # A new model, not model_copy: a copy would keep the stale cached lookups.
     return merged, WorkScopeMap(
         scopes=scope_map.scopes, binds=bindings, stack=scope_map.stack, grants=scope_map.grants
     )

@@ -19,6 +19,7 @@ from om_core.ledger.tokens import (
 )
 from om_core.policy.redaction import redact
 from om_core.read.window import render_message
+from om_core.scopes.index import WorkScope, WorkScopeMap
 
 from .builders import Branch, mid, obs, ref
 
@@ -217,6 +218,17 @@ def test_an_entry_kept_as_an_observation_source_and_a_copy_afresh() -> None:
     # The kept answer is not a field: equality and dumps ignore it.
     assert user == SessionEntry.model_validate(user.model_dump())
     assert "is_observation_source" not in user.model_dump()
+
+
+def test_a_copy_of_any_core_model_computes_its_kept_values_afresh() -> None:
+    # The work-scope map defines no copy of its own: the base model's copy drops every
+    # cached property, whichever model keeps it.
+    root = WorkScopeMap()
+    assert set(root.scopes_by_id) == {"session"}
+    child = WorkScope(id="task", parent_id="session", depth=1)
+    grown = root.model_copy(update={"scopes": (*root.scopes, child)})
+    assert set(grown.scopes_by_id) == {"session", "task"}
+    assert set(root.scopes_by_id) == {"session"}
 
 
 def test_a_redacted_rendering_is_kept_for_the_secrets_asked_last() -> None:
