@@ -196,8 +196,8 @@ def _pick(current: _T | None, candidate: _T) -> _T:
 
 def is_eligible_observation_source(entry: SessionEntry) -> bool:
     """True for ``message`` entries of role user, assistant or tool
-    (:attr:`SessionEntry.is_observation_source`)."""
-    return entry.is_observation_source
+    (:attr:`SessionEntry.is_eligible_observation_source`)."""
+    return entry.is_eligible_observation_source
 
 
 def eligible_observation_sources(entries: Iterable[SessionEntry]) -> list[SessionEntry]:

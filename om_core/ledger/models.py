@@ -184,7 +184,7 @@ class SessionEntry(Frozen):
         return self
 
     @cached_property
-    def is_observation_source(self) -> bool:
+    def is_eligible_observation_source(self) -> bool:
         """Whether an observer may read and cite it: a message of role user, assistant or
         tool. Kept per entry object: a context read asks it of every entry of the session's
         tail, read after read."""

@@ -210,14 +210,16 @@ def test_an_entry_kept_as_an_observation_source_and_a_copy_afresh() -> None:
     user = SessionEntry(
         id="e1", session_id="s", kind="message", message=Message(role="user", content="hi")
     )
-    assert is_eligible_observation_source(user) and "is_observation_source" in user.__dict__
+    assert (
+        is_eligible_observation_source(user) and "is_eligible_observation_source" in user.__dict__
+    )
     # A copy with another message (the append plan and recall copy this way) asks afresh.
     system = user.model_copy(update={"message": Message(role="system", content="be brief")})
     assert not is_eligible_observation_source(system)
     assert is_eligible_observation_source(system.model_copy(update={"message": user.message}))
     # The kept answer is not a field: equality and dumps ignore it.
     assert user == SessionEntry.model_validate(user.model_dump())
-    assert "is_observation_source" not in user.model_dump()
+    assert "is_eligible_observation_source" not in user.model_dump()
 
 
 def test_a_copy_of_any_core_model_computes_its_kept_values_afresh() -> None:
