@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event
 from store_factories import message
 
 from om_core.errors import EntryConflictError, InvalidEntryError
@@ -116,3 +117,24 @@ def test_explicit_parent_must_be_in_the_same_session(
 def test_append_to_missing_session(store: SqlStore, tenant: str) -> None:
     with pytest.raises(SessionNotFoundError):
         store.append_entries(tenant, "nope", message("a", "nope"))
+
+
+def test_a_batch_of_more_than_a_thousand_ids_is_looked_up_in_one_statement(
+    store: SqlStore, tenant: str, session_id: str
+) -> None:
+    batch = [message(f"m{i}") for i in range(1_200)]
+    store.append_entries(tenant, session_id, batch)
+    lookups: list[str] = []
+
+    def record(_c: object, _cur: object, sql: str, *_: object) -> None:
+        if sql.lstrip().startswith("SELECT entries.id, entries.session_pk"):
+            lookups.append(sql)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        again = store.append_entries(tenant, session_id, [*batch, message("new")])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    assert again.duplicate_ids == tuple(e.id for e in batch)
+    assert again.appended_ids == ("new",)
+    assert len(lookups) == 1

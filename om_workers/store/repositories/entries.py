@@ -40,9 +40,6 @@ from om_workers.store.repositories.sessions import LockedSession
 from om_workers.store.schema import entries
 from om_workers.store.tail_cache import TailCache
 
-# Bound parameters per IN list: far below SQLite's and PostgreSQL's limits.
-_IN_CHUNK = 500
-
 
 def _in_json_array(name: str) -> Any:
     return entries.c.id.in_(select(func.json_each(bindparam(name)).table_valued("value").c.value))
@@ -91,25 +88,25 @@ class EntryRepository:
     ) -> tuple[dict[str, StoredEntry], dict[str, Position]]:
         """The ``ids`` already stored (in any session of the tenant), and the positions of the
         ``refs`` that are entries of this session: what
-        :func:`~om_core.ledger.append_plan.plan_append` takes. One statement per 500 ids."""
+        :func:`~om_core.ledger.append_plan.plan_append` takes. One statement, each list bound
+        as one value."""
         stored: dict[str, StoredEntry] = {}
         positions: dict[str, Position] = {}
         batch, wanted = set(ids), set(refs)
-        for start in range(0, max(len(ids), len(refs)), _IN_CHUNK):
-            params = {
-                "tenant_id": session.tenant_id,
-                "ids": list(ids[start : start + _IN_CHUNK]),
-                "session_pk": session.pk,
-                "refs": list(refs[start : start + _IN_CHUNK]),
-            }
-            for row in self._rows_of_lookup(params):
-                in_session = int(row.session_pk) == session.pk
-                if row.id in batch:
-                    stored[row.id] = StoredEntry(
-                        in_session, int(row.seq), int(row.segment_start), row.payload
-                    )
-                if row.id in wanted and in_session:
-                    positions[row.id] = (int(row.seq), int(row.segment_start))
+        params = {
+            "tenant_id": session.tenant_id,
+            "ids": list(ids),
+            "session_pk": session.pk,
+            "refs": list(refs),
+        }
+        for row in self._rows_of_lookup(params):
+            in_session = int(row.session_pk) == session.pk
+            if row.id in batch:
+                stored[row.id] = StoredEntry(
+                    in_session, int(row.seq), int(row.segment_start), row.payload
+                )
+            if row.id in wanted and in_session:
+                positions[row.id] = (int(row.seq), int(row.segment_start))
         return stored, positions
 
     def _rows_of_lookup(self, params: dict[str, Any]) -> Sequence[Any]:
