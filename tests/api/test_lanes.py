@@ -4,6 +4,7 @@ wait their turn; a full write lane never holds up a context read. Thread events,
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
@@ -87,3 +88,14 @@ def test_a_lane_needs_a_thread_and_errors_pass_through() -> None:
 
     with pytest.raises(KeyError, match="missing"):
         asyncio.run(Lane("read", 1).run(fails))
+
+
+def test_a_lane_call_sees_the_callers_context() -> None:
+    # Log fields and spans are context variables: they must follow a call into its lane.
+    field: contextvars.ContextVar[str] = contextvars.ContextVar("field", default="none")
+
+    async def scenario() -> str:
+        field.set("request-7")
+        return await Lane("read", 1).run(field.get)
+
+    assert asyncio.run(scenario()) == "request-7"
