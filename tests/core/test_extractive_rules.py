@@ -3,9 +3,14 @@ salient sentences wherever they are, relative dates anchored, call and text budg
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from om_core.flush.extractive import OBSERVATION_CHARS, ExtractiveProvider
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from om_core.flush.extractive import OBSERVATION_CHARS, ExtractiveProvider, _has_identifier
 from om_core.flush.workers import run_observer, run_reflector
 from om_core.flush.workers.observer import observer_prompt
 from om_core.ledger.models import Observation, SessionEntry
@@ -197,3 +202,38 @@ def test_reflections_over_richer_observations_stay_smaller() -> None:
     for reflection in record.reflections:
         replaced = sum(estimate_text_tokens(by_id[i].text) for i in reflection.observation_ids)
         assert estimate_text_tokens(reflection.text) < replaced
+
+
+# The identifier pattern as one alternation, before each kind was looked for behind its mark.
+_ONE_PATTERN = re.compile(
+    r"https?://\S+|[\w.+-]+@[\w-]+\.\w+"
+    r"|\b\w+(?:_\w+)+\b"
+    r"|\b[\w-]+(?:\.[\w-]+)*\.[A-Za-z][\w-]*\b"
+    r"|(?<![\w/])~?/[\w.-]+"
+    r"|\b[0-9a-f]{7,}\b|\b[\w.-]+=\S"
+)
+_MARKS_AND_WORDS = st.text(alphabet="abcdefxyzABQ019 ._-@/~=:+ésh\tp\n", max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_MARKS_AND_WORDS)
+def test_identifiers_are_found_exactly_where_the_one_pattern_finds_them(text: str) -> None:
+    assert _has_identifier(text) == (_ONE_PATTERN.search(text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("see https://example.org/a", True),
+        ("mail ops@example.org today", True),
+        ("set max_retries higher", True),
+        ("open config.yaml first", True),
+        ("under ~/projects now", True),
+        ("commit deadbeef landed", True),
+        ("run with debug=true", True),
+        ("the end. A new sentence", False),
+        ("build log: step ok; build log: step ok;", False),
+    ],
+)
+def test_each_kind_of_identifier_is_found(text: str, found: bool) -> None:
+    assert _has_identifier(text) is found
