@@ -118,7 +118,8 @@ class Services:
         """The worker's :class:`~om_workers.jobs.deps.FlushDeps`: this store and Redis client,
         ``publish`` (sends ``om.flush`` again), the provider factory, ``OM_MODEL``, a copy of
         the raw memory settings, ``OM_LOCK_TTL_S`` (seconds), ``OM_MAX_DELIVERIES``, the
-        redaction secrets, the per-worker models and the prompt set.
+        redaction secrets, the per-worker models, the prompt set, and a lock that runs one
+        flush at a time when the provider computes in this process (``extractive``).
 
         Raises :class:`ConfigError` like :meth:`provider_factory` (the worker's first task
         fails loudly on a misnamed provider).
@@ -137,6 +138,7 @@ class Services:
             prompts=self.prompts,
             embedder=self.embedder(),
             embed_batch=self.settings.embeddings.batch_size,
+            compute_lock=threading.Lock() if self.settings.llm.provider == "extractive" else None,
         )
 
     def publisher(self, send: PublishJob) -> PublishJob:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,12 @@ class FlushDeps:
     overrides the memory settings' and ``model`` for that worker; ``prompts`` the
     observer/reflector instructions (their version is recorded on each job row);
     ``embedder`` the semantic search's (``None``: off), ``embed_batch`` texts per call.
+
+    ``compute_lock``, when set, is held around each flush's run (the provider's turns and the
+    memory writes between them): the provider computes in this process (the offline
+    extractive one), so flushes side by side in its threads gain nothing under one GIL. They
+    cost the service: a flush holding SQLite's writer waited for the GIL behind the others'
+    work, up to four times its own CPU time, and every append of the API waited behind it.
     """
 
     store: SqlStore
@@ -47,6 +54,7 @@ class FlushDeps:
     prompts: PromptSet = DEFAULT_PROMPTS
     embedder: Embedder | None = None
     embed_batch: int = 32
+    compute_lock: threading.Lock | None = None
 
 
 __all__ = ["FlushDeps", "PublishJob"]

@@ -23,6 +23,7 @@ duplicate nothing). A marker is therefore only needed to serve *other* requests.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -246,18 +247,21 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
         poison = f"poison message: attempted {job.attempts} times (limit {deps.max_deliveries})"
         return _outcome(job.id, running.fail(poison), outcome="poison")
     lock.start_heartbeat()
-    try:
-        runtime = _runtime(deps, running)
-        result = runtime.flush(full_reflection_rebuild=job.full_reflection_rebuild, force=job.force)
-    except Exception as exc:  # store unreachable mid-flush, bad settings, provider factory ...
-        return _outcome(job.id, running.fail(f"{type(exc).__name__}: {exc}"))
-    finished = running.finish(
-        "failed" if result.error else "succeeded",
-        counts=_counts(result),
-        error=result.error,
-        reason=result.note,
-        version=runtime.prompt_version,
-    )
+    with deps.compute_lock or contextlib.nullcontext():
+        try:
+            runtime = _runtime(deps, running)
+            result = runtime.flush(
+                full_reflection_rebuild=job.full_reflection_rebuild, force=job.force
+            )
+        except Exception as exc:  # store unreachable mid-flush, bad settings, provider factory
+            return _outcome(job.id, running.fail(f"{type(exc).__name__}: {exc}"))
+        finished = running.finish(
+            "failed" if result.error else "succeeded",
+            counts=_counts(result),
+            error=result.error,
+            reason=result.note,
+            version=runtime.prompt_version,
+        )
     return _outcome(job.id, finished)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 
 import pytest
@@ -66,6 +68,51 @@ def test_a_flush_below_the_threshold_says_why(
     forced = request_flush(store, client, tenant, "s1", publish=deps.publish, force=True)
     assert run_flush_job(deps, tenant, "s1", forced.job_id, True).outcome == "succeeded"
     assert store.get_job(tenant, forced.job_id).reason is None
+
+
+class _Overlaps(ExtractiveProvider):
+    """The offline provider, counting how many of its calls run at once (each lasts 20 ms)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self.inside = 0
+        self.most = 0
+
+    def generate(self, request: ProviderRequest) -> ProviderResponse:
+        with self._mutex:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            time.sleep(0.02)  # long enough for another flush's call to come in beside it
+            return super().generate(request)
+        finally:
+            with self._mutex:
+                self.inside -= 1
+
+
+def test_with_a_compute_lock_flushes_of_one_process_run_one_at_a_time(
+    store: SqlStore, client: redis.Redis, tenant: str, published: Published
+) -> None:
+    provider = _Overlaps()
+    deps = deps_for(store, client, published, provider=lambda: provider)
+    deps = dataclasses.replace(deps, compute_lock=threading.Lock())
+    jobs = {}
+    for session in ("s1", "s2", "s3"):
+        store.create_session(tenant, session)
+        add_chat(store, tenant, session, 3)
+        jobs[session] = enqueue(deps, tenant, session)
+    outcomes: dict[str, str] = {}
+
+    def flush(session: str) -> None:
+        outcomes[session] = run_flush_job(deps, tenant, session, jobs[session], False).outcome
+
+    threads = [threading.Thread(target=flush, args=(session,)) for session in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert outcomes == {"s1": "succeeded", "s2": "succeeded", "s3": "succeeded"}
+    assert provider.most == 1
 
 
 def test_flush_observes_every_message_once(

@@ -79,6 +79,21 @@ def test_flush_deps_are_the_services(services: Services) -> None:
     assert deps.memory_settings == MEMORY and type(deps.memory_settings) is dict
     assert deps.secrets == (KEY,)
     assert deps.worker_models == {"observer": "observer-model"}
+    # The offline provider computes in the worker's process: its flushes run one at a time.
+    assert deps.compute_lock is not None
+
+
+def test_a_provider_outside_the_process_runs_flushes_side_by_side(
+    database_url: str, redis_server: EmbeddedRedis
+) -> None:
+    settings = Settings(
+        database_url=database_url, redis_url=redis_server.url, provider="tests.e2e.providers:slow"
+    )
+    built = build_services(settings)
+    try:
+        assert built.flush_deps(lambda t, s, j: None).compute_lock is None
+    finally:
+        built.close()
 
 
 def test_the_api_runs_on_the_services(services: Services) -> None:
