@@ -141,9 +141,10 @@ def _positional(sql: str) -> tuple[str, list[str]]:
 def _values_group(sql: str, binds: int) -> tuple[int, int] | None:
     """Where the one parenthesised group of an ``INSERT ... VALUES (...)`` is in ``sql``, the
     group binding all ``binds`` parameters (``None``: no such group)."""
-    start = sql.find(" VALUES (") + len(" VALUES ")
-    if start < len(" VALUES ") or sql.find(" VALUES (", start) >= 0:
+    found = sql.find(" VALUES (")
+    if found < 0 or sql.find(" VALUES (", found + 1) >= 0:
         return None
+    start = found + len(" VALUES ")
     depth = 0
     for end in range(start, len(sql)):
         depth += (sql[end] == "(") - (sql[end] == ")")

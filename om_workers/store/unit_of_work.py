@@ -135,11 +135,13 @@ class SqlReadUnitOfWork:
 
     def _connect(self, stack: ExitStack) -> Connection:
         connection = stack.enter_context(self._engine.connect())
-        if connection.dialect.name == "postgresql" and self._one_statement:
+        if connection.dialect.name != "postgresql":
+            return connection
+        if self._one_statement:
             # A single statement is its own snapshot: no BEGIN and ROLLBACK around it, two
             # round trips of three.
             connection.execution_options(isolation_level="AUTOCOMMIT")
-        elif connection.dialect.name == "postgresql":
+        else:
             # PostgreSQL's default (READ COMMITTED) takes a snapshot per statement: a read of
             # several statements could straddle a worker's commit (a session's head read
             # before it, its memory after). One snapshot for the block, as SQLite's WAL read

@@ -110,10 +110,9 @@ class EntryRepository:
         return stored, positions
 
     def _rows_of_lookup(self, params: dict[str, Any]) -> Sequence[Any]:
-        if self._connection.dialect.name != "sqlite":
-            return _LOOKUP.rows(self._connection, params)
-        as_json = {**params, "ids": json.dumps(params["ids"]), "refs": json.dumps(params["refs"])}
-        return _LOOKUP.rows(self._connection, as_json)
+        if self._connection.dialect.name == "sqlite":
+            params = {**params, **{name: json.dumps(params[name]) for name in ("ids", "refs")}}
+        return _LOOKUP.rows(self._connection, params)
 
     def insert(self, session: LockedSession, rows: Sequence[PlannedRow], *, now: datetime) -> None:
         """Insert planned rows into the session, in multi-row statements of up to 1,000 rows.
