@@ -34,7 +34,12 @@ from om_workers.embeddings.setup import build_embedder, embedding_secrets
 from om_workers.errors import ConfigError
 from om_workers.jobs.deps import FlushDeps, PublishJob
 from om_workers.prompts import load_prompts
-from om_workers.providers.setup import provider_factory, provider_secrets, worker_models
+from om_workers.providers.setup import (
+    computes_in_process,
+    provider_factory,
+    provider_secrets,
+    worker_models,
+)
 from om_workers.store import AccountStore, SqlStore
 
 _T = TypeVar("_T")
@@ -138,7 +143,7 @@ class Services:
             prompts=self.prompts,
             embedder=self.embedder(),
             embed_batch=self.settings.embeddings.batch_size,
-            compute_lock=threading.Lock() if self.settings.llm.provider == "extractive" else None,
+            compute_lock=threading.Lock() if computes_in_process(self.settings) else None,
         )
 
     def publisher(self, send: PublishJob) -> PublishJob:

@@ -98,6 +98,13 @@ def provider_secrets(settings: Settings) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
+def computes_in_process(settings: Settings) -> bool:
+    """Whether ``OM_PROVIDER``'s calls are work in the worker's own process (``extractive``)
+    rather than a wait on a model elsewhere: such calls gain nothing from the process's other
+    threads under one GIL."""
+    return settings.llm.provider == "extractive"
+
+
 def provider_factory(settings: Settings) -> Callable[[], Provider]:
     """A callable returning the provider for one flush job, per ``OM_PROVIDER``.
 
