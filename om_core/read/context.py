@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Unpack
 
-from om_core.ledger.fold import is_eligible_observation_source, unscanned_entries
+from om_core.ledger.fold import unscanned_entries
 from om_core.ledger.models import (
     ContextBlock,
     Frozen,
     ObservationalMemoryLedger,
     SessionEntry,
 )
-from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_entry_tokens, estimate_text_tokens
+from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_text_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
 from om_core.policy.redaction import normalize_secrets, redact, scrub
 from om_core.read.context_memory import ContextMemory, MemorySelection
@@ -63,6 +63,8 @@ def build_context_blocks(
 def _shown(window: Sequence[SessionEntry], ids: Iterable[str]) -> list[SessionEntry]:
     """The entries of ``window`` a rendered block shows (by their ids)."""
     shown = set(ids)
+    if len(shown) == len(window):
+        return list(window)  # ids name entries of the window: all of them are shown
     return [e for e in window if e.id in shown]
 
 
@@ -200,14 +202,14 @@ def build_context_tail(
     check_budget(max_tokens)
     resolved = settings or resolve_settings()
     unobserved = [
-        e for e in unscanned_entries(entries, memory.ledger) if is_eligible_observation_source(e)
+        e for e in unscanned_entries(entries, memory.ledger) if e.is_eligible_observation_source
     ]
     window = _window(entries, resolved, unobserved)
     if max_tokens is None:
-        fitted = _unbudgeted(memory, window)
+        fitted = _unbudgeted(memory, window, unobserved, older)
     else:
         fitted = _within_budget(memory, window, max_tokens, unobserved, older)
-    gap = _gap(unobserved, older, fitted.recent_ids)
+    gap = fitted.gap
     return Context(
         memory=ContextBlock(id=MEMORY_BLOCK_ID, text=_with_gap_note(fitted.memory.text, gap)),
         recent=ContextBlock(id=RECENT_BLOCK_ID, text=fitted.recent, entry_ids=fitted.recent_ids),
@@ -237,12 +239,18 @@ class _Fitted:
     memory: RenderedMemory
     recent: str
     recent_ids: tuple[str, ...]
+    gap: ContextGap | None
 
 
-def _unbudgeted(memory: ContextMemory, window: Sequence[SessionEntry]) -> _Fitted:
+def _unbudgeted(
+    memory: ContextMemory,
+    window: Sequence[SessionEntry],
+    unobserved: Sequence[SessionEntry],
+    older: Unobserved | None,
+) -> _Fitted:
     recent, ids = _fitted_recent(window, memory.secrets, None)
     rendered = memory.render_reachable(_shown(window, ids), None, _first(ids))
-    return _Fitted(rendered, recent, ids)
+    return _Fitted(rendered, recent, ids, _gap(unobserved, older, ids))
 
 
 def _within_budget(
@@ -262,7 +270,7 @@ def _within_budget(
     note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
     room = (max_tokens - estimate_text_tokens(recent) - note) * CHARS_PER_TOKEN
     rendered = memory.render_reachable(_shown(window, ids), max(0, room), _first(ids))
-    return _Fitted(rendered, recent, ids)
+    return _Fitted(rendered, recent, ids, gap)
 
 
 def _with_gap_note(memory: str, gap: ContextGap | None) -> str:
@@ -297,7 +305,8 @@ def _fitted_recent(
         return render_recent_message_window(window, secrets)
     units = tool_units([e for e in window if e.message is not None])
     room = max(budget, 1) * CHARS_PER_TOKEN
-    units = units[_newest_fitting(units, room) :]
+    if _rendered_size(window) > room:
+        units = units[_newest_fitting(units, room) :]
     keys = normalize_secrets(secrets)
     redacted = partial(redact, secrets=keys)
     kept = [(e.id, e.message.rendered_as(keys, redacted)) for u in units for e in u if e.message]
@@ -309,6 +318,12 @@ def _fitted_recent(
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
             return text, tuple(entry_id for entry_id, _ in kept)
         limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+
+
+def _rendered_size(window: Sequence[SessionEntry]) -> int:
+    """Characters of the whole window as rendered (one newline between messages): when they
+    fit, :func:`_newest_fitting` keeps every unit, and need not size them one by one."""
+    return sum(len(e.message.rendered) + 1 for e in window if e.message is not None) - 1
 
 
 def _newest_fitting(units: Sequence[Sequence[SessionEntry]], room: int) -> int:
@@ -348,7 +363,7 @@ def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ..
 
 def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unobserved:
     before = older or Unobserved()
-    tokens = sum(estimate_entry_tokens(e) for e in shown)
+    tokens = sum(_tokens(e) for e in shown)
     first = before.first_id or (shown[0].id if shown else None)
     return Unobserved(
         messages=before.messages + len(shown), tokens=before.tokens + tokens, first_id=first
@@ -365,8 +380,14 @@ def _gap(
     if not messages or not shown_ids:
         return None
     first = before.first_id or left[0].id
-    tokens = before.tokens + sum(estimate_entry_tokens(e) for e in left)
+    tokens = before.tokens + sum(_tokens(e) for e in left)
     return ContextGap(messages=messages, tokens=tokens, first_id=first, cursor=shown_ids[0])
+
+
+def _tokens(entry: SessionEntry) -> int:
+    """:func:`estimate_entry_tokens` of a message entry (what every unobserved entry is),
+    without the function's dispatch on the entry's kind."""
+    return entry.message.estimated_tokens if entry.message is not None else 0
 
 
 def gap_note(gap: ContextGap) -> str:

@@ -112,11 +112,16 @@ class ContextMemory:
     def _hidden(self, window: Iterable[SessionEntry]) -> frozenset[str]:
         """Ids of the observations ``window`` shows whole (every source in it): those
         :func:`visible_observations` leaves out, found from the window's side."""
+        window = list(window)
+        # Mostly none: the window is the unobserved messages, which no observation cites yet.
+        cited = [e.id for e in window if e.id in self._by_source]
+        if not cited:
+            return self._sourceless
         shown = {e.id for e in window}
         whole = {
             o.id
-            for source in shown
-            for o in self._by_source.get(source, ())
+            for source in cited
+            for o in self._by_source[source]
             if shown.issuperset(o.source_entry_ids)
         }
         return self._sourceless.union(whole)

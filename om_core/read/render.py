@@ -159,6 +159,7 @@ class MemoryPlan:
             run_prefix_bytes=[_bytes(p) for p in self._prefixes],
         )
         self._drops: DropPlan | None = None
+        self._whole: RenderedMemory | None = None
 
     def fitted(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
         """The memory block within ``max_bytes`` (UTF-8, at most 256 KiB), as the render
@@ -172,7 +173,13 @@ class MemoryPlan:
         cut = 0
         if omission is None:
             omission, cut = fit(self._items, _HEADING_BYTES, max_bytes, self._policy, page_from)
-        return self._assemble(omission, cut, page_from)
+        if cut or omission.count or omission.covered or omission.listed or omission.unlisted:
+            return self._assemble(omission, cut, page_from)
+        # Everything shown: the same text whatever the budget and page, read after read (a
+        # context fits memory twice per read), so assembled once.
+        if self._whole is None:
+            self._whole = self._assemble(omission, cut, page_from)
+        return self._whole
 
     def searched(self, max_bytes: int, page_from: str | None = None) -> RenderedMemory:
         """:meth:`fitted` by :func:`~om_core.read.memory_fit.fit`'s own search, leaving items

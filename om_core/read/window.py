@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import partial
 
-from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.models import Message, SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
@@ -65,7 +64,7 @@ def select_recent_message_entries(
         raise ValueError("keep must be >= 0")
     if keep == 0:
         return []
-    messages = [e for e in entries if is_eligible_observation_source(e)]
+    messages = [e for e in entries if e.is_eligible_observation_source]
     start = _extend_to_calls(messages, max(0, len(messages) - keep))
     window = messages[start:]
     if max_tokens is None:
