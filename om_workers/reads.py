@@ -14,7 +14,6 @@ from om_core.flush.compaction import CompactionResult, ObservationalMemoryCompac
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.ids import parse_memory_ref
 from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
-from om_core.ledger.tokens import estimate_entry_tokens
 from om_core.policy.redaction import normalize_secrets
 from om_core.read.commands import MemoryStatus, memory_status, memory_view
 from om_core.read.context import Context, Unobserved, build_context_tail, check_budget
@@ -84,10 +83,12 @@ def tail_holds(tail: Sequence[SessionEntry], keep: int, reach: TailReach | None)
     wanted: set[str] = set()  # calls answered in the window and not seen yet
     calls: set[str] = set()  # calls seen so far
     reached = reach is None
+    cursor = reach.cursor if reach is not None else None
+    budget = reach.max_tokens if reach is not None else None
     for entry in reversed(tail):
-        if reach is not None and entry.id == reach.cursor:
+        if not reached and entry.id == cursor:
             reached = True
-        if is_eligible_observation_source(entry):
+        if entry.is_eligible_observation_source:
             message = entry.message
             assert message is not None
             messages += 1
@@ -96,9 +97,9 @@ def tail_holds(tail: Sequence[SessionEntry], keep: int, reach: TailReach | None)
                 wanted.discard(call.id)
             if messages <= keep and message.role == "tool" and message.tool_call_id not in calls:
                 wanted.add(message.tool_call_id or "")
-            if reach is not None and reach.max_tokens is not None and not reached:
-                tokens += estimate_entry_tokens(entry)
-                reached = tokens > reach.max_tokens
+            if not reached and budget is not None:
+                tokens += message.estimated_tokens
+                reached = tokens > budget
         if reached and messages > keep and not wanted:
             return True
     return False
