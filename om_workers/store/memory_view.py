@@ -9,6 +9,7 @@ which then reads its row, raises the epoch and reads the session in one step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, select
@@ -16,8 +17,8 @@ from sqlalchemy import Connection, bindparam, select
 from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.append_plan import MEMORY_KINDS
 from om_core.ledger.fold import fold_ledger, unscanned_entries
-from om_core.ledger.models import ObservationalMemoryLedger
-from om_core.scopes.index import fold_work_scope_map
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_core.scopes.index import WorkScopeMap, fold_work_scope_map
 from om_workers.errors import SessionNotFoundError
 from om_workers.store.branch import Segment, branch_segments, read_branch_payloads, to_entries
 from om_workers.store.driver import FastStatement
@@ -26,6 +27,7 @@ from om_workers.store.schema import sessions, snapshots, tombstones
 from om_workers.store.snapshot import (
     SNAPSHOT_COLUMNS,
     LedgerBase,
+    Snapshot,
     SnapshotCache,
     joined_snapshot,
     read_snapshot,
@@ -114,6 +116,31 @@ def read_context_state(
     if segments is None:
         segments = branch_segments(connection, session_pk, leaf_id)
     stored = read_snapshot(connection, session_pk)
+    return context_state_from(
+        connection,
+        session_pk,
+        leaf_id,
+        cache,
+        segments,
+        stored,
+        rewritten_at=rewritten_at,
+        memory_only=memory_only,
+    )
+
+
+def context_state_from(
+    connection: Connection,
+    session_pk: int,
+    leaf_id: str | None,
+    cache: SnapshotCache,
+    segments: list[Segment],
+    stored: Snapshot | None,
+    *,
+    rewritten_at: datetime | None = None,
+    memory_only: bool = False,
+) -> ContextState:
+    """:func:`read_context_state` with the snapshot row already read (``stored``, ``None``
+    when the session has none), in the same transaction."""
     snapshot = valid_snapshot(stored, segments)
     if snapshot is None and stored is not None:
         # Writes keep the snapshot on the branch; should one not be, fold the branch's memory
@@ -134,7 +161,14 @@ def read_context_state(
         base = cache.base(connection, session_pk, snapshot, segments, rewritten_at)
         initial, start = base.ledger, base.seq
     kinds = MEMORY_KINDS if memory_only else None
-    rows = read_branch_payloads(connection, session_pk, segments, after_seq=start, kinds=kinds)
+    # The module's invariant: no memory entry follows the snapshot's on its branch (without a
+    # snapshot the branch has none), so from the snapshot on there are no memory entries to read.
+    nothing_after = memory_only and start == (snapshot.seq if snapshot is not None else 0)
+    rows = (
+        []
+        if nothing_after
+        else read_branch_payloads(connection, session_pk, segments, after_seq=start, kinds=kinds)
+    )
     after = to_entries(rows)
     if snapshot is not None and start < snapshot.seq:
         # A cached ledger of an earlier entry: fold up to the snapshot's entry, keep that.
@@ -148,8 +182,14 @@ def read_context_state(
         snapshot_entry_id=snapshot.entry_id if snapshot is not None else None,
         entries=after,
         leaf_id=leaf_id,
-        scope_map=fold_work_scope_map(
-            after, initial=snapshot.scope_map if snapshot is not None else None
-        ),
+        scope_map=_scope_map(after, snapshot),
         observation_cursor_seq=snapshot.observation_cursor_seq if snapshot is not None else 0,
     )
+
+
+def _scope_map(after: Sequence[SessionEntry], snapshot: Snapshot | None) -> WorkScopeMap:
+    """The scope map of the snapshot folded over the entries after it: the stored map itself
+    when none follows (it was written by a fold, so folding nothing over it gives it back)."""
+    if snapshot is not None and snapshot.scope_map is not None and not after:
+        return snapshot.scope_map
+    return fold_work_scope_map(after, initial=snapshot.scope_map if snapshot is not None else None)

@@ -132,13 +132,13 @@ class SessionReads(Service):
         root) and the unobserved messages older than the tail (only when the tail stops
         short of the observation cursor)."""
         with self._units.read() as uow:
-            info = uow.sessions.info(tenant_id, session_id)
+            found = uow.sessions.context_head(tenant_id, session_id)
             withheld = uow.tombstones.withheld(tenant_id, invalidation_scope)
-            version = ContextVersion(info, withheld)
+            version = ContextVersion(found.info, withheld)
             if kept(version):
                 return None
-            head, segments = uow.sessions.head_with_segments(tenant_id, session_id)
-            state = uow.memory.context_state(head, segments, memory_only=True)
+            head, segments = found.head, found.segments
+            state = uow.memory.context_state_at(found, memory_only=True)
             limit = first_tail
             while True:
                 tail, first_seq = uow.entries.tail_and_first_seq(

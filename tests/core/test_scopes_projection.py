@@ -10,7 +10,18 @@ from om_core.errors import InvalidScopeInputError, UnknownScopeError
 from om_core.ledger.fold import fold_ledger
 from om_core.read.render import OUTLINE_HEADING, render_observational_memory
 from om_core.scopes.index import fold_work_scope_map
-from om_core.scopes.records import SESSION_SCOPE_ID, ScopeBound, ScopeClosed, ScopeOpened
+from om_core.scopes.records import (
+    SESSION_SCOPE_ID,
+    ScopeBound,
+    ScopeClosed,
+    ScopeEntered,
+    ScopeGranted,
+    ScopeLeft,
+    ScopeOpened,
+    ScopeRecord,
+    ScopeRevoked,
+    ScopeUnbound,
+)
 from om_core.scopes.work_memory import has_host_scopes, project_work_memory
 
 from .builders import Branch, mid, obs, ref
@@ -176,3 +187,46 @@ def test_root_self_and_descendants_is_the_union_of_every_scope_self(b: Branch, c
     if closed == "include" and has_host_scopes(scope_map):
         bound = {r for refs in scope_map.refs_by_scope.values() for r in refs}
         assert union == {o.id for o in ledger.active_observations if om(int(o.id, 16)) in bound}
+
+
+_SCOPES = [SESSION_SCOPE_ID, "a", "b", "c"]
+_PEOPLE = st.lists(st.sampled_from(["p1", "p2", "p3"]), min_size=1, max_size=3, unique=True)
+_REFS = st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=3, unique=True)
+
+
+@st.composite
+def scope_records(draw: st.DrawFn) -> ScopeRecord:
+    """One scope record of any kind, on one of a few scopes (often refused by the fold)."""
+    scope = draw(st.sampled_from(_SCOPES))
+    kind = draw(st.integers(min_value=0, max_value=7))
+    if kind == 0:
+        return ScopeOpened(id=scope, parent_id=draw(st.sampled_from(_SCOPES)))
+    if kind == 1:
+        return ScopeClosed(scope_id=scope)
+    if kind == 2:
+        return ScopeEntered(scope_id=scope)
+    if kind == 3:
+        return ScopeLeft()
+    if kind in (4, 5):
+        refs = tuple(om(r) for r in draw(_REFS))
+        return (
+            ScopeBound(scope_id=scope, refs=refs)
+            if kind == 4
+            else ScopeUnbound(scope_id=scope, refs=refs)
+        )
+    people = tuple(draw(_PEOPLE))
+    if kind == 6:
+        return ScopeGranted(scope_id=scope, principal_ids=people)
+    return ScopeRevoked(scope_id=scope, principal_ids=people)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(scope_records(), max_size=25))
+def test_folding_nothing_over_a_folded_map_gives_it_back(records: list[ScopeRecord]) -> None:
+    # A store answers a context read with the stored map itself when no record follows it.
+    b = Branch()
+    opened = [ScopeOpened(id="a", parent_id=SESSION_SCOPE_ID), ScopeOpened(id="b", parent_id="a")]
+    for record in [*opened, *records]:
+        b.custom(record.to_json_dict())
+    folded = fold_work_scope_map(b.entries)
+    assert fold_work_scope_map([], initial=folded) == folded

@@ -13,7 +13,7 @@ from store_factories import message
 from om_core.errors import InvalidEntryError
 from om_workers.errors import EntryNotFoundError
 from om_workers.store import SqlStore
-from om_workers.store.repositories.sessions import _HEAD_WITH_SEGMENTS_PG
+from om_workers.store.repositories.sessions import _CONTEXT_HEAD_PG
 
 
 def test_fork_moves_the_leaf_and_the_next_append_branches(
@@ -131,7 +131,7 @@ def test_on_postgresql_each_segment_is_looked_up_by_index_whatever_the_statistic
         )
     store.fork(tenant, session_id, "m1200")
     store.append_entries(tenant, session_id, [message(f"n{i}") for i in range(100)])
-    compiled = _HEAD_WITH_SEGMENTS_PG.compile(dialect=postgresql.dialect())
+    compiled = _CONTEXT_HEAD_PG.compile(dialect=postgresql.dialect())
     params = {**compiled.params, "tenant_id": tenant, "session_id": session_id}
     with store.engine.connect() as connection:
         plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", params).scalar_one()

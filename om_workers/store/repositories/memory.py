@@ -18,9 +18,9 @@ from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.append_plan import AppendPlan
 from om_workers.store.branch import Segment
 from om_workers.store.memory_state import advance_memory_state, refresh_memory_state
-from om_workers.store.memory_view import read_context_state, read_memory_view
+from om_workers.store.memory_view import context_state_from, read_context_state, read_memory_view
 from om_workers.store.records import ContextState, StoredMemoryItem
-from om_workers.store.repositories.sessions import LockedSession, SessionHead
+from om_workers.store.repositories.sessions import ContextHead, LockedSession, SessionHead
 from om_workers.store.schema import memory_items
 from om_workers.store.snapshot import SnapshotCache, read_snapshot, valid_snapshot
 
@@ -76,6 +76,20 @@ class MemoryRepository:
             self._cache,
             segments,
             rewritten_at=head.rewritten_at,
+            memory_only=memory_only,
+        )
+
+    def context_state_at(self, found: ContextHead, *, memory_only: bool = False) -> ContextState:
+        """:meth:`context_state` of the session row, snapshot and segments ``found`` holds
+        (read in this unit of work): no further read of the session or its snapshot."""
+        return context_state_from(
+            self._connection,
+            found.head.pk,
+            found.head.leaf_id,
+            self._cache,
+            found.segments,
+            found.snapshot,
+            rewritten_at=found.head.rewritten_at,
             memory_only=memory_only,
         )
 

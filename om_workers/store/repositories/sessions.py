@@ -33,26 +33,28 @@ _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
 _HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
 
 
-def _head_with_segments_query(*, lateral: bool) -> Any:
-    # The session row and its branch's segments in one statement: the recursive walk starts
-    # from the row's leaf and key, read as scalar subqueries of the same statement.
-    head = _HEAD.cte("session_head")
+def _context_head_query(*, lateral: bool) -> Any:
+    # A context read's first round trip: the session row, its snapshot row and its branch's
+    # segments in one statement; the recursive walk starts from the row's leaf and key, read
+    # as scalar subqueries of the same statement.
+    head = (
+        select(sessions, *SNAPSHOT_COLUMNS)
+        .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
+        .where(*_THIS_SESSION)
+        .cte("session_head")
+    )
     seg = segment_cte(
         select(head.c.pk).scalar_subquery(),
         select(head.c.leaf_id).scalar_subquery(),
         lateral=lateral,
     )
     return (
-        select(head.c.pk, head.c.leaf_id, head.c.rewritten_at, seg.c.lo, seg.c.hi)
-        .select_from(head.outerjoin(seg, true()))
-        .order_by(seg.c.lo)
+        select(head, seg.c.lo, seg.c.hi).select_from(head.outerjoin(seg, true())).order_by(seg.c.lo)
     )
 
 
-_HEAD_WITH_SEGMENTS_PG = _head_with_segments_query(lateral=True)
-_HEAD_WITH_SEGMENTS_FAST = FastStatement(
-    _head_with_segments_query(lateral=False), postgresql=_HEAD_WITH_SEGMENTS_PG
-)
+_CONTEXT_HEAD_PG = _context_head_query(lateral=True)
+_CONTEXT_HEAD_FAST = FastStatement(_context_head_query(lateral=False), postgresql=_CONTEXT_HEAD_PG)
 _LOCK = (
     select(
         sessions.c.pk,
@@ -133,6 +135,18 @@ class SessionHead:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextHead:
+    """What a context read reads first: the session's bookkeeping (``info``), its key and
+    leaf (``head``), its current branch's seq ranges (ascending; empty while it has no
+    entries) and its snapshot row (``None`` without one; not yet checked against the branch)."""
+
+    info: SessionInfo
+    head: SessionHead
+    segments: list[Segment]
+    snapshot: Snapshot | None
+
+
+@dataclass(frozen=True, slots=True)
 class LockedSession:
     """The session row as read under the write lock, with its snapshot row (``workspace_id``:
     the funnel's link)."""
@@ -190,18 +204,20 @@ class SessionRepository:
             raise _missing(session_id)
         return SessionHead(int(row.pk), row.leaf_id, row.rewritten_at)
 
-    def head_with_segments(
-        self, tenant_id: str, session_id: str
-    ) -> tuple[SessionHead, list[Segment]]:
-        """The session's key and leaf and its current branch's seq ranges, ascending (empty
-        while it has no entries), in one round trip. Raises :class:`SessionNotFoundError`."""
+    def context_head(self, tenant_id: str, session_id: str) -> ContextHead:
+        """The session's bookkeeping, key and leaf, its snapshot row and its current branch's
+        seq ranges, in one round trip. Raises :class:`SessionNotFoundError`."""
         params = {"tenant_id": tenant_id, "session_id": session_id}
-        rows = _HEAD_WITH_SEGMENTS_FAST.rows(self._connection, params)
+        rows = _CONTEXT_HEAD_FAST.rows(self._connection, params)
         if not rows:
             raise _missing(session_id)
         first = rows[0]
-        segments = [(int(row.lo), int(row.hi)) for row in rows if row.lo is not None]
-        return SessionHead(int(first.pk), first.leaf_id, first.rewritten_at), segments
+        return ContextHead(
+            info=session_info(first),
+            head=SessionHead(int(first.pk), first.leaf_id, first.rewritten_at),
+            segments=[(int(row.lo), int(row.hi)) for row in rows if row.lo is not None],
+            snapshot=joined_snapshot(first),
+        )
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
