@@ -31,78 +31,7 @@ from om_workers.context_cache import (
 )
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import ContextParts, ContextState, ContextVersion, SqlStore, tombstone_scope
-
-TAIL_FIRST_READ = 64
-
-
-def recent_tail(
-    store: SqlStore,
-    tenant_id: str,
-    session_id: str,
-    keep: int,
-    *,
-    unobserved: bool = False,
-    cursor: str | None = None,
-    max_tokens: int | None = None,
-) -> tuple[SessionEntry, ...]:
-    """The shortest branch tail that holds the last ``keep`` messages and every tool call
-    that one of them answers, read in doubling steps (the whole branch at worst).
-
-    With ``unobserved`` the tail also reaches back to ``cursor`` (the observation cursor;
-    ``None``: nothing observed yet, so the whole branch), so it holds every message memory
-    does not cover yet, unless those alone pass ``max_tokens``: a context could not show more
-    of them anyway, and the rest is counted, not read.
-    """
-    limit = max(TAIL_FIRST_READ, 4 * keep)
-    while True:
-        tail = store.read_tail(tenant_id, session_id, limit)
-        if len(tail) < limit:
-            return tail
-        reach = TailReach(cursor, max_tokens) if unobserved else None
-        if tail_holds(tail, keep, reach):
-            return tail
-        limit *= 2
-
-
-@dataclass(frozen=True)
-class TailReach:
-    """How far back a tail must reach: to the entry ``cursor`` (the observation cursor;
-    ``None``: the branch's root), unless its messages alone pass ``max_tokens``."""
-
-    cursor: str | None
-    max_tokens: int | None
-
-
-def tail_holds(tail: Sequence[SessionEntry], keep: int, reach: TailReach | None) -> bool:
-    """Whether ``tail`` holds more than the last ``keep`` messages, the tool calls those
-    answer, and (with ``reach``) reaches the cursor or more message tokens than the budget.
-
-    One pass from the newest entry, which stops as soon as all of it holds: a context read
-    asks this of a tail of every unobserved message, read after read."""
-    messages, tokens = 0, 0
-    wanted: set[str] = set()  # calls answered in the window and not seen yet
-    calls: set[str] = set()  # calls seen so far
-    reached = reach is None
-    cursor = reach.cursor if reach is not None else None
-    budget = reach.max_tokens if reach is not None else None
-    for entry in reversed(tail):
-        if not reached and entry.id == cursor:
-            reached = True
-        if entry.is_eligible_observation_source:
-            message = entry.message
-            assert message is not None
-            messages += 1
-            for call in message.tool_calls:
-                calls.add(call.id)
-                wanted.discard(call.id)
-            if messages <= keep and message.role == "tool" and message.tool_call_id not in calls:
-                wanted.add(message.tool_call_id or "")
-            if not reached and budget is not None:
-                tokens += message.estimated_tokens
-                reached = tokens > budget
-        if reached and messages > keep and not wanted:
-            return True
-    return False
+from om_workers.tails import TAIL_FIRST_READ, TailReach, TailWalk, recent_tail
 
 
 def session_context(
@@ -227,6 +156,7 @@ class _ContextRead:
     max_tokens: int | None
     _key: ContextKey | None = None
     _kept: Context | None = None
+    _walk: TailWalk | None = None
 
     def look_up(self, cache: ContextCache) -> Callable[[ContextVersion], bool]:
         """What the store asks, in the read's transaction, once it has read the session's
@@ -259,9 +189,12 @@ class _ContextRead:
 
     def enough(self, state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
         """Whether ``tail`` holds the recent window and reaches the observation cursor (or
-        more unobserved tokens than the budget can show)."""
-        reach = TailReach(state.ledger.observation_covers_up_to_id, self.max_tokens)
-        return tail_holds(tail, self.settings.context.recent_messages, reach)
+        more unobserved tokens than the budget can show). Asked of the same read's tail as it
+        doubles, walking only what the last question did not."""
+        if self._walk is None:
+            reach = TailReach(state.ledger.observation_covers_up_to_id, self.max_tokens)
+            self._walk = TailWalk(self.settings.context.recent_messages, reach)
+        return self._walk.holds(tail)
 
     def kept(self) -> Context:
         """The context kept for the version read (after :meth:`look_up` said so)."""

@@ -117,7 +117,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "om_workers.providers",
         "om_workers.embeddings",
     ),
-    ("om_workers.context_cache", "om_workers.reads", "om_workers.jobs"),
+    ("om_workers.context_cache", "om_workers.tails", "om_workers.reads", "om_workers.jobs"),
     ("om_workers.services", "om_workers.doctor"),
     ("om_workers.celery",),
     ("om_workers",),

@@ -9,8 +9,9 @@ from om_core import ToolCall, fold_ledger, recall_memory, resolve_settings
 from om_core.ledger.models import Message, SessionEntry
 from om_core.ledger.tokens import estimate_text_tokens
 from om_core.read.context import build_context
-from om_workers.reads import recent_tail, session_context, session_recall
+from om_workers.reads import session_context, session_recall
 from om_workers.store import SqlStore
+from om_workers.tails import recent_tail
 
 
 def _call(entry_id: str, call_id: str) -> SessionEntry:

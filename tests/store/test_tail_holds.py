@@ -10,7 +10,7 @@ import pytest
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.models import SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
-from om_workers.reads import TailReach, tail_holds
+from om_workers.tails import TailReach, TailWalk, tail_holds
 from tests.core.builders import Branch
 
 
@@ -88,3 +88,25 @@ def test_the_cursor_or_the_budget_ends_the_reach() -> None:
     assert not tail_holds(branch.entries, 2, TailReach("older", None))
     assert tail_holds(branch.entries, 2, TailReach("older", 300))
     assert not tail_holds(branch.entries, 2, TailReach("older", 10_000))
+
+
+def test_a_walk_over_a_doubling_tail_answers_as_a_walk_over_each_tail() -> None:
+    # A context read asks one walk of its tail as it doubles it (64, 128, ... entries).
+    rng = random.Random(11)
+    checked = {True: 0, False: 0}
+    for _ in range(2_000):
+        branch = _random_branch(rng)
+        keep = rng.randint(0, 6)
+        ids = [e.id for e in branch]
+        cursor = rng.choice([None, "gone", *ids]) if ids else None
+        reach = rng.choice([None, TailReach(cursor, rng.choice([None, 0, 50, 300, 2_000]))])
+        walk, size = TailWalk(keep, reach), 1
+        while True:
+            tail = branch[-size:]
+            expected = tail_holds(tail, keep, reach)
+            assert walk.holds(tail) is expected, (keep, reach, ids, size)
+            checked[expected] += 1
+            if expected or size >= len(branch):
+                break
+            size *= 2
+    assert min(checked.values()) > 300
