@@ -250,7 +250,7 @@ def _unbudgeted(
 ) -> _Fitted:
     recent, ids = _fitted_recent(window, memory.secrets, None)
     rendered = memory.render_reachable(_shown(window, ids), None, _first(ids))
-    return _Fitted(rendered, recent, ids, _gap(unobserved, older, ids))
+    return _Fitted(rendered, recent, ids, _gap(unobserved, older, ids, len(window)))
 
 
 def _within_budget(
@@ -266,7 +266,7 @@ def _within_budget(
     first = memory.render_reachable(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None)
     left = max_tokens - estimate_text_tokens(first.text)
     recent, ids = _fitted_recent(window, memory.secrets, left)
-    gap = _gap(unobserved, older, ids)
+    gap = _gap(unobserved, older, ids, len(window))
     note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
     room = (max_tokens - estimate_text_tokens(recent) - note) * CHARS_PER_TOKEN
     rendered = memory.render_reachable(_shown(window, ids), max(0, room), _first(ids))
@@ -309,12 +309,15 @@ def _fitted_recent(
         units = units[_newest_fitting(units, room) :]
     keys = normalize_secrets(secrets)
     redacted = partial(redact, secrets=keys)
-    kept = [(e.id, e.message.rendered_as(keys, redacted)) for u in units for e in u if e.message]
+    if keys:
+        kept = [(e.id, m.rendered_as(keys, redacted)) for u in units for e in u if (m := e.message)]
+    else:  # nothing to redact: the rendering itself, without a call per message
+        kept = [(e.id, m.rendered) for u in units for e in u if (m := e.message)]
     limit = min(room, MAX_RECENT_WINDOW_BYTES)
     while True:
         text = _clipped(kept, limit, keys)
         # The window's byte cap holds too: shrink the room until the UTF-8 text fits it.
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
             return text, tuple(entry_id for entry_id, _ in kept)
         limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
@@ -363,7 +366,7 @@ def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ..
 
 def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unobserved:
     before = older or Unobserved()
-    tokens = sum(_tokens(e) for e in shown)
+    tokens = sum(m.estimated_tokens for e in shown if (m := e.message) is not None)
     first = before.first_id or (shown[0].id if shown else None)
     return Unobserved(
         messages=before.messages + len(shown), tokens=before.tokens + tokens, first_id=first
@@ -371,23 +374,25 @@ def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unob
 
 
 def _gap(
-    unobserved: Sequence[SessionEntry], older: Unobserved | None, shown_ids: Sequence[str]
+    unobserved: Sequence[SessionEntry],
+    older: Unobserved | None,
+    shown_ids: Sequence[str],
+    window: int,
 ) -> ContextGap | None:
-    shown = set(shown_ids)
-    left = [e for e in unobserved if e.id not in shown]
+    """The unobserved messages not shown: those before the window's (``older``) and those of
+    the window left out (none when all ``window`` messages are shown, as is usual)."""
+    if len(shown_ids) == window:
+        left: list[SessionEntry] = []
+    else:
+        shown = set(shown_ids)
+        left = [e for e in unobserved if e.id not in shown]
     before = older or Unobserved()
     messages = before.messages + len(left)
     if not messages or not shown_ids:
         return None
     first = before.first_id or left[0].id
-    tokens = before.tokens + sum(_tokens(e) for e in left)
+    tokens = before.tokens + sum(m.estimated_tokens for e in left if (m := e.message) is not None)
     return ContextGap(messages=messages, tokens=tokens, first_id=first, cursor=shown_ids[0])
-
-
-def _tokens(entry: SessionEntry) -> int:
-    """:func:`estimate_entry_tokens` of a message entry (what every unobserved entry is),
-    without the function's dispatch on the entry's kind."""
-    return entry.message.estimated_tokens if entry.message is not None else 0
 
 
 def gap_note(gap: ContextGap) -> str:
