@@ -52,17 +52,22 @@ def _random_branch(rng: random.Random) -> list[SessionEntry]:
     return branch.entries
 
 
+def _random_question(rng: random.Random) -> tuple[list[SessionEntry], int, TailReach | None]:
+    """A random tail, how many messages to keep, and how far back to reach (or not)."""
+    tail = _random_branch(rng)
+    ids = [e.id for e in tail]
+    cursor = rng.choice([None, "gone", *ids]) if ids else None
+    reach = rng.choice([None, TailReach(cursor, rng.choice([None, 0, 50, 300, 2_000]))])
+    return tail, rng.randint(0, 6), reach
+
+
 def test_tail_holds_as_stated_for_random_tails() -> None:
     rng = random.Random(3)
     checked = {True: 0, False: 0}
     for _ in range(3_000):
-        tail = _random_branch(rng)
-        keep = rng.randint(0, 6)
-        ids = [e.id for e in tail]
-        cursor = rng.choice([None, "gone", *ids]) if ids else None
-        reach = rng.choice([None, TailReach(cursor, rng.choice([None, 0, 50, 300, 2_000]))])
+        tail, keep, reach = _random_question(rng)
         expected = _stated(tail, keep, reach)
-        assert tail_holds(tail, keep, reach) is expected, (keep, reach, ids)
+        assert tail_holds(tail, keep, reach) is expected, (keep, reach, [e.id for e in tail])
         checked[expected] += 1
     assert min(checked.values()) > 300  # both answers were exercised, many times
 
@@ -95,16 +100,12 @@ def test_a_walk_over_a_doubling_tail_answers_as_a_walk_over_each_tail() -> None:
     rng = random.Random(11)
     checked = {True: 0, False: 0}
     for _ in range(2_000):
-        branch = _random_branch(rng)
-        keep = rng.randint(0, 6)
-        ids = [e.id for e in branch]
-        cursor = rng.choice([None, "gone", *ids]) if ids else None
-        reach = rng.choice([None, TailReach(cursor, rng.choice([None, 0, 50, 300, 2_000]))])
+        branch, keep, reach = _random_question(rng)
         walk, size = TailWalk(keep, reach), 1
         while True:
             tail = branch[-size:]
             expected = tail_holds(tail, keep, reach)
-            assert walk.holds(tail) is expected, (keep, reach, ids, size)
+            assert walk.holds(tail) is expected, (keep, reach, [e.id for e in branch], size)
             checked[expected] += 1
             if expected or size >= len(branch):
                 break
