@@ -132,9 +132,8 @@ class SessionReads(Service):
         root) and the unobserved messages older than the tail (only when the tail stops
         short of the observation cursor)."""
         with self._units.read() as uow:
-            found = uow.sessions.context_head(tenant_id, session_id)
-            withheld = uow.tombstones.withheld(tenant_id, invalidation_scope)
-            version = ContextVersion(found.info, withheld)
+            found = uow.sessions.context_head(tenant_id, session_id, invalidation_scope)
+            version = ContextVersion(found.info, found.withheld)
             if kept(version):
                 return None
             head, segments = found.head, found.segments

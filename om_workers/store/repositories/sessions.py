@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, true, update
+from sqlalchemy import JSON, Connection, bindparam, func, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
@@ -19,7 +19,7 @@ from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
 from om_workers.store.records import SessionInfo, SessionRef, session_info
-from om_workers.store.schema import sessions, snapshots, tenants
+from om_workers.store.schema import sessions, snapshots, tenants, tombstones
 from om_workers.store.snapshot import SNAPSHOT_COLUMNS, Snapshot, joined_snapshot
 
 _THIS_SESSION = (
@@ -33,12 +33,22 @@ _ROW_BY_PK = select(sessions).where(sessions.c.pk == bindparam("session"))
 _HEAD = select(sessions.c.pk, sessions.c.leaf_id, sessions.c.rewritten_at).where(*_THIS_SESSION)
 
 
-def _context_head_query(*, lateral: bool) -> Any:
-    # A context read's first round trip: the session row, its snapshot row and its branch's
-    # segments in one statement; the recursive walk starts from the row's leaf and key, read
-    # as scalar subqueries of the same statement.
+def _context_head_query(*, postgresql: bool) -> Any:
+    # A context read's one round trip before its tail: the session row, its snapshot row, the
+    # ids its tombstone scope withholds (one JSON array) and its branch's segments; the
+    # recursive walk starts from the row's leaf and key, read as scalar subqueries.
+    aggregate = func.json_agg if postgresql else func.json_group_array
+    withheld = (
+        select(aggregate(tombstones.c.entry_id, type_=JSON))
+        .where(
+            tombstones.c.tenant_id == bindparam("tenant_id"),
+            tombstones.c.scope == bindparam("scope"),
+        )
+        .scalar_subquery()
+        .label("withheld")
+    )
     head = (
-        select(sessions, *SNAPSHOT_COLUMNS)
+        select(sessions, *SNAPSHOT_COLUMNS, withheld)
         .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
         .where(*_THIS_SESSION)
         .cte("session_head")
@@ -46,15 +56,17 @@ def _context_head_query(*, lateral: bool) -> Any:
     seg = segment_cte(
         select(head.c.pk).scalar_subquery(),
         select(head.c.leaf_id).scalar_subquery(),
-        lateral=lateral,
+        lateral=postgresql,
     )
     return (
         select(head, seg.c.lo, seg.c.hi).select_from(head.outerjoin(seg, true())).order_by(seg.c.lo)
     )
 
 
-_CONTEXT_HEAD_PG = _context_head_query(lateral=True)
-_CONTEXT_HEAD_FAST = FastStatement(_context_head_query(lateral=False), postgresql=_CONTEXT_HEAD_PG)
+_CONTEXT_HEAD_PG = _context_head_query(postgresql=True)
+_CONTEXT_HEAD_FAST = FastStatement(
+    _context_head_query(postgresql=False), postgresql=_CONTEXT_HEAD_PG
+)
 _LOCK = (
     select(
         sessions.c.pk,
@@ -138,12 +150,14 @@ class SessionHead:
 class ContextHead:
     """What a context read reads first: the session's bookkeeping (``info``), its key and
     leaf (``head``), its current branch's seq ranges (ascending; empty while it has no
-    entries) and its snapshot row (``None`` without one; not yet checked against the branch)."""
+    entries), its snapshot row (``None`` without one; not yet checked against the branch)
+    and the entry ids the session's tombstone scope withholds."""
 
     info: SessionInfo
     head: SessionHead
     segments: list[Segment]
     snapshot: Snapshot | None
+    withheld: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +218,11 @@ class SessionRepository:
             raise _missing(session_id)
         return SessionHead(int(row.pk), row.leaf_id, row.rewritten_at)
 
-    def context_head(self, tenant_id: str, session_id: str) -> ContextHead:
-        """The session's bookkeeping, key and leaf, its snapshot row and its current branch's
-        seq ranges, in one round trip. Raises :class:`SessionNotFoundError`."""
-        params = {"tenant_id": tenant_id, "session_id": session_id}
+    def context_head(self, tenant_id: str, session_id: str, tombstone_scope: str) -> ContextHead:
+        """The session's bookkeeping, key and leaf, its snapshot row, the entry ids
+        ``tombstone_scope`` withholds and its current branch's seq ranges, in one round trip.
+        Raises :class:`SessionNotFoundError`."""
+        params = {"tenant_id": tenant_id, "session_id": session_id, "scope": tombstone_scope}
         rows = _CONTEXT_HEAD_FAST.rows(self._connection, params)
         if not rows:
             raise _missing(session_id)
@@ -217,6 +232,7 @@ class SessionRepository:
             head=SessionHead(int(first.pk), first.leaf_id, first.rewritten_at),
             segments=[(int(row.lo), int(row.hi)) for row in rows if row.lo is not None],
             snapshot=joined_snapshot(first),
+            withheld=frozenset(first.withheld or ()),  # no row: SQL's aggregate gives NULL
         )
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
