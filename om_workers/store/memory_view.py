@@ -41,12 +41,11 @@ _SESSION = FastStatement(
     .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
     .where(sessions.c.tenant_id == bindparam("tenant_id"), sessions.c.id == bindparam("session_id"))
 )
-WITHHELD = FastStatement(
-    select(tombstones.c.entry_id).where(
-        tombstones.c.tenant_id == bindparam("tenant_id"), tombstones.c.scope == bindparam("scope")
-    )
+WITHHELD_IDS = select(tombstones.c.entry_id).where(
+    tombstones.c.tenant_id == bindparam("tenant_id"), tombstones.c.scope == bindparam("scope")
 )
 """Entry ids one tenant's tombstone ``scope`` withholds (parameters ``tenant_id``, ``scope``)."""
+WITHHELD = FastStatement(WITHHELD_IDS)
 
 
 def read_memory_view(

@@ -18,8 +18,9 @@ from om_workers.errors import SessionNotFoundError, TenantNotFoundError
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
+from om_workers.store.memory_view import WITHHELD_IDS
 from om_workers.store.records import SessionInfo, SessionRef, session_info
-from om_workers.store.schema import sessions, snapshots, tenants, tombstones
+from om_workers.store.schema import sessions, snapshots, tenants
 from om_workers.store.snapshot import SNAPSHOT_COLUMNS, Snapshot, joined_snapshot
 
 _THIS_SESSION = (
@@ -38,15 +39,8 @@ def _context_head_query(*, postgresql: bool) -> Any:
     # ids its tombstone scope withholds (one JSON array) and its branch's segments; the
     # recursive walk starts from the row's leaf and key, read as scalar subqueries.
     aggregate = func.json_agg if postgresql else func.json_group_array
-    withheld = (
-        select(aggregate(tombstones.c.entry_id, type_=JSON))
-        .where(
-            tombstones.c.tenant_id == bindparam("tenant_id"),
-            tombstones.c.scope == bindparam("scope"),
-        )
-        .scalar_subquery()
-        .label("withheld")
-    )
+    ids = WITHHELD_IDS.subquery("withheld_ids")
+    withheld = select(aggregate(ids.c.entry_id, type_=JSON)).scalar_subquery().label("withheld")
     head = (
         select(sessions, *SNAPSHOT_COLUMNS, withheld)
         .select_from(sessions.outerjoin(snapshots, snapshots.c.session_pk == sessions.c.pk))
@@ -148,16 +142,21 @@ class SessionHead:
 
 @dataclass(frozen=True, slots=True)
 class ContextHead:
-    """What a context read reads first: the session's bookkeeping (``info``), its key and
-    leaf (``head``), its current branch's seq ranges (ascending; empty while it has no
-    entries), its snapshot row (``None`` without one; not yet checked against the branch)
-    and the entry ids the session's tombstone scope withholds."""
+    """What a context read reads first: the session's bookkeeping (``info``) and key
+    (``pk``), its current branch's seq ranges (ascending; empty while it has no entries), its
+    snapshot row (``None`` without one; not yet checked against the branch) and the entry ids
+    the session's tombstone scope withholds."""
 
     info: SessionInfo
-    head: SessionHead
+    pk: int
     segments: list[Segment]
     snapshot: Snapshot | None
     withheld: frozenset[str]
+
+    @property
+    def head(self) -> SessionHead:
+        """The session's key, leaf and last rewrite, as :meth:`SessionRepository.head` reads."""
+        return SessionHead(self.pk, self.info.leaf_id, self.info.rewritten_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +228,7 @@ class SessionRepository:
         first = rows[0]
         return ContextHead(
             info=session_info(first),
-            head=SessionHead(int(first.pk), first.leaf_id, first.rewritten_at),
+            pk=int(first.pk),
             segments=[(int(row.lo), int(row.hi)) for row in rows if row.lo is not None],
             snapshot=joined_snapshot(first),
             withheld=frozenset(first.withheld or ()),  # no row: SQL's aggregate gives NULL
