@@ -50,9 +50,10 @@ class TailReach:
 
 
 class TailWalk:
-    """:func:`tail_holds` asked of a tail that grows backwards between questions, as a read
-    doubles the tail it reads: each question walks only the entries older than those walked
-    for the last one, so a read that doubles its tail three times walks it once.
+    """Whether a branch tail is long enough, asked of a tail that grows backwards between
+    questions, as a read doubles the tail it reads: each question walks only the entries
+    older than those walked for the last one, so a read that doubles its tail three times
+    walks it once.
 
     Each tail asked about must end with the one asked about before (the same branch, read
     in the same transaction)."""
@@ -105,12 +106,3 @@ class TailWalk:
         self._walked = len(tail) - older
         self._messages, self._tokens, self._reached = messages, tokens, reached
         return holds
-
-
-def tail_holds(tail: Sequence[SessionEntry], keep: int, reach: TailReach | None) -> bool:
-    """Whether ``tail`` holds more than the last ``keep`` messages, the tool calls those
-    answer, and (with ``reach``) reaches the cursor or more message tokens than the budget.
-
-    One pass from the newest entry, which stops as soon as all of it holds: a context read
-    asks this of a tail of every unobserved message, read after read."""
-    return TailWalk(keep, reach).holds(tail)

@@ -1,4 +1,4 @@
-"""Whether a branch tail is long enough for a context read (``tail_holds``), checked against
+"""Whether a branch tail is long enough for a context read (``TailWalk``), checked against
 the rule stated plainly: every message's facts gathered first, then each condition on its own."""
 
 from __future__ import annotations
@@ -10,8 +10,13 @@ import pytest
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.models import SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
-from om_workers.tails import TailReach, TailWalk, tail_holds
+from om_workers.tails import TailReach, TailWalk
 from tests.core.builders import Branch
+
+
+def _holds(tail: list[SessionEntry], keep: int, reach: TailReach | None) -> bool:
+    """One question of a fresh walk: what a read asks of its first tail."""
+    return TailWalk(keep, reach).holds(tail)
 
 
 def _stated(tail: list[SessionEntry], keep: int, reach: TailReach | None) -> bool:
@@ -67,7 +72,7 @@ def test_tail_holds_as_stated_for_random_tails() -> None:
     for _ in range(3_000):
         tail, keep, reach = _random_question(rng)
         expected = _stated(tail, keep, reach)
-        assert tail_holds(tail, keep, reach) is expected, (keep, reach, [e.id for e in tail])
+        assert _holds(tail, keep, reach) is expected, (keep, reach, [e.id for e in tail])
         checked[expected] += 1
     assert min(checked.values()) > 300  # both answers were exercised, many times
 
@@ -81,7 +86,7 @@ def test_a_window_result_needs_its_call_in_the_tail(keep: int, holds: bool) -> N
     branch.user("before")
     branch.result("called-earlier", "output")
     branch.user("after")
-    assert tail_holds(branch.entries, keep, None) is holds
+    assert _holds(branch.entries, keep, None) is holds
 
 
 def test_the_cursor_or_the_budget_ends_the_reach() -> None:
@@ -89,10 +94,10 @@ def test_the_cursor_or_the_budget_ends_the_reach() -> None:
     for _ in range(6):
         branch.user("z" * 400)  # about 100 tokens each
     ids = [e.id for e in branch.entries]
-    assert tail_holds(branch.entries, 2, TailReach(ids[0], None))
-    assert not tail_holds(branch.entries, 2, TailReach("older", None))
-    assert tail_holds(branch.entries, 2, TailReach("older", 300))
-    assert not tail_holds(branch.entries, 2, TailReach("older", 10_000))
+    assert _holds(branch.entries, 2, TailReach(ids[0], None))
+    assert not _holds(branch.entries, 2, TailReach("older", None))
+    assert _holds(branch.entries, 2, TailReach("older", 300))
+    assert not _holds(branch.entries, 2, TailReach("older", 10_000))
 
 
 def test_a_walk_over_a_doubling_tail_answers_as_a_walk_over_each_tail() -> None:
@@ -104,7 +109,7 @@ def test_a_walk_over_a_doubling_tail_answers_as_a_walk_over_each_tail() -> None:
         walk, size = TailWalk(keep, reach), 1
         while True:
             tail = branch[-size:]
-            expected = tail_holds(tail, keep, reach)
+            expected = _holds(tail, keep, reach)
             assert walk.holds(tail) is expected, (keep, reach, [e.id for e in branch], size)
             checked[expected] += 1
             if expected or size >= len(branch):
