@@ -3,7 +3,8 @@
 A query is a bag of words: every run of letters and digits is one term, and anything else
 (quotes, ``*``, ``:``, parentheses, ``AND``/``OR``/``NOT``/``NEAR``) is only a separator, so
 no input is ever engine syntax. A hit matches any term; hits are ranked by the engine's
-relevance score (BM25 on SQLite, ``ts_rank`` on PostgreSQL), best first, ties broken by a
+relevance score (on SQLite, BM25 over the query's rarest stems, see
+:mod:`om_core.read.search_plan`; on PostgreSQL ``ts_rank``), best first, ties broken by a
 fixed key so pages never overlap.
 
 A snippet is cut from the text *after* secrets are redacted, so it never holds a secret or a
@@ -48,10 +49,6 @@ class SearchQuery:
     """A parsed query: its distinct lowercase terms, in the order given."""
 
     terms: tuple[str, ...]
-
-    def fts5(self) -> str:
-        """The SQLite FTS5 ``MATCH`` expression: every term quoted (so it is text), ORed."""
-        return " OR ".join(f'"{term}"' for term in self.terms)
 
     def text(self) -> str:
         """The terms as plain words, for PostgreSQL's ``plainto_tsquery``."""

@@ -212,6 +212,19 @@ def _on_driver(connection: Connection) -> bool:
     return _DRIVERS.get(dialect.name) == dialect.driver and connection.in_transaction()
 
 
+def sqlite_rows(connection: Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    """The rows of ``sql`` (SQLite, ``:name`` placeholders) as plain tuples, run on the
+    driver inside the connection's transaction, for a statement built per call that may
+    return thousands of rows (SQLAlchemy's result rows cost several microseconds each).
+    Outside a transaction it goes through SQLAlchemy. Raises SQLAlchemy's errors."""
+    if not _on_driver(connection) or connection.dialect.name != "sqlite":
+        return [tuple(row) for row in connection.exec_driver_sql(sql, dict(params))]
+    try:
+        return _run(connection, sql, params, lambda: [params])  # type: ignore[arg-type]
+    except _Disconnected:
+        return [tuple(row) for row in connection.exec_driver_sql(sql, dict(params))]
+
+
 class FastStatement:
     """One statement (a ``select``, or an ``insert``/``update``/``delete`` with or without
     ``returning``), run on the driver where it can be; see the module. ``postgresql``: the

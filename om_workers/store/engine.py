@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 
 from om_workers.errors import ConfigError, WritersBusyError
+from om_workers.store.search_terms_sql import register as register_index_terms
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -168,6 +169,7 @@ def _configure_sqlite(engine: Engine) -> None:
         # Hand transaction control to the "begin" hook below: pysqlite's own implicit BEGIN
         # is deferred and is not emitted before SELECTs.
         dbapi_connection.isolation_level = None
+        register_index_terms(dbapi_connection)
         cursor = dbapi_connection.cursor()
         try:
             if not in_memory:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, text
 
 from om_workers.store.engine import writer_connection
+from om_workers.store.search_terms_sql import INDEX_TERMS_FUNCTION
 
 _BATCH_SESSIONS = 200
 """Sessions indexed per statement: a progress report after each batch."""
@@ -28,13 +29,13 @@ _MESSAGE_TEXT = """
         ELSE '' END
 """
 _FILL_ENTRIES = f"""
-    INSERT INTO entries_fts(rowid, body, tenant)
-    SELECT session_pk * 4294967296 + seq, {_MESSAGE_TEXT}, hex(tenant_id) FROM entries
-    WHERE kind = 'message' AND session_pk > :lo AND session_pk <= :hi
+    INSERT INTO entries_fts(rowid, terms)
+    SELECT session_pk * 4294967296 + seq, {INDEX_TERMS_FUNCTION}({_MESSAGE_TEXT}, tenant_id)
+    FROM entries WHERE kind = 'message' AND session_pk > :lo AND session_pk <= :hi
 """
-_FILL_MEMORY = """
-    INSERT INTO memory_fts(rowid, body)
-    SELECT rowid, json_extract(payload, '$.text') FROM memory_items
+_FILL_MEMORY = f"""
+    INSERT INTO memory_fts(rowid, terms)
+    SELECT rowid, {INDEX_TERMS_FUNCTION}(json_extract(payload, '$.text'), NULL) FROM memory_items
     WHERE session_pk > :lo AND session_pk <= :hi
 """
 _PG_INDEXES = ("ix_entries_search_terms", "ix_memory_items_search_terms")

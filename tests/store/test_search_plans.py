@@ -1,121 +1,163 @@
-"""SQLite's search plans give the whole query's ranking: scored by one statement, class by
-class, or both (the cost model switching part-way), every page holds the same hits with the
-same scores, to the bit, for a session and for a tenant."""
+"""SQLite's search plans give the defined ranking: whether rows are scored from their terms, by
+combination of levels, or both, with counts fresh or kept, in batches of any size, every page
+holds the hits a brute-force scoring of every row gives, with the same scores to the bit, for a
+session and for a tenant."""
 
 from __future__ import annotations
 
-import math
 import random
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from store_factories import message
 
-from om_core.read.search import SearchHit
+from om_core.read.search import SearchHit, SearchQuery
+from om_core.read.search_plan import MAX_SCORED_STEMS, PlanWord, score
+from om_core.read.search_terms import idf, level_of, stems
 from om_workers.store import AccountStore, SqlStore, upgrade
-from om_workers.store.repositories import search_sqlite
-from om_workers.store.repositories.search_sqlite import SqliteKeys
+from om_workers.store.repositories import search_counts, search_sqlite
+from om_workers.store.repositories.search_counts import KEPT_COUNTS
+from om_workers.store.repositories.search_sqlite import SqliteKeys, query_stems
 
 # Word n is drawn with a chance falling as 1/n: a few words in most messages, most in few.
 VOCABULARY = 400
 MESSAGES = 1_500
-# Each plan's (ROW_COST, SAMPLED_SESSIONS): the last estimates a tenant's rows from one of its
-# sessions, so the big tenant may be taken for a small one (its token kept).
-PLANS = {
-    "one statement": (0.0, search_sqlite.SAMPLED_SESSIONS),
-    "cost model": (search_sqlite.ROW_COST, search_sqlite.SAMPLED_SESSIONS),
-    "by class": (math.inf, search_sqlite.SAMPLED_SESSIONS),
-    "by class, one session sampled": (math.inf, 1),
+PAGE = 7
+PLANS: dict[str, dict[str, int]] = {
+    "row by row": {"SMALL_SCOPE": 10**9},
+    "by combination": {"SMALL_SCOPE": -1, "READ_ROWS": -1},
+    "mixed": {"SMALL_SCOPE": -1, "READ_ROWS": 300},
+    "mixed, counts kept, batches of one": {
+        "SMALL_SCOPE": -1,
+        "READ_ROWS": 300,
+        "KEPT_ROWS": 100,
+        "FIRST_BATCH": 1,
+        "MAX_BATCH": 2,
+    },
 }
+SESSIONS = {"z": MESSAGES // 20, "a": MESSAGES, "b": MESSAGES // 3, "c": MESSAGES // 5}
 
 
 def _word(rng: random.Random) -> str:
     return f"w{int(VOCABULARY ** rng.random())}"
 
 
-def _fill(store: SqlStore, tenant: str, session: str, count: int, rng: random.Random) -> None:
-    store.create_session(tenant, session)
-    batch = []
-    for n in range(count):
-        text = " ".join(_word(rng) for _ in range(rng.randint(4, 30)))
-        parent = batch[-1].id if batch else None
-        batch.append(message(f"{session}-{n}", session, text, parent_id=parent))
-    store.append_entries(tenant, session, batch)
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SqlStore, str, str]]:
-    """A tenant holding most of the index (three sessions, the first short) beside a small one
-    using the same words, so a tenant-wide search of either takes each of its two tenancy
-    filters, and the big one the other as well when its first session alone is sampled."""
+def corpus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SqlStore, str, str, dict[str, list[str]]]]:
+    """A tenant holding most of the index (sessions z, a and b) beside a small one (c) using
+    the same words, so a tenant-wide search of either takes each tenancy filter; and every
+    message's text, by session."""
     url = f"sqlite:///{tmp_path_factory.mktemp('plans') / 'plans.db'}"
     upgrade(url)
     store = SqlStore.from_url(url)
     accounts = AccountStore(store.engine)
     big, small = accounts.create_tenant("big").id, accounts.create_tenant("small").id
     rng = random.Random(17)
-    _fill(store, big, "z", MESSAGES // 20, rng)
-    _fill(store, big, "a", MESSAGES, rng)
-    _fill(store, big, "b", MESSAGES // 3, rng)
-    _fill(store, small, "c", MESSAGES // 5, rng)
-    yield store, big, small
+    texts: dict[str, list[str]] = {}
+    for session, count in SESSIONS.items():
+        tenant = small if session == "c" else big
+        store.create_session(tenant, session)
+        texts[session] = [
+            " ".join(_word(rng) for _ in range(rng.randint(4, 30))) for _ in range(count)
+        ]
+        batch = []
+        for n, text in enumerate(texts[session]):
+            parent = batch[-1].id if batch else None
+            batch.append(message(f"{session}-{n}", session, text, parent_id=parent))
+        store.append_entries(tenant, session, batch)
+    yield store, big, small, texts
     store.close()
 
 
-def _queries() -> list[str]:
-    rng = random.Random(23)
-    short = [" ".join(_word(rng) for _ in range(3)) for _ in range(24)]
-    # A rare word first, between and last: merged classes, and exact ones for the middle.
-    placed = ["w250 w3 w1", "w3 w250 w1", "w1 w3 w250", "w2 w40 w9 w250"]
-    return [*short, *(" ".join(_word(rng) for _ in range(7)) for _ in range(4)), "w1 w2", *placed]
+def _expected(texts: dict[str, list[str]], q: str, sessions: list[str]) -> list[tuple[str, float]]:
+    """The ranking by definition: every message of ``sessions`` scored on the query's stems of
+    highest IDF over the whole index, best first, ties in row order."""
+    levels = {
+        (s, n): {stem: level_of(c, len(found)) for stem, c in Counter(found).items()}
+        for s, rows in texts.items()
+        for n, found in ((n, stems(t)) for n, t in enumerate(rows))
+    }
+    documents = Counter(stem for held in levels.values() for stem in held)
+    rows = len(levels)
+    asked = [s for s in query_stems(SearchQuery(tuple(q.split()))) if documents[s]]
+    best = sorted(asked, key=lambda s: -idf(rows, documents[s]))[:MAX_SCORED_STEMS]
+    words = [PlanWord(s, idf(rows, documents[s]), ()) for s in asked if s in best]
+    ranked = []
+    for (session, n), held in levels.items():
+        if session not in sessions:
+            continue
+        found = {i: held[w.stem] for i, w in enumerate(words) if w.stem in held}
+        if found:
+            place = (list(SESSIONS).index(session), n)
+            ranked.append((-score(words, found), place, f"{session}-{n}"))
+    return [(entry_id, -rank) for rank, _, entry_id in sorted(ranked)]
 
 
 def _pages(store: SqlStore, tenant: str, q: str, session: str | None) -> list[SearchHit]:
     hits: list[SearchHit] = []
     cursor: str | None = None
     for _ in range(3):
-        page = store.search(tenant, q, session_id=session, limit=7, cursor=cursor)
+        page = store.search(tenant, q, session_id=session, limit=PAGE, cursor=cursor)
         hits += page.hits
         if (cursor := page.next_cursor) is None:
             break
     return hits
 
 
+def _queries() -> list[str]:
+    rng = random.Random(23)
+    short = [" ".join(_word(rng) for _ in range(3)) for _ in range(16)]
+    long = [" ".join(_word(rng) for _ in range(7)) for _ in range(4)]
+    return [*short, *long, "w1 w2", "w1", "w250 w3 w1", "w2 w40 w9 w250", "w399 w398 nowhere"]
+
+
 @pytest.mark.parametrize("scope", ["a", None])
 @pytest.mark.parametrize("q", _queries())
-def test_every_plan_pages_the_same_hits_with_the_same_scores(
-    corpus: tuple[SqlStore, str, str], monkeypatch: pytest.MonkeyPatch, q: str, scope: str | None
+def test_every_plan_pages_the_defined_ranking(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    q: str,
+    scope: str | None,
 ) -> None:
-    store, big, small = corpus
+    store, big, small, texts = corpus
     for tenant in (big, small):
         session = scope if tenant == big else ("c" if scope else None)
-        found = {}
-        for name, (cost, sampled) in PLANS.items():
-            monkeypatch.setattr(search_sqlite, "ROW_COST", cost)
-            monkeypatch.setattr(search_sqlite, "SAMPLED_SESSIONS", sampled)
-            found[name] = [(h.id, h.session_id, h.score) for h in _pages(store, tenant, q, session)]
-        for name in PLANS:
-            assert found[name] == found["one statement"], name
-        own = {"z", "a", "b"} if tenant == big else {"c"}
-        assert {session_id for _, session_id, _ in found["one statement"]} <= own
+        own = ["z", "a", "b"] if tenant == big else ["c"]
+        expected = _expected(texts, q, [session] if session else own)[: 3 * PAGE]
+        for name, settings in PLANS.items():
+            with monkeypatch.context() as patched:
+                for setting, value in settings.items():
+                    module = search_counts if setting == "KEPT_ROWS" else search_sqlite
+                    patched.setattr(module, setting, value)
+                for _ in range(2):  # the second time with the counts kept, where they are
+                    found = [(h.id, h.score) for h in _pages(store, tenant, q, session)]
+                    assert found == expected, name
+            KEPT_COUNTS.clear()
 
 
-def test_classes_beyond_reach_are_never_scored(
-    corpus: tuple[SqlStore, str, str], monkeypatch: pytest.MonkeyPatch
+def test_combinations_beyond_reach_are_never_asked(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A rare word beside two common ones: the rows holding the rare word fill the page far
-    # above anything the common words alone can score, so their classes are left unscored.
-    store, big, _ = corpus
-    monkeypatch.setattr(search_sqlite, "ROW_COST", math.inf)
-    matched: list[str] = []
-    real = SqliteKeys._match
+    # A rare word beside two common ones: the rows holding the rare word (read one by one)
+    # fill the page far above anything the common words alone can score, so no combination
+    # is asked; the common words alone are taken by combination, in one statement.
+    store, big, _, texts = corpus
+    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    asked: list[int] = []
+    real = SqliteKeys._combined
 
-    def counting(self: SqliteKeys, expression: str) -> list[object]:
-        matched.append(expression)
-        return real(self, expression)  # type: ignore[return-value]
+    def counting(self: SqliteKeys, *args: Any) -> Any:
+        asked.append(len(args[2]))
+        return real(self, *args)
 
-    monkeypatch.setattr(SqliteKeys, "_match", counting)
+    monkeypatch.setattr(SqliteKeys, "_combined", counting)
     hits = store.search(big, "w1 w3 w250", session_id="a", limit=3).hits
-    assert len(hits) == 3
-    assert all("w250" in expression for expression in matched)
-    assert len(matched) < 7
+    assert [(h.id, h.score) for h in hits] == _expected(texts, "w1 w3 w250", ["a"])[:3]
+    assert asked == []
+    monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
+    store.search(big, "w1 w3", session_id="a", limit=3)
+    assert len(asked) == 1

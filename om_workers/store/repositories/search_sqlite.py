@@ -1,53 +1,68 @@
-"""SQLite's ranked candidates: the keys of the best rows, from FTS5, scored class by class.
+"""SQLite's ranked candidates: the keys of the best rows, from FTS5 tables of levelled terms.
 
-Words in half the indexed messages or more are left out when a rarer word is known to match
-(FTS5's BM25 floors their IDF to 1e-6: they add nothing to a score, while matching them would
-score most rows). The messages are then scored by the classes of
-:mod:`~om_workers.store.repositories.search_bounds` (the rows holding exactly a set of the
-words, or unions of such sets where one expression can still name each word once), best
-bound first, until the next class cannot reach the page, or until scoring the
-whole query at once is expected to cost less than going on (:data:`ROW_COST`). Memory items
-are few and scored whole. Only keys come back from here; the rows are read for the page
+Each row of ``entries_fts`` and ``memory_fts`` holds one term per stem of its text, naming the
+stem's weight level (:mod:`om_core.read.search_terms`). A search reads how many rows hold each
+of the query's stems at each level (``*_vocab``), keeps the stems of highest IDF
+(:data:`~om_core.read.search_plan.MAX_SCORED_STEMS`), and then:
+
+- reads the rows of the rarest terms (a rare stem at any level, a common one's rare levels:
+  up to :data:`READ_ROWS` rows in all; every term when the scope holds at most
+  :data:`SMALL_SCOPE` messages) with their levels, and the levels of the other terms in those
+  rows, and scores them;
+- takes the rows holding other terms only by combination of levels, best score first
+  (:mod:`om_core.read.search_plan`), each combination's rows in row order up to a page, until
+  the page is full and the next combination scores below it. Sets of rare stems that no row
+  holds together are found by one probe each, and the combinations holding them skipped.
+
+Memory items are few: they are all scored from their terms. The counts come from
+:mod:`~om_workers.store.repositories.search_counts` (a common stem's kept a while, and then
+searched at every level). Only keys come back from here; the rows are read for the page
 alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, text
 
 from om_core.read.search import SearchKey, SearchQuery
-from om_workers.store.repositories.search_bounds import ClassPlan, beyond_reach, class_plan
-from om_workers.store.repositories.search_sql import AFTER, OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
+from om_core.read.search_plan import (
+    MAX_SCORED_STEMS,
+    RARE_SHARE,
+    Combination,
+    EmptySets,
+    PlanWord,
+    combinations,
+    read_places,
+    score,
+)
+from om_core.read.search_terms import LEVELS, idf, stems, tenant_term, term
+from om_workers.store.driver import sqlite_rows
+from om_workers.store.repositories.search_counts import Counted, count_levels, index_rows
+from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
+READ_ROWS = 3_000
+"""Rows of the index a search reads and scores one by one: those of its rarest terms (a rare
+stem, a common one's rare levels), as many as fit; the rest are taken by combination."""
+SMALL_SCOPE = 4_000
+"""A scope (a session, or a tenant) of at most this many messages is scored row by row."""
 SAMPLED_SESSIONS = 2_000
 """Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
-CLASS_BUDGET = 0.5
-"""The share of the whole query's expected cost that classes scored one by one may spend
-after the first (which holds the rows able to score best, and often ends the search); past
-it the whole query is scored at once, if that costs less than scoring every class left.
-Queries of many words, whose classes are many and each a statement naming every word, spent
-up to twice the whole query's cost without it; queries of two common words, whose classes
-are three, spent twice as much with it and no check on what was left."""
-ROW_COST = 27.0
-"""What FTS5 spends scoring a matched row (about 0.7 µs), in units of what it spends counting
-one row of a word for its IDF (about 26 ns): every statement counts each of its words' rows
-in the whole index anew, so a statement costs the words' document counts before any row."""
-
-_INDEXED_MESSAGES = text("SELECT block FROM entries_fts_data WHERE id = 1")
-_DOCUMENTS = text("SELECT term, doc FROM entries_fts_vocab WHERE term IN :terms").bindparams(
-    bindparam("terms", expanding=True)
-)
-# A session's largest indexed seq, and those of a tenant's sessions (the oldest
-# :data:`SAMPLED_SESSIONS`, scaled to all of them): about the number of rows a match may name,
-# for the choice of a plan only (seqs of other entries count too).
+FIRST_BATCH = 8
+"""Combinations asked in the first statement; each next statement asks twice as many, up to
+:data:`MAX_BATCH` (most searches end within the first)."""
+MAX_BATCH = 64
 _SESSION_ROWS = text(
     "SELECT coalesce(max(id) - :row_lo + 1, 0) FROM entries_fts_docsize "
     "WHERE id BETWEEN :row_lo AND :row_hi"
 )
+# A tenant's sessions' largest indexed seqs (the oldest SAMPLED_SESSIONS, scaled to all of
+# them): about the number of rows its search may name, for the choice of a plan only.
 _TENANT_ROWS = text(f"""
     WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
     sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
@@ -57,138 +72,52 @@ _TENANT_ROWS = text(f"""
             WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
         FROM sample AS s) AS rows
 """)
-# Ranks are FTS5's own: a class's statement and the whole query's give a row the same score to
-# the bit (see search_bounds), so a cursor from a page of one continues a page of the other.
-_ENTRY_KEYS = f"""
-    SELECT source, row, rank FROM (
-        SELECT 0 AS source, f.rowid AS row, f.rank AS rank
-        FROM entries_fts AS f {{tenant_join}}
-        WHERE entries_fts MATCH :match {{session_range}}
-            AND f.rowid NOT IN ({WITHHELD_ROWS}))
-    WHERE TRUE {{after}}
-    ORDER BY rank, row
-    LIMIT :limit
-"""
-_MEMORY_KEYS = f"""
-    SELECT source, row, rank FROM (
-        SELECT 1 AS source, m.session_pk * {ROW_SHIFT} + m.ord AS row, f.rank AS rank
-        FROM memory_fts AS f JOIN memory_items AS m ON m.rowid = f.rowid {{tenant_join}}
-        WHERE memory_fts MATCH :memory_match {{session_filter}})
-    WHERE TRUE {{after}}
-    ORDER BY rank, row
-    LIMIT :limit
-"""
-
-
-def _varint(block: bytes) -> int:
-    """SQLite's varint at the start of ``block`` (big-endian 7-bit groups; a 9th byte is whole)."""
-    value = 0
-    for byte in block[:8]:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return (value << 8) | block[8]
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """What the index says of a query's words: how many messages are indexed, and how many
-    hold each word found in the vocabulary as written."""
-
-    messages: int
-    documents: dict[str, int]
-
-
-def vocabulary(connection: Connection, query: SearchQuery) -> Vocabulary:
-    """The index's message count and the query's words' document counts (a word's count
-    costs a pass over its rows in the whole index)."""
-    block = connection.execute(_INDEXED_MESSAGES).scalar()
-    if not block:
-        return Vocabulary(0, {})
-    rows = connection.execute(_DOCUMENTS, {"terms": list(query.terms)})
-    return Vocabulary(_varint(bytes(block)), {str(row.term): int(row.doc) for row in rows})
-
-
-def informative(query: SearchQuery, counts: Vocabulary) -> SearchQuery:
-    """``query`` without the words in half the indexed messages or more, when another word is
-    known to match. The vocabulary holds stems, so a word not found there (stemmed
-    differently, or absent) is kept but is no proof of a match; then the query stays whole."""
-    documents, half = counts.documents, counts.messages / 2
-    if not counts.messages:
-        return query
-    kept = tuple(term for term in query.terms if documents.get(term, 0) < half)
-    if any(documents.get(term, 0) > 0 for term in kept):
-        return SearchQuery(kept)
-    return query
 
 
 @dataclass(frozen=True)
 class KeyQuery:
     """One search's scope and page: the tenant, the session (``None``: every session of the
-    tenant), the cursor's key, the number of keys wanted, and whether a tenant-wide match
-    ANDs in the tenant's token."""
+    tenant), the cursor's key, and the number of keys wanted."""
 
     tenant_id: str
     session_pk: int | None
     after: SearchKey | None
     limit: int
-    tenant_token: bool = True
 
     def params(self) -> dict[str, Any]:
-        """The bind parameters every key statement of this search takes."""
+        """The bind parameters every statement of this search takes."""
         params: dict[str, Any] = {"tenant_id": self.tenant_id, "limit": self.limit}
         if self.session_pk is not None:
             params["row_lo"] = self.session_pk * ROW_SHIFT
             params["row_hi"] = (self.session_pk + 1) * ROW_SHIFT - 1
             params["session_pk"] = self.session_pk
-        if self.after is not None:
-            after = self.after
-            params.update(after_rank=after.rank, after_source=after.source, after_row=after.row)
         return params
-
-    def match(self, expression: str) -> str:
-        """The FTS5 match of ``expression`` over message text; for a tenant-wide search, with
-        :attr:`tenant_token`, within the tenant's rows (its token, ANDed in, weighs nothing in
-        the rank; the statement's join on the tenant's sessions filters either way)."""
-        if self.session_pk is not None or not self.tenant_token:
-            return f"body : ({expression})"
-        return f'tenant : "{self.tenant_id.encode().hex()}" AND body : ({expression})'
-
-
-def _statement(template: str, key_query: KeyQuery, session_pk: str) -> str:
-    session = key_query.session_pk is not None
-    return template.format(
-        tenant_join="" if session else OF_TENANT.format(pk=session_pk),
-        session_range="AND f.rowid BETWEEN :row_lo AND :row_hi" if session else "",
-        session_filter="AND m.session_pk = :session_pk" if session else "",
-        after=AFTER if key_query.after is not None else "",
-    )
-
-
-def _keys(connection: Connection, sql: str, params: dict[str, Any]) -> list[SearchKey]:
-    rows = connection.execute(text(sql), params)
-    return [SearchKey(float(row.rank), int(row.source), int(row.row)) for row in rows]
-
-
-def _best(keys: Sequence[SearchKey], limit: int) -> list[SearchKey]:
-    return sorted(set(keys))[:limit]
-
-
-def _scope_rows(connection: Connection, key_query: KeyQuery) -> int:
-    if key_query.session_pk is not None:
-        return int(connection.execute(_SESSION_ROWS, key_query.params()).scalar() or 0)
-    params = {"tenant_id": key_query.tenant_id, "sampled": SAMPLED_SESSIONS}
-    found = connection.execute(_TENANT_ROWS, params).one()
-    return int(found.rows) * int(found.sessions) // max(int(found.sampled), 1)
 
 
 @dataclass(frozen=True)
-class _Costs:
-    """What a statement costs before its rows, and what scoring every row of the scope
-    would, in :data:`ROW_COST`'s units."""
+class _Index:
+    """One FTS5 table: its name and the key source of its rows."""
 
-    statement: float
-    scoring: float
+    table: str
+    source: int
+
+
+MESSAGES = _Index("entries_fts", 0)
+MEMORY = _Index("memory_fts", 1)
+
+
+def query_stems(query: SearchQuery) -> list[str]:
+    """The distinct stems of a query's terms, in order."""
+    return list(dict.fromkeys(stem for word in query.terms for stem in stems(word)))
+
+
+@dataclass(frozen=True)
+class _Words:
+    """The stems a search scores in one index, with their rows, and the index's size."""
+
+    words: tuple[PlanWord, ...]
+    counted: tuple[Counted, ...]
+    rows: int
 
 
 class SqliteKeys:
@@ -197,47 +126,243 @@ class SqliteKeys:
     def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
         self._connection = connection
         self._query = key_query
-        self._entries = _statement(_ENTRY_KEYS, key_query, f"f.rowid / {ROW_SHIFT}")
 
     def best(self, query: SearchQuery) -> list[SearchKey]:
         """Up to ``limit`` keys after the cursor's, best first: the scope's messages and
-        memory items matching any word of ``query``, tombstoned entries left out."""
-        memory = _statement(_MEMORY_KEYS, self._query, "m.session_pk")
-        params = {**self._query.params(), "memory_match": query.fts5()}
-        keys = _keys(self._connection, memory, params)
-        counts = vocabulary(self._connection, query)
-        words = informative(query, counts)
-        plan = class_plan(words, counts.documents, counts.messages)
-        scope = _scope_rows(self._connection, self._query)
-        # A tenant holding most of the index is filtered by the join alone: its token's rows
-        # would be counted anew by every statement (FTS5's IDF of each phrase) for no gain.
-        token = self._query.session_pk is None and scope < counts.messages / 2
-        self._query = replace(self._query, tenant_token=token)
-        if len(words.terms) == 1 or not counts.messages:
-            return _best([*keys, *self._match(plan.order.fts5())], self._query.limit)
-        fixed = sum(counts.documents.get(w, counts.messages) for w in words.terms)
-        costs = _Costs(fixed + (scope if token else 0), ROW_COST * scope)
-        if costs.scoring * plan.share < costs.statement:
-            return _best([*keys, *self._match(plan.order.fts5())], self._query.limit)
-        return self._by_class(keys, plan, costs)
+        memory items holding any scored stem of ``query``, tombstoned entries left out."""
+        found = query_stems(query)
+        keys = [*self._memory(found), *self._messages(found)]
+        after = self._query.after
+        return sorted(k for k in keys if after is None or k > after)[: self._query.limit]
 
-    def _match(self, expression: str) -> list[SearchKey]:
-        params = {**self._query.params(), "match": self._query.match(expression)}
-        return _keys(self._connection, self._entries, params)
+    # -- what the index knows of the query's stems
 
-    def _by_class(self, keys: list[SearchKey], plan: ClassPlan, costs: _Costs) -> list[SearchKey]:
-        limit, spent = self._query.limit, 0.0
-        whole = costs.statement + costs.scoring * plan.share
-        class_costs = [costs.statement + costs.scoring * c.share for c in plan.classes]
-        # What scoring every class left would cost: the whole query is worth scoring at once
-        # only when it costs less than that (it scores again the rows already scored).
-        left = sum(class_costs)
-        for word_class, cost in zip(plan.classes, class_costs, strict=True):
-            if len(keys) >= limit and beyond_reach(word_class, keys[limit - 1].rank):
-                return keys
-            if spent and spent + cost > whole * CLASS_BUDGET and whole < left:
-                return _best([*keys, *self._match(plan.order.fts5())], limit)
-            keys = _best([*keys, *self._match(word_class.fts5())], limit)
-            spent += cost
-            left -= cost
-        return keys
+    def _words(self, index: _Index, found: Sequence[str]) -> _Words:
+        rows = index_rows(self._connection, index.table)
+        counted = count_levels(self._connection, index.table, found)
+        held = [(stem, counted[stem]) for stem in found if counted[stem].documents]
+        best = sorted(held, key=lambda pair: -idf(rows, pair[1].documents))[:MAX_SCORED_STEMS]
+        chosen = [pair for pair in held if pair in best]
+        words = tuple(
+            PlanWord(
+                stem,
+                idf(rows, c.documents),
+                tuple(range(LEVELS)) if c.kept else tuple(sorted(c.levels)),
+            )
+            for stem, c in chosen
+        )
+        return _Words(words, tuple(c for _, c in chosen), rows)
+
+    # -- the scope
+
+    def _scope_rows(self) -> int:
+        if self._query.session_pk is not None:
+            return int(self._connection.execute(_SESSION_ROWS, self._query.params()).scalar() or 0)
+        params = {"tenant_id": self._query.tenant_id, "sampled": SAMPLED_SESSIONS}
+        found = self._connection.execute(_TENANT_ROWS, params).one()
+        return int(found.rows) * int(found.sessions) // max(int(found.sampled), 1)
+
+    # -- messages
+
+    def _messages(self, found: Sequence[str]) -> list[SearchKey]:
+        plan = self._words(MESSAGES, found)
+        if not plan.words:
+            return []
+        scope = self._scope_rows()
+        messages = _MessageStatements(self._query, tenant_token=scope < plan.rows / 2)
+        counts = [c.levels for c in plan.counted]
+        places = read_places(plan.words, counts, math.inf if scope <= SMALL_SCOPE else READ_ROWS)
+        read = set(places)
+        dense = [
+            replace(word, levels=tuple(lv for lv in word.levels if (i, lv) not in read))
+            for i, word in enumerate(plan.words)
+        ]
+        read_terms = [term(plan.words[i].stem, level) for i, level in places]
+        levels = self._levels(messages, places, read_terms)
+        if levels:
+            self._add_levels(messages, dense, read_terms, levels)
+        keys = self._page_of(
+            SearchKey(-score(plan.words, held), 0, row) for row, held in levels.items()
+        )
+        combined = [word for word in dense if word.levels]
+        if not combined:
+            return keys
+        documents = {w.stem: c.documents for w, c in zip(plan.words, plan.counted, strict=True)}
+        rare = [i for i, w in enumerate(combined) if documents[w.stem] <= RARE_SHARE * plan.rows]
+        cores = EmptySets(combined, frozenset(rare))
+        return self._by_combination(messages, cores, combined, read_terms, keys)
+
+    def _levels(
+        self,
+        statements: _MessageStatements,
+        places: Sequence[tuple[int, int]],
+        terms: Sequence[str],
+    ) -> dict[int, dict[int, int]]:
+        """The rows holding any of ``terms`` (word ``places[n][0]`` at level ``places[n][1]``),
+        each with the levels of the words it holds them of."""
+        if not terms:
+            return {}
+        matches = [statements.match(f'"{t}"') for t in terms]
+        held: dict[int, dict[int, int]] = {}
+        for n, row in self._run(statements.selects(len(matches)), matches):
+            word, level = places[n]
+            held.setdefault(row, {})[word] = level
+        return held
+
+    def _add_levels(
+        self,
+        statements: _MessageStatements,
+        dense: Sequence[PlanWord],
+        read_terms: Sequence[str],
+        held: dict[int, dict[int, int]],
+    ) -> None:
+        """The levels of the ``dense`` words in the rows of ``held`` (those holding a term
+        read row by row), added to each row's."""
+        places = [(i, level) for i, word in enumerate(dense) for level in word.levels]
+        if not places:
+            return
+        read = " OR ".join(f'"{t}"' for t in read_terms)
+        matches = [
+            statements.match(f'"{term(dense[i].stem, lv)}" AND ({read})') for i, lv in places
+        ]
+        for n, row in self._run(statements.selects(len(matches)), matches):
+            if row in held:
+                word, level = places[n]
+                held[row][word] = level
+
+    def _by_combination(
+        self,
+        statements: _MessageStatements,
+        cores: EmptySets,
+        words: Sequence[PlanWord],
+        excluded: Sequence[str],
+        keys: list[SearchKey],
+    ) -> list[SearchKey]:
+        """``keys`` with the rows holding only ``words`` (none of ``excluded``), taken by
+        combination, best first, until no later one can reach the page."""
+        after, limit = self._query.after, self._query.limit
+        visible = keys
+        batch: list[Combination] = []
+        size = FIRST_BATCH
+        for group in combinations(words):
+            rank = -group[0].score
+            if after is not None and (
+                rank < after.rank or (rank == after.rank and after.source > MESSAGES.source)
+            ):
+                continue  # every row of the group comes before the cursor
+            if not batch and len(visible) >= limit and visible[limit - 1].rank < rank:
+                break
+            batch.extend(c for c in group if not cores.empty(c))
+            if len(batch) >= size:
+                visible = self._page_of(
+                    [*visible, *self._combined(statements, cores, batch, excluded)]
+                )
+                batch, size = [], min(2 * size, MAX_BATCH)
+        if batch:
+            visible = self._page_of([*visible, *self._combined(statements, cores, batch, excluded)])
+        return visible
+
+    def _combined(
+        self,
+        statements: _MessageStatements,
+        cores: EmptySets,
+        batch: Sequence[Combination],
+        excluded: Sequence[str],
+    ) -> list[SearchKey]:
+        """The keys of ``batch``'s rows, after its combinations holding a set of rare words
+        no row of the scope holds together are left out (such sets probed first)."""
+        new = cores.unprobed(batch)
+        if new:
+            probes = [statements.match(cores.match(core)) for core in new]
+            found = {n for n, _ in self._run(statements.selects(len(new), probe=True), probes)}
+            cores.learn(new, found)
+            batch = [c for c in batch if not cores.empty(c)]
+        if not batch:
+            return []
+        after = self._query.after
+        # Rows of the cursor's own rank continue after its row.
+        resumed = [after is not None and -c.score == after.rank for c in batch]
+        sql = statements.selects(len(batch), ordered=True, resumed=resumed)
+        matches = [statements.match(c.match(excluded)) for c in batch]
+        return [SearchKey(-batch[n].score, 0, row) for n, row in self._run(sql, matches)]
+
+    # -- memory
+
+    def _memory(self, found: Sequence[str]) -> list[SearchKey]:
+        plan = self._words(MEMORY, found)
+        if not plan.words:
+            return []
+        terms = _terms(plan.words, range(len(plan.words)))
+        places = [(i, level) for i, word in enumerate(plan.words) for level in word.levels]
+        session = self._query.session_pk is not None
+        select = (
+            "SELECT * FROM (SELECT {n} AS n, m.session_pk * "
+            f"{ROW_SHIFT} + m.ord AS row FROM memory_fts AS f "
+            "JOIN memory_items AS m ON m.rowid = f.rowid "
+            f"{'' if session else OF_TENANT.format(pk='m.session_pk')} "
+            "WHERE memory_fts MATCH :m{n} "
+            f"{'AND m.session_pk = :session_pk' if session else ''})"
+        )
+        sql = " UNION ALL ".join(select.format(n=n) for n in range(len(terms)))
+        held: dict[int, dict[int, int]] = {}
+        for n, row in self._run(sql, [f'"{t}"' for t in terms]):
+            word, level = places[n]
+            held.setdefault(row, {})[word] = level
+        return [SearchKey(-score(plan.words, levels), 1, row) for row, levels in held.items()]
+
+    def _page_of(self, keys: Iterable[SearchKey]) -> list[SearchKey]:
+        """The best ``limit`` of ``keys`` after the cursor's, best first."""
+        after = self._query.after
+        return heapq.nsmallest(self._query.limit, (k for k in keys if after is None or k > after))
+
+    def _run(self, sql: str, matches: Sequence[str]) -> list[tuple[int, int]]:
+        params = {**self._query.params(), **{f"m{n}": m for n, m in enumerate(matches)}}
+        if self._query.after is not None:
+            params["after_row"] = self._query.after.row
+        return sqlite_rows(self._connection, sql, params)
+
+
+def _terms(words: Sequence[PlanWord], chosen: Sequence[int] | range) -> list[str]:
+    return [t for i in chosen for t in words[i].terms()]
+
+
+@dataclass(frozen=True)
+class _MessageStatements:
+    """The statements reading ``entries_fts`` in one search's scope: its session's rowid
+    range, or its tenant's sessions (and, for a tenant far smaller than the index, the
+    tenant's term in the match), tombstoned entries left out."""
+
+    query: KeyQuery
+    tenant_token: bool
+
+    def match(self, expression: str) -> str:
+        if self.query.session_pk is None and self.tenant_token:
+            return f'"{tenant_term(self.query.tenant_id)}" AND ({expression})'
+        return expression
+
+    def selects(
+        self,
+        count: int,
+        *,
+        ordered: bool = False,
+        resumed: Sequence[bool] = (),
+        probe: bool = False,
+    ) -> str:
+        """``count`` selects of ``(n, row)``, the ``n``th matching ``:m{n}``, joined; each
+        ``ordered`` one in row order up to ``:limit`` rows, after ``:after_row`` where
+        ``resumed``; a ``probe`` finds one row at most, withheld or not."""
+        session = self.query.session_pk is not None
+        scope = "AND f.rowid BETWEEN :row_lo AND :row_hi" if session else ""
+        join = "" if session else OF_TENANT.format(pk=f"f.rowid / {ROW_SHIFT}")
+        parts = []
+        for n in range(count):
+            resume = "AND f.rowid > :after_row" if n < len(resumed) and resumed[n] else ""
+            order = "ORDER BY f.rowid LIMIT :limit" if ordered else ""
+            visible = "" if probe else "AND f.rowid NOT IN (SELECT row FROM withheld)"
+            parts.append(
+                f"SELECT * FROM (SELECT {n} AS n, f.rowid AS row FROM entries_fts AS f {join} "
+                f"WHERE entries_fts MATCH :m{n} {scope} {resume} {visible} "
+                f"{'LIMIT 1' if probe else order})"
+            )
+        joined = " UNION ALL ".join(parts)
+        return joined if probe else f"WITH withheld(row) AS MATERIALIZED ({WITHHELD_ROWS}) {joined}"

@@ -1,0 +1,176 @@
+"""The order in which an index of levelled terms answers a query, best rows first.
+
+A row's score is a sum over the query's stems of ``idf * weight(level)`` (see
+:mod:`om_core.read.search_terms`), so every row holding exactly the same level of each stem
+(or lacking the same stems) scores exactly the same. Such a set of rows is a *combination*,
+matched by one expression (``("leas_3" AND "march_5") NOT ("rent_0" OR "rent_4")``) that an
+index answers in row order and can stop after a page; combinations are taken best score
+first, so a search ends as soon as a page is full and the next combination scores below it.
+Nothing is scored row by row, and a stem found in most rows costs no more than a rare one.
+
+Rows holding a rare stem are fewer than the combinations that would name them; a store scores
+those rows from their terms instead (:func:`score`), and leaves them out of the combinations.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from om_core.read.search_terms import level_weight, term
+
+RARE_SHARE = 0.1
+"""A stem in at most this share of the index's rows is rare enough to meet others like it
+seldom (see :class:`EmptySets`)."""
+MAX_SCORED_STEMS = 4
+"""Most stems of a query that are searched: those of highest IDF (a question's names and
+rare words). The commonest words of a long question add little to a score and much to a
+search's cost: each stem multiplies the combinations a search may have to ask (on the LoCoMo
+questions, the rarest four find evidence as often as all of them)."""
+
+
+@dataclass(frozen=True)
+class PlanWord:
+    """A query stem as an index knows it: its IDF and the levels it may be held at (every
+    level some row holds it at must be among them; more are harmless)."""
+
+    stem: str
+    idf: float
+    levels: tuple[int, ...]
+
+    def terms(self) -> tuple[str, ...]:
+        """The index terms of this stem at its levels."""
+        return tuple(term(self.stem, level) for level in self.levels)
+
+
+def score(words: Sequence[PlanWord], levels: Mapping[int, int]) -> float:
+    """The score of a row holding ``words[i]`` at ``levels[i]`` (and no other word), summed in
+    the words' order so that equal rows get equal scores to the bit."""
+    total = 0.0
+    for i, word in enumerate(words):
+        level = levels.get(i)
+        if level is not None:
+            total += word.idf * level_weight(level)
+    return total
+
+
+@dataclass(frozen=True)
+class Combination:
+    """The rows holding each of ``held`` (one term per stem: the terms of the ``words`` at
+    those places of the plan) and none of ``lacking`` (every term of the other stems), all
+    scoring ``score``."""
+
+    score: float
+    held: tuple[str, ...]
+    lacking: tuple[str, ...]
+    words: tuple[int, ...]
+
+    def match(self, excluded: Sequence[str] = ()) -> str:
+        """The FTS5 expression of these rows, without those holding any of ``excluded``."""
+        held = " AND ".join(f'"{t}"' for t in self.held)
+        left_out = (*self.lacking, *excluded)
+        if not left_out:
+            return held
+        return f"({held}) NOT ({' OR '.join(f'{chr(34)}{t}{chr(34)}' for t in left_out)})"
+
+
+def _options(word: PlanWord) -> list[int | None]:
+    # Highest weight first, then "lacks the stem".
+    return [*sorted(word.levels, reverse=True), None]
+
+
+def combinations(words: Sequence[PlanWord]) -> Iterator[tuple[Combination, ...]]:
+    """Every combination of ``words`` holding at least one of them, in groups of equal score,
+    best group first (lazily: a search stops early)."""
+    options = [_options(word) for word in words]
+    if not options:
+        return
+
+    def levels_of(at: tuple[int, ...]) -> dict[int, int]:
+        return {i: level for i, o in enumerate(at) if (level := options[i][o]) is not None}
+
+    def make(at: tuple[int, ...]) -> Combination:
+        levels = levels_of(at)
+        held = tuple(term(words[i].stem, level) for i, level in levels.items())
+        absent = [words[i] for i, o in enumerate(at) if options[i][o] is None]
+        lacking = tuple(t for word in absent for t in word.terms())
+        return Combination(score(words, levels), held, lacking, tuple(levels))
+
+    start = tuple(0 for _ in options)
+    heap: list[tuple[float, tuple[int, ...]]] = [(-score(words, levels_of(start)), start)]
+    seen = {start}
+    group: list[Combination] = []
+    while heap:
+        negated, at = heapq.heappop(heap)
+        if group and -negated != group[0].score:
+            yield tuple(group)
+            group = []
+        for i in range(len(at)):
+            if at[i] + 1 < len(options[i]):
+                nxt = (*at[:i], at[i] + 1, *at[i + 1 :])
+                if nxt not in seen:
+                    seen.add(nxt)
+                    heapq.heappush(heap, (-score(words, levels_of(nxt)), nxt))
+        if levels_of(at):
+            group.append(make(at))
+    if group:
+        yield tuple(group)
+
+
+def read_places(
+    words: Sequence[PlanWord], documents: Sequence[Mapping[int, int]], budget: float
+) -> list[tuple[int, int]]:
+    """The places ``(word, level)`` whose rows a store reads and scores one by one (the rest
+    it takes by combination): the rarest, as counted in ``documents`` (per word, rows per
+    level; a level not counted counts none), while their rows stay within ``budget``."""
+    places = sorted(
+        (documents[i].get(level, 0), i, level)
+        for i, word in enumerate(words)
+        for level in word.levels
+    )
+    read: list[tuple[int, int]] = []
+    total = 0
+    for rows, i, level in places:
+        total += rows
+        if total > budget:
+            break
+        read.append((i, level))
+    return sorted(read)
+
+
+@dataclass
+class EmptySets:
+    """Sets of a search's rare words (``rare``: their places among the combined ``words``):
+    a set no row holds together, at the combined levels, empties every combination holding
+    it. Combinations come best first, so those holding the most rare words come early, and
+    one probe of such a set (a statement asking for one row) replaces one for each of them."""
+
+    words: Sequence[PlanWord]
+    rare: frozenset[int]
+    _probed: set[frozenset[int]] = field(default_factory=set)
+    _empty: list[frozenset[int]] = field(default_factory=list)
+
+    def _core(self, combination: Combination) -> frozenset[int]:
+        return frozenset(i for i in combination.words if i in self.rare)
+
+    def empty(self, combination: Combination) -> bool:
+        """Whether ``combination`` holds a set known to be empty."""
+        core = self._core(combination)
+        return any(known <= core for known in self._empty)
+
+    def unprobed(self, batch: Sequence[Combination]) -> list[frozenset[int]]:
+        """The sets of two rare words or more that ``batch`` holds and no probe asked yet."""
+        cores = {self._core(c) for c in batch}
+        return sorted((c for c in cores if len(c) > 1 and c not in self._probed), key=sorted)
+
+    def match(self, core: frozenset[int]) -> str:
+        """The FTS5 expression of rows holding every word of ``core`` at a combined level."""
+        return " AND ".join(
+            "(" + " OR ".join(f'"{t}"' for t in self.words[i].terms()) + ")" for i in sorted(core)
+        )
+
+    def learn(self, probed: Sequence[frozenset[int]], found: set[int]) -> None:
+        """Record the probes of ``probed``: ``found`` holds the places of those with a row."""
+        self._probed.update(probed)
+        self._empty.extend(core for n, core in enumerate(probed) if n not in found)

@@ -1,0 +1,101 @@
+"""How text becomes index terms, and what a term weighs.
+
+A text's words are its runs of letters and digits, lowercased, accents removed and reduced to
+their Porter stems ("leasing" and "leases" are both ``leas``). Each distinct stem is one
+*term* of the text, tagged with its *level*: the stem's BM25 weight in that text (its count
+saturated by ``k1``, scaled by the text's length against :data:`TYPICAL_WORDS`), cut into
+:data:`LEVELS` steps. A text's terms are written as ``stem_level`` (``leas_3``), one per stem,
+so an index keyed by term holds, for each stem, its rows grouped by how much the stem weighs in
+them; a row's score for a query is the sum over the query's stems of
+``idf(stem) * weight(level)``, which the index can answer best rows first (see
+:mod:`om_core.read.search_plan`).
+
+Fixing the typical length (instead of the index's running average) is what lets a row's
+levels be written once, with the row: BM25's length normalisation then compares a text with a
+chat turn's length, whatever else the index holds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from functools import lru_cache
+
+import snowballstemmer  # type: ignore[import-untyped]
+
+K1 = 1.2
+"""BM25's term-frequency saturation: a stem's weight in a text is below ``K1 + 1``."""
+B = 0.75
+"""BM25's length normalisation: how much a longer text's weight is lowered."""
+TYPICAL_WORDS = 24
+"""The text length (in words) a stem's weight is normalised against: about a chat turn."""
+LEVELS = 8
+"""Steps a stem's weight is cut into (a level is one digit of the term)."""
+
+_WORD = re.compile(r"[^\W_]+")
+_STEMMER = snowballstemmer.stemmer("porter")
+
+
+@lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    if not word.isascii():
+        word = "".join(
+            c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)
+        )
+    stem = str(_STEMMER.stemWord(word))
+    # Index terms are ASCII, so that the index's tokenizer splits them exactly where this
+    # module does; another stem is written as its UTF-8 in hex after an underscore (no ASCII
+    # stem starts with one).
+    return stem if stem.isascii() else "_" + stem.encode().hex()
+
+
+def stems(text: str) -> list[str]:
+    """The stems of ``text``'s words, in order (repeats kept; a word with no stem, as "s",
+    left out)."""
+    return [stem for word in _WORD.findall(text.lower()) if (stem := _stem(word))]
+
+
+def level_of(count: int, words: int) -> int:
+    """The level of a stem found ``count`` times in a text of ``words`` words."""
+    norm = K1 * (1 - B + B * words / TYPICAL_WORDS)
+    weight = count * (K1 + 1) / (count + norm)
+    return min(LEVELS - 1, int(weight / (K1 + 1) * LEVELS))
+
+
+def level_weight(level: int) -> float:
+    """What a stem at ``level`` adds to a row's score, before its IDF: the middle of the
+    level's step of BM25 weights."""
+    return (level + 0.5) / LEVELS * (K1 + 1)
+
+
+def term(stem: str, level: int) -> str:
+    """The index term of ``stem`` at ``level``."""
+    return f"{stem}_{level}"
+
+
+def term_range(stem: str) -> tuple[str, str]:
+    """The half-open range of index terms holding ``stem`` at any level (no other stem's
+    terms fall in it: stems hold no underscore)."""
+    return f"{stem}_", f"{stem}`"
+
+
+def index_terms(text: str) -> str:
+    """The index terms of ``text``, space-separated: each distinct stem once, at its level."""
+    found = stems(text)
+    counts = Counter(found)
+    return " ".join(term(stem, level_of(n, len(found))) for stem, n in counts.items())
+
+
+def tenant_term(tenant_id: str) -> str:
+    """The term every row of a tenant holds besides its text's (an underscore and the id's
+    UTF-8 in hex: no text term has that shape), so a search can be narrowed to the tenant's
+    rows inside the index."""
+    return "_" + tenant_id.encode().hex()
+
+
+def idf(rows: int, documents: int) -> float:
+    """A stem's inverse document frequency among ``rows`` indexed rows, ``documents`` of which
+    hold it (BM25's, kept positive: a stem in most rows weighs little, never nothing)."""
+    return math.log(1 + (rows - documents + 0.5) / (documents + 0.5))
