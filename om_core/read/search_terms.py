@@ -38,8 +38,7 @@ _WORD = re.compile(r"[^\W_]+")
 _STEMMER = snowballstemmer.stemmer("porter")
 
 
-@lru_cache(maxsize=1 << 16)
-def _stem(word: str) -> str:
+def _stem_of(word: str) -> str:
     if not word.isascii():
         word = "".join(
             c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)
@@ -51,12 +50,30 @@ def _stem(word: str) -> str:
     return stem if stem.isascii() else "_" + stem.encode().hex()
 
 
+class _Stems(dict[str, str]):
+    """Words' stems, kept (a text's words are mostly known ones, and an index write looks
+    each one up: a plain dict lookup, the stemmer only for a new word)."""
+
+    LIMIT = 1 << 17
+
+    def __missing__(self, word: str) -> str:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        stem = self[word] = _stem_of(word)
+        return stem
+
+
+_STEMS = _Stems()
+
+
 def stems(text: str) -> list[str]:
     """The stems of ``text``'s words, in order (repeats kept; a word with no stem, as "s",
     left out)."""
-    return [stem for word in _WORD.findall(text.lower()) if (stem := _stem(word))]
+    found = list(map(_STEMS.__getitem__, _WORD.findall(text.lower())))
+    return [stem for stem in found if stem] if "" in found else found
 
 
+@lru_cache(maxsize=1 << 14)
 def level_of(count: int, words: int) -> int:
     """The level of a stem found ``count`` times in a text of ``words`` words."""
     norm = K1 * (1 - B + B * words / TYPICAL_WORDS)
@@ -81,11 +98,21 @@ def term_range(stem: str) -> tuple[str, str]:
     return f"{stem}_", f"{stem}`"
 
 
+_SUFFIXES = tuple(f"_{level}" for level in range(LEVELS))
+
+
 def index_terms(text: str) -> str:
-    """The index terms of ``text``, space-separated: each distinct stem once, at its level."""
-    found = stems(text)
-    counts = Counter(found)
-    return " ".join(term(stem, level_of(n, len(found))) for stem, n in counts.items())
+    """The index terms of ``text``, space-separated: each distinct stem once, at its level
+    (what :func:`term` writes; run for every indexed row, so written out here)."""
+    counts = Counter(map(_STEMS.__getitem__, _WORD.findall(text.lower())))
+    counts.pop("", None)
+    words = counts.total()
+    once = _SUFFIXES[level_of(1, words)]
+    if len(counts) == words:  # every stem there once: most texts, joined without a loop
+        return f"{once} ".join(counts) + once if counts else ""
+    return " ".join(
+        [stem + (once if n == 1 else _SUFFIXES[level_of(n, words)]) for stem, n in counts.items()]
+    )
 
 
 def tenant_term(tenant_id: str) -> str:
