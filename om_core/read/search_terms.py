@@ -21,6 +21,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from functools import lru_cache
 
 import snowballstemmer  # type: ignore[import-untyped]
@@ -71,6 +72,11 @@ def stems(text: str) -> list[str]:
     left out)."""
     found = list(map(_STEMS.__getitem__, _WORD.findall(text.lower())))
     return [stem for stem in found if stem] if "" in found else found
+
+
+def query_stems(words: Sequence[str]) -> list[str]:
+    """The distinct stems of a query's words, in order."""
+    return list(dict.fromkeys(stem for word in words for stem in stems(word)))
 
 
 @lru_cache(maxsize=1 << 14)

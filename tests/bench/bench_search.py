@@ -378,16 +378,17 @@ def run() -> Section:
         _tenant(section, folder)
     _latency_postgresql(section)
     section.notes += [
-        "Retrieval: session search for the question's text (any word, BM25 via FTS5, Porter "
-        "stemming) against bm25s (English stopwords, no stemmer) over the same turns; a "
-        "question counts when an evidence turn is in the top k.",
+        "Retrieval: session search for the question's text (BM25 over the levelled terms of "
+        "the question's four rarest Porter stems, docs/search.md) against bm25s (English "
+        "stopwords, no stemmer) over the same turns; a question counts when an evidence turn "
+        "is in the top k.",
         f"Latency: {QUERIES} searches of three vocabulary words (Zipf-like, {VOCABULARY:,} "
         f"words, {WORDS_PER_MESSAGE} words a message), limit 10; goal 100k/1k at most 3. "
         "Thread CPU: the same searches' CPU time on the searching thread, where SQLite runs.",
         f"Append: {APPEND_ENTRIES:,} messages in batches of {APPEND_BATCH} (and of "
-        f"{TURN_BATCH}, an agent turn's), with the FTS5 triggers against the same schema "
-        "without them, best of 3 each, alternating; goal at most 1.3. Process CPU: the same "
-        "runs' CPU time, every thread.",
+        f"{TURN_BATCH}, an agent turn's), with the FTS5 triggers (each computing the row's "
+        "levelled terms in Python) against the same schema without them, best of 3 each, "
+        "alternating; goal at most 1.3. Process CPU: the same runs' CPU time, every thread.",
         f"Tenant: {TENANT_SESSIONS:,} sessions of {SESSION_ENTRIES:,} synthetic messages "
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
         "against a 1-session tenant in the same file.",

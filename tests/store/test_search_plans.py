@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from store_factories import message
 
-from om_core.read.search import SearchHit, SearchQuery
+from om_core.read.search import SearchHit
 from om_core.read.search_plan import MAX_SCORED_STEMS, PlanWord, score
-from om_core.read.search_terms import idf, level_of, stems
+from om_core.read.search_terms import idf, level_of, query_stems, stems
 from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.repositories import search_counts, search_sqlite
 from om_workers.store.repositories.search_counts import KEPT_COUNTS
-from om_workers.store.repositories.search_sqlite import SqliteKeys, query_stems
+from om_workers.store.repositories.search_sqlite import SqliteKeys
 
 # Word n is drawn with a chance falling as 1/n: a few words in most messages, most in few.
 VOCABULARY = 400
@@ -83,7 +83,7 @@ def _expected(texts: dict[str, list[str]], q: str, sessions: list[str]) -> list[
     }
     documents = Counter(stem for held in levels.values() for stem in held)
     rows = len(levels)
-    asked = [s for s in query_stems(SearchQuery(tuple(q.split()))) if documents[s]]
+    asked = [s for s in query_stems(q.split()) if documents[s]]
     best = sorted(asked, key=lambda s: -idf(rows, documents[s]))[:MAX_SCORED_STEMS]
     words = [PlanWord(s, idf(rows, documents[s]), ()) for s in asked if s in best]
     ranked = []

@@ -41,7 +41,7 @@ from om_core.read.search_plan import (
     read_places,
     score,
 )
-from om_core.read.search_terms import LEVELS, idf, stems, tenant_term, term
+from om_core.read.search_terms import LEVELS, idf, query_stems, tenant_term, term
 from om_workers.store.driver import sqlite_rows
 from om_workers.store.repositories.search_counts import Counted, count_levels, index_rows
 from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
@@ -106,11 +106,6 @@ MESSAGES = _Index("entries_fts", 0)
 MEMORY = _Index("memory_fts", 1)
 
 
-def query_stems(query: SearchQuery) -> list[str]:
-    """The distinct stems of a query's terms, in order."""
-    return list(dict.fromkeys(stem for word in query.terms for stem in stems(word)))
-
-
 @dataclass(frozen=True)
 class _Words:
     """The stems a search scores in one index, with their rows, and the index's size."""
@@ -130,7 +125,7 @@ class SqliteKeys:
     def best(self, query: SearchQuery) -> list[SearchKey]:
         """Up to ``limit`` keys after the cursor's, best first: the scope's messages and
         memory items holding any scored stem of ``query``, tombstoned entries left out."""
-        found = query_stems(query)
+        found = query_stems(query.terms)
         keys = [*self._memory(found), *self._messages(found)]
         after = self._query.after
         return sorted(k for k in keys if after is None or k > after)[: self._query.limit]
@@ -308,7 +303,9 @@ class SqliteKeys:
         for n, row in self._run(sql, [f'"{t}"' for t in terms]):
             word, level = places[n]
             held.setdefault(row, {})[word] = level
-        return [SearchKey(-score(plan.words, levels), 1, row) for row, levels in held.items()]
+        return self._page_of(
+            SearchKey(-score(plan.words, levels), 1, row) for row, levels in held.items()
+        )
 
     def _page_of(self, keys: Iterable[SearchKey]) -> list[SearchKey]:
         """The best ``limit`` of ``keys`` after the cursor's, best first."""
