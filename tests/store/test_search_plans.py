@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +162,33 @@ def test_combinations_beyond_reach_are_never_asked(
     monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
     store.search(big, "w1 w3", session_id="a", limit=3)
     assert len(asked) == 1
+
+
+def test_levels_the_scope_lacks_are_never_combined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session about something else: the query's words, common elsewhere in the index, are
+    # probed in the session first, and no combination of them is asked there.
+    url = f"sqlite:///{tmp_path / 'scope.db'}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    tenant = AccountStore(store.engine).create_tenant("t").id
+    for session, words in (("elsewhere", "w1 w2 w3"), ("topic", "lease march rent")):
+        store.create_session(tenant, session)
+        batch = [message(f"{session}-{n}", session, words) for n in range(40)]
+        store.append_entries(tenant, session, batch)
+    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
+    asked: list[int] = []
+    real = SqliteKeys._combined
+
+    def counting(self: SqliteKeys, *args: Any) -> Any:
+        asked.append(len(args[2]))
+        return real(self, *args)
+
+    monkeypatch.setattr(SqliteKeys, "_combined", counting)
+    assert store.search(tenant, "w1 w2 w3", session_id="topic").hits == ()
+    assert asked == []
+    assert len(store.search(tenant, "w1 w2 w3", session_id="elsewhere", limit=5).hits) == 5
+    assert len(asked) == 1
+    store.close()

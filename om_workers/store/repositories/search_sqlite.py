@@ -168,10 +168,13 @@ class SqliteKeys:
         counts = [c.levels for c in plan.counted]
         places = read_places(plan.words, counts, math.inf if scope <= SMALL_SCOPE else READ_ROWS)
         read = set(places)
-        dense = [
-            replace(word, levels=tuple(lv for lv in word.levels if (i, lv) not in read))
-            for i, word in enumerate(plan.words)
-        ]
+        dense = self._in_scope(
+            messages,
+            [
+                replace(word, levels=tuple(lv for lv in word.levels if (i, lv) not in read))
+                for i, word in enumerate(plan.words)
+            ],
+        )
         read_terms = [term(plan.words[i].stem, level) for i, level in places]
         levels = self._levels(messages, places, read_terms)
         if levels:
@@ -186,6 +189,22 @@ class SqliteKeys:
         rare = [i for i, w in enumerate(combined) if documents[w.stem] <= RARE_SHARE * plan.rows]
         cores = EmptySets(combined, frozenset(rare))
         return self._by_combination(messages, cores, combined, read_terms, keys)
+
+    def _in_scope(
+        self, statements: _MessageStatements, words: Sequence[PlanWord]
+    ) -> list[PlanWord]:
+        """``words`` at only the levels some row of the scope holds them at (a probe each, in
+        one statement): a level the scope lacks would only multiply the combinations."""
+        places = [(i, level) for i, word in enumerate(words) for level in word.levels]
+        if not places:
+            return list(words)
+        probes = [statements.match(f'"{term(words[i].stem, level)}"') for i, level in places]
+        found = self._run(statements.selects(len(probes), probe=True), probes)
+        held = {places[n] for n, _ in found}
+        return [
+            replace(word, levels=tuple(lv for lv in word.levels if (i, lv) in held))
+            for i, word in enumerate(words)
+        ]
 
     def _levels(
         self,
