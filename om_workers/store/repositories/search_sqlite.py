@@ -11,8 +11,9 @@ of the query's stems at each level (``*_vocab``), keeps the stems of highest IDF
   rows, and scores them;
 - takes the rows holding other terms only by combination of levels, best score first
   (:mod:`om_core.read.search_plan`), each combination's rows in row order up to a page, until
-  the page is full and the next combination scores below it. Sets of rare stems that no row
-  holds together are found by one probe each, and the combinations holding them skipped.
+  the page is full and the next combination scores below it. Levels the scope lacks, and
+  sets of rare stems that no row holds together, are found by one probe each (a statement
+  asking for one row), and the combinations holding them skipped.
 
 Memory items are few: they are all scored from their terms. The counts come from
 :mod:`~om_workers.store.repositories.search_counts` (a common stem's kept a while, and then
