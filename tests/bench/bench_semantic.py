@@ -113,8 +113,9 @@ def run() -> Section:
     )
     section.notes += [
         "Retrieval: for each LoCoMo question with evidence, the session search for the "
-        "question's text, limit 10: lexical (FTS5 BM25), hybrid (the best 100 of the full "
-        "text and the 100 nearest vectors, by cosine without the session's mean and top 6 "
+        "question's text, limit 10: lexical (BM25 over levelled terms), hybrid (the best 100 "
+        "of the full text and the 100 nearest vectors, by cosine without the session's mean "
+        "and top 6 "
         "principal components, fused by reciprocal rank, k=60) and bm25s "
         "(English stopwords, no stemmer) over the same turns, in the same run; a question "
         "counts when an evidence turn is in the top k.",
