@@ -192,3 +192,28 @@ def test_levels_the_scope_lacks_are_never_combined(
     assert len(store.search(tenant, "w1 w2 w3", session_id="elsewhere", limit=5).hits) == 5
     assert len(asked) == 1
     store.close()
+
+
+def test_a_combination_tied_with_rows_read_one_by_one_still_takes_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "aa" and "bb" are in two messages each, alone: four rows of one score. "aa"'s rows are
+    # read one by one and fill the keys a page of one asks (two: one more tells a next page
+    # exists); "bb"'s come by combination, at the same score, and the first of them is the
+    # first row: the combination must still be asked.
+    url = f"sqlite:///{tmp_path / 'ties.db'}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    tenant = AccountStore(store.engine).create_tenant("t").id
+    store.create_session(tenant, "s")
+    texts = ["bb", "aa", "aa", "bb"]
+    batch = [message(f"s-{n}", "s", text) for n, text in enumerate(texts)]
+    store.append_entries(tenant, "s", batch)
+    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_sqlite, "READ_ROWS", 2)
+    pages = [store.search(tenant, "aa bb", session_id="s", limit=1)]
+    while (cursor := pages[-1].next_cursor) is not None:
+        pages.append(store.search(tenant, "aa bb", session_id="s", limit=1, cursor=cursor))
+    assert [hit.id for page in pages for hit in page.hits] == ["s-0", "s-1", "s-2", "s-3"]
+    assert len({hit.score for page in pages for hit in page.hits}) == 1
+    store.close()
