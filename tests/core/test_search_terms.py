@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from om_core.read import search_terms
 from om_core.read.search_plan import (
     Combination,
     EmptySets,
@@ -37,11 +38,19 @@ from om_core.read.search_terms import (
         ("snake_case it's", ["snake", "case", "it"]),  # "s" has no stem
         ("2024-03 v2", ["2024", "03", "v2"]),
         ("данные", ["_" + "данные".encode().hex()]),
+        ("x² ٣ 2024", ["x2", "_" + "٣".encode().hex(), "2024"]),
         ("", []),
     ],
 )
 def test_stems_are_lowercase_porter_stems_of_words(text: str, expected: list[str]) -> None:
     assert stems(text) == expected
+
+
+@given(st.text(max_size=60))
+def test_ascii_text_is_split_as_any_text_is(text: str) -> None:
+    ascii_text = text.encode("ascii", "ignore").decode()
+    for sample in (text, ascii_text):
+        assert search_terms._words(sample) == search_terms._WORD.findall(sample.lower())
 
 
 @pytest.mark.parametrize(
