@@ -140,14 +140,8 @@ def test_every_plan_pages_the_defined_ranking(
             KEPT_COUNTS.clear()
 
 
-def test_combinations_beyond_reach_are_never_asked(
-    corpus: tuple[SqlStore, str, str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A rare word beside two common ones: the rows holding the rare word (read one by one)
-    # fill the page far above anything the common words alone can score, so no combination
-    # is asked; the common words alone are taken by combination, in one statement.
-    store, big, _, texts = corpus
-    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+def _combinations_asked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the size of each statement of combinations a search asks."""
     asked: list[int] = []
     real = SqliteKeys._combined
 
@@ -156,6 +150,25 @@ def test_combinations_beyond_reach_are_never_asked(
         return real(self, *args)
 
     monkeypatch.setattr(SqliteKeys, "_combined", counting)
+    return asked
+
+
+def _small_store(folder: Path) -> tuple[SqlStore, str]:
+    url = f"sqlite:///{folder / 'small.db'}"
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    return store, AccountStore(store.engine).create_tenant("t").id
+
+
+def test_combinations_beyond_reach_are_never_asked(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rare word beside two common ones: the rows holding the rare word (read one by one)
+    # fill the page far above anything the common words alone can score, so no combination
+    # is asked; the common words alone are taken by combination, in one statement.
+    store, big, _, texts = corpus
+    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    asked = _combinations_asked(monkeypatch)
     hits = store.search(big, "w1 w3 w250", session_id="a", limit=3).hits
     assert [(h.id, h.score) for h in hits] == _expected(texts, "w1 w3 w250", ["a"])[:3]
     assert asked == []
@@ -169,24 +182,14 @@ def test_levels_the_scope_lacks_are_never_combined(
 ) -> None:
     # A session about something else: the query's words, common elsewhere in the index, are
     # probed in the session first, and no combination of them is asked there.
-    url = f"sqlite:///{tmp_path / 'scope.db'}"
-    upgrade(url)
-    store = SqlStore.from_url(url)
-    tenant = AccountStore(store.engine).create_tenant("t").id
+    store, tenant = _small_store(tmp_path)
     for session, words in (("elsewhere", "w1 w2 w3"), ("topic", "lease march rent")):
         store.create_session(tenant, session)
         batch = [message(f"{session}-{n}", session, words) for n in range(40)]
         store.append_entries(tenant, session, batch)
     monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
     monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
-    asked: list[int] = []
-    real = SqliteKeys._combined
-
-    def counting(self: SqliteKeys, *args: Any) -> Any:
-        asked.append(len(args[2]))
-        return real(self, *args)
-
-    monkeypatch.setattr(SqliteKeys, "_combined", counting)
+    asked = _combinations_asked(monkeypatch)
     assert store.search(tenant, "w1 w2 w3", session_id="topic").hits == ()
     assert asked == []
     assert len(store.search(tenant, "w1 w2 w3", session_id="elsewhere", limit=5).hits) == 5
@@ -201,10 +204,7 @@ def test_a_combination_tied_with_rows_read_one_by_one_still_takes_its_place(
     # read one by one and fill the keys a page of one asks (two: one more tells a next page
     # exists); "bb"'s come by combination, at the same score, and the first of them is the
     # first row: the combination must still be asked.
-    url = f"sqlite:///{tmp_path / 'ties.db'}"
-    upgrade(url)
-    store = SqlStore.from_url(url)
-    tenant = AccountStore(store.engine).create_tenant("t").id
+    store, tenant = _small_store(tmp_path)
     store.create_session(tenant, "s")
     texts = ["bb", "aa", "aa", "bb"]
     batch = [message(f"s-{n}", "s", text) for n, text in enumerate(texts)]
