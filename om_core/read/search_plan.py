@@ -15,7 +15,7 @@ those rows from their terms instead (:func:`score`), and leaves them out of the 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from om_core.read.search_terms import level_weight, term
@@ -44,6 +44,16 @@ class PlanWord:
         return tuple(term(self.stem, level) for level in self.levels)
 
 
+def places(words: Sequence[PlanWord]) -> list[tuple[int, int]]:
+    """Every place ``(word, level)`` of ``words``, in order (as :meth:`PlanWord.terms`)."""
+    return [(i, level) for i, word in enumerate(words) for level in word.levels]
+
+
+def any_of(terms: Iterable[str]) -> str:
+    """The FTS5 expression of rows holding any of ``terms`` (each quoted: never syntax)."""
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
 def score(words: Sequence[PlanWord], levels: Mapping[int, int]) -> float:
     """The score of a row holding ``words[i]`` at ``levels[i]`` (and no other word), summed in
     the words' order so that equal rows get equal scores to the bit."""
@@ -70,9 +80,7 @@ class Combination:
         """The FTS5 expression of these rows, without those holding any of ``excluded``."""
         held = " AND ".join(f'"{t}"' for t in self.held)
         left_out = (*self.lacking, *excluded)
-        if not left_out:
-            return held
-        return f"({held}) NOT ({' OR '.join(f'{chr(34)}{t}{chr(34)}' for t in left_out)})"
+        return f"({held}) NOT ({any_of(left_out)})" if left_out else held
 
 
 def _options(word: PlanWord) -> list[int | None]:
@@ -166,9 +174,7 @@ class EmptySets:
 
     def match(self, core: frozenset[int]) -> str:
         """The FTS5 expression of rows holding every word of ``core`` at a combined level."""
-        return " AND ".join(
-            "(" + " OR ".join(f'"{t}"' for t in self.words[i].terms()) + ")" for i in sorted(core)
-        )
+        return " AND ".join(f"({any_of(self.words[i].terms())})" for i in sorted(core))
 
     def learn(self, probed: Sequence[frozenset[int]], found: set[int]) -> None:
         """Record the probes of ``probed``: ``found`` holds the places of those with a row."""

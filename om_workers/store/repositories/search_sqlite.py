@@ -38,7 +38,9 @@ from om_core.read.search_plan import (
     Combination,
     EmptySets,
     PlanWord,
+    any_of,
     combinations,
+    places,
     read_places,
     score,
 )
@@ -127,27 +129,26 @@ class SqliteKeys:
         """Up to ``limit`` keys after the cursor's, best first: the scope's messages and
         memory items holding any scored stem of ``query``, tombstoned entries left out."""
         found = query_stems(query.terms)
-        keys = [*self._memory(found), *self._messages(found)]
-        after = self._query.after
-        return sorted(k for k in keys if after is None or k > after)[: self._query.limit]
+        return self._page_of([*self._memory(found), *self._messages(found)])
 
     # -- what the index knows of the query's stems
 
     def _words(self, index: _Index, found: Sequence[str]) -> _Words:
         rows = index_rows(self._connection, index.table)
         counted = count_levels(self._connection, index.table, found)
-        held = [(stem, counted[stem]) for stem in found if counted[stem].documents]
-        best = sorted(held, key=lambda pair: -idf(rows, pair[1].documents))[:MAX_SCORED_STEMS]
-        chosen = [pair for pair in held if pair in best]
+        held = [stem for stem in found if counted[stem].documents]
+        # The rarest stems (highest IDF), kept in the query's order.
+        rarest = set(sorted(held, key=lambda stem: counted[stem].documents)[:MAX_SCORED_STEMS])
+        chosen = [stem for stem in held if stem in rarest]
         words = tuple(
             PlanWord(
                 stem,
-                idf(rows, c.documents),
-                tuple(range(LEVELS)) if c.kept else tuple(sorted(c.levels)),
+                idf(rows, counted[stem].documents),
+                tuple(range(LEVELS)) if counted[stem].kept else tuple(sorted(counted[stem].levels)),
             )
-            for stem, c in chosen
+            for stem in chosen
         )
-        return _Words(words, tuple(c for _, c in chosen), rows)
+        return _Words(words, tuple(counted[stem] for stem in chosen), rows)
 
     # -- the scope
 
@@ -167,8 +168,8 @@ class SqliteKeys:
         scope = self._scope_rows()
         messages = _MessageStatements(self._query, tenant_token=scope < plan.rows / 2)
         counts = [c.levels for c in plan.counted]
-        places = read_places(plan.words, counts, math.inf if scope <= SMALL_SCOPE else READ_ROWS)
-        read = set(places)
+        read_at = read_places(plan.words, counts, math.inf if scope <= SMALL_SCOPE else READ_ROWS)
+        read = set(read_at)
         dense = self._in_scope(
             messages,
             [
@@ -176,8 +177,8 @@ class SqliteKeys:
                 for i, word in enumerate(plan.words)
             ],
         )
-        read_terms = [term(plan.words[i].stem, level) for i, level in places]
-        levels = self._levels(messages, places, read_terms)
+        read_terms = [term(plan.words[i].stem, level) for i, level in read_at]
+        levels = self._levels(messages, read_at, read_terms)
         if levels:
             self._add_levels(messages, dense, read_terms, levels)
         keys = self._page_of(
@@ -189,19 +190,19 @@ class SqliteKeys:
         documents = {w.stem: c.documents for w, c in zip(plan.words, plan.counted, strict=True)}
         rare = [i for i, w in enumerate(combined) if documents[w.stem] <= RARE_SHARE * plan.rows]
         cores = EmptySets(combined, frozenset(rare))
-        return self._by_combination(messages, cores, combined, read_terms, keys)
+        return self._by_combination(messages, cores, read_terms, keys)
 
     def _in_scope(
         self, statements: _MessageStatements, words: Sequence[PlanWord]
     ) -> list[PlanWord]:
         """``words`` at only the levels some row of the scope holds them at (a probe each, in
         one statement): a level the scope lacks would only multiply the combinations."""
-        places = [(i, level) for i, word in enumerate(words) for level in word.levels]
-        if not places:
+        asked = places(words)
+        if not asked:
             return list(words)
-        probes = [statements.match(f'"{term(words[i].stem, level)}"') for i, level in places]
+        probes = [statements.match(any_of([term(words[i].stem, lv)])) for i, lv in asked]
         found = self._run(statements.selects(len(probes), probe=True), probes)
-        held = {places[n] for n, _ in found}
+        held = {asked[n] for n, _ in found}
         return [
             replace(word, levels=tuple(lv for lv in word.levels if (i, lv) in held))
             for i, word in enumerate(words)
@@ -210,17 +211,17 @@ class SqliteKeys:
     def _levels(
         self,
         statements: _MessageStatements,
-        places: Sequence[tuple[int, int]],
+        read: Sequence[tuple[int, int]],
         terms: Sequence[str],
     ) -> dict[int, dict[int, int]]:
-        """The rows holding any of ``terms`` (word ``places[n][0]`` at level ``places[n][1]``),
+        """The rows holding any of ``terms`` (word ``read[n][0]`` at level ``read[n][1]``),
         each with the levels of the words it holds them of."""
         if not terms:
             return {}
-        matches = [statements.match(f'"{t}"') for t in terms]
+        matches = [statements.match(any_of([t])) for t in terms]
         held: dict[int, dict[int, int]] = {}
         for n, row in self._run(statements.selects(len(matches)), matches):
-            word, level = places[n]
+            word, level = read[n]
             held.setdefault(row, {})[word] = level
         return held
 
@@ -233,33 +234,31 @@ class SqliteKeys:
     ) -> None:
         """The levels of the ``dense`` words in the rows of ``held`` (those holding a term
         read row by row), added to each row's."""
-        places = [(i, level) for i, word in enumerate(dense) for level in word.levels]
-        if not places:
+        asked = places(dense)
+        if not asked:
             return
-        read = " OR ".join(f'"{t}"' for t in read_terms)
-        matches = [
-            statements.match(f'"{term(dense[i].stem, lv)}" AND ({read})') for i, lv in places
-        ]
+        read = any_of(read_terms)
+        matches = [statements.match(f'"{term(dense[i].stem, lv)}" AND ({read})') for i, lv in asked]
         for n, row in self._run(statements.selects(len(matches)), matches):
             if row in held:
-                word, level = places[n]
+                word, level = asked[n]
                 held[row][word] = level
 
     def _by_combination(
         self,
         statements: _MessageStatements,
         cores: EmptySets,
-        words: Sequence[PlanWord],
         excluded: Sequence[str],
         keys: list[SearchKey],
     ) -> list[SearchKey]:
-        """``keys`` with the rows holding only ``words`` (none of ``excluded``), taken by
-        combination, best first, until no later one can reach the page."""
+        """``keys`` with the rows holding only the combined words (``cores.words``; none of
+        ``excluded``), taken by combination, best first, until no later one can reach the
+        page."""
         after, limit = self._query.after, self._query.limit
         visible = keys
         batch: list[Combination] = []
         size = FIRST_BATCH
-        for group in combinations(words):
+        for group in combinations(cores.words):
             rank = -group[0].score
             if after is not None and (
                 rank < after.rank or (rank == after.rank and after.source > MESSAGES.source)
@@ -307,8 +306,7 @@ class SqliteKeys:
         plan = self._words(MEMORY, found)
         if not plan.words:
             return []
-        terms = _terms(plan.words, range(len(plan.words)))
-        places = [(i, level) for i, word in enumerate(plan.words) for level in word.levels]
+        asked = places(plan.words)
         session = self._query.session_pk is not None
         select = (
             "SELECT * FROM (SELECT {n} AS n, m.session_pk * "
@@ -318,10 +316,11 @@ class SqliteKeys:
             "WHERE memory_fts MATCH :m{n} "
             f"{'AND m.session_pk = :session_pk' if session else ''})"
         )
-        sql = " UNION ALL ".join(select.format(n=n) for n in range(len(terms)))
+        sql = " UNION ALL ".join(select.format(n=n) for n in range(len(asked)))
         held: dict[int, dict[int, int]] = {}
-        for n, row in self._run(sql, [f'"{t}"' for t in terms]):
-            word, level = places[n]
+        matches = [any_of([term(plan.words[i].stem, lv)]) for i, lv in asked]
+        for n, row in self._run(sql, matches):
+            word, level = asked[n]
             held.setdefault(row, {})[word] = level
         return self._page_of(
             SearchKey(-score(plan.words, levels), 1, row) for row, levels in held.items()
@@ -337,10 +336,6 @@ class SqliteKeys:
         if self._query.after is not None:
             params["after_row"] = self._query.after.row
         return sqlite_rows(self._connection, sql, params)
-
-
-def _terms(words: Sequence[PlanWord], chosen: Sequence[int] | range) -> list[str]:
-    return [t for i in chosen for t in words[i].terms()]
 
 
 @dataclass(frozen=True)
