@@ -217,3 +217,24 @@ def test_a_combination_tied_with_rows_read_one_by_one_still_takes_its_place(
     assert [hit.id for page in pages for hit in page.hits] == ["s-0", "s-1", "s-2", "s-3"]
     assert len({hit.score for page in pages for hit in page.hits}) == 1
     store.close()
+
+
+def test_a_query_searches_its_rarest_stems_up_to_the_cap(tmp_path: Path) -> None:
+    # Five words, the first in one message, the second in two, ... the fifth in five: a
+    # query of all five searches the four rarest; with the fifth alone it is found again.
+    store, tenant = _small_store(tmp_path)
+    store.create_session(tenant, "s")
+    words = ["alpha", "bravo", "charlie", "delta", "echo"]
+    texts = [word for n, word in enumerate(words) for _ in range(n + 1)]
+    store.append_entries(
+        tenant, "s", [message(f"s-{n}", "s", text) for n, text in enumerate(texts)]
+    )
+    assert MAX_SCORED_STEMS == 4
+
+    def found(q: str) -> set[str]:
+        return {texts[int(h.id.split("-")[1])] for h in store.search(tenant, q, limit=50).hits}
+
+    assert found(" ".join(words[:4])) == set(words[:4])
+    assert found(" ".join(words)) == set(words[:4])
+    assert found("echo") == {"echo"}
+    store.close()
