@@ -157,12 +157,14 @@ class _ContextRead:
     _key: ContextKey | None = None
     _kept: Context | None = None
     _walk: TailWalk | None = None
+    _unobserved_tokens: int | None = None
 
     def look_up(self, cache: ContextCache) -> Callable[[ContextVersion], bool]:
         """What the store asks, in the read's transaction, once it has read the session's
         version: whether a context built for it is kept (then nothing more is read)."""
 
         def kept(version: ContextVersion) -> bool:
+            self._unobserved_tokens = version.info.unobserved_tokens
             self._key = self._context_key(version)
             self._kept = cache.kept_context(self._key)
             return self._kept is not None
@@ -187,14 +189,27 @@ class _ContextRead:
             max_tokens=self.max_tokens,
         )
 
-    def enough(self, state: ContextState, tail: tuple[SessionEntry, ...]) -> bool:
+    def enough(
+        self, state: ContextState, tail: tuple[SessionEntry, ...], holds_cursor: bool
+    ) -> bool:
         """Whether ``tail`` holds the recent window and reaches the observation cursor (or
-        more unobserved tokens than the budget can show). Asked of the same read's tail as it
-        doubles, walking only what the last question did not."""
+        more unobserved tokens than the budget can show); ``holds_cursor``: the store found
+        the cursor in it. Asked of the same read's tail as it doubles, walking only what the
+        last question did not."""
         if self._walk is None:
-            reach = TailReach(state.ledger.observation_covers_up_to_id, self.max_tokens)
+            budget = self.max_tokens
+            if (
+                budget is not None
+                and self._unobserved_tokens is not None
+                and self._unobserved_tokens <= budget
+            ):
+                # Every unobserved message fits the budget (as the session row counts them):
+                # the tail reaches the cursor (or the root) anyway, and summing their tokens
+                # on the way back would not stop it sooner.
+                budget = None
+            reach = TailReach(state.ledger.observation_covers_up_to_id, budget)
             self._walk = TailWalk(self.settings.context.recent_messages, reach)
-        return self._walk.holds(tail)
+        return self._walk.holds(tail, reached=holds_cursor)
 
     def kept(self) -> Context:
         """The context kept for the version read (after :meth:`look_up` said so)."""

@@ -69,12 +69,16 @@ class TailWalk:
         self._wanted: set[str] = set()  # calls answered in the window and not seen yet
         self._calls: set[str] = set()  # calls seen so far
 
-    def holds(self, tail: Sequence[SessionEntry]) -> bool:
+    def holds(self, tail: Sequence[SessionEntry], *, reached: bool = False) -> bool:
         """Whether ``tail`` holds more than the last ``keep`` messages, the tool calls those
         answer, and (with a reach) reaches the cursor or more message tokens than the
-        budget. Stops as soon as all of it holds."""
+        budget. Stops as soon as all of it holds: ``reached`` (the caller found the cursor
+        in ``tail``, :func:`~om_workers.store.tail_cache.holds_entry`) spares walking back to it."""
         keep, cursor, budget = self._keep, self._cursor, self._budget
-        messages, tokens, reached = self._messages, self._tokens, self._reached
+        messages, tokens = self._messages, self._tokens
+        reached = reached or self._reached
+        if not reached and cursor is None and budget is None:
+            return False  # only the branch's root ends the reach: the caller sees it
         wanted, calls = self._wanted, self._calls
         older = len(tail) - self._walked
         holds = False

@@ -27,6 +27,7 @@ from om_workers.store.records import (
     StoredTombstone,
 )
 from om_workers.store.service import Service
+from om_workers.store.tail_cache import holds_entry
 
 MAX_PAGE_LIMIT = 1000
 """Most entries one :meth:`SessionReads.read_page` answer holds."""
@@ -122,15 +123,15 @@ class SessionReads(Service):
         *,
         invalidation_scope: str,
         first_tail: int,
-        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
+        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...], bool], bool],
         kept: Callable[[ContextVersion], bool],
     ) -> ContextParts | None:
         """Everything a context read needs, in one read transaction: the session row and the
         ids ``invalidation_scope`` withholds (``None`` when ``kept`` says a context built for
         that version is at hand, and nothing more is read), then the stored ledger, the
-        branch tail (``first_tail`` entries, doubled until ``tail_enough`` or the branch's
-        root) and the unobserved messages older than the tail (only when the tail stops
-        short of the observation cursor)."""
+        branch tail (``first_tail`` entries, doubled until ``tail_enough``, told whether the
+        tail holds the observation cursor, or the branch's root) and the unobserved messages
+        older than the tail (only when the tail stops short of the observation cursor)."""
         with self._units.read() as uow:
             found = uow.sessions.context_head(tenant_id, session_id, invalidation_scope)
             version = ContextVersion(found.info, found.withheld)
@@ -138,23 +139,23 @@ class SessionReads(Service):
                 return None
             head, segments = found.head, found.segments
             state = uow.memory.context_state_at(found, memory_only=True)
+            cursor = state.ledger.observation_covers_up_to_id
             limit = first_tail
             while True:
-                tail, first_seq = uow.entries.tail_and_first_seq(
-                    head.pk, segments, limit, head.rewritten_at
-                )
-                if len(tail) < limit or tail_enough(state, tail):
+                tail, seqs = uow.entries.tail_and_seqs(head.pk, segments, limit, head.rewritten_at)
+                holds_cursor = holds_entry(tail, seqs, cursor, state.observation_cursor_seq)
+                whole = len(tail) < limit
+                if whole or tail_enough(state, tail, holds_cursor):
                     break
                 limit *= 2
-            cursor = state.ledger.observation_covers_up_to_id
             older: tuple[int, int, str | None] = (0, 0, None)
-            if tail and cursor not in {e.id for e in tail}:
+            if not whole and not holds_cursor and cursor not in {e.id for e in tail}:
                 # The cursor's and the tail's seqs come with the reads above: one count.
                 older = uow.entries.count_messages(
                     head.pk,
                     segments,
                     after_seq=state.observation_cursor_seq,
-                    before_seq=first_seq,
+                    before_seq=seqs[0],
                 )
         return ContextParts(version=version, state=state, tail=tail, older=older)
 

@@ -308,14 +308,15 @@ class SqlStore:
         *,
         invalidation_scope: str,
         first_tail: int,
-        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...]], bool],
+        tail_enough: Callable[[ContextState, tuple[SessionEntry, ...], bool], bool],
         kept: Callable[[ContextVersion], bool],
     ) -> ContextParts | None:
         """What a context read needs, in one read transaction (one consistent view): the
         session row and the ids ``invalidation_scope`` withholds, which are all that is read
         when ``kept`` (called with them) says a context built for that version is at hand
         (``None``); else the stored ledger, the branch tail (``first_tail`` entries, doubled
-        until ``tail_enough`` says so or the branch is read whole) and the count of
+        until ``tail_enough``, told whether the tail holds the observation cursor, says so or
+        the branch is read whole) and the count of
         unobserved messages before the tail.
 
         Raises :class:`~om_workers.errors.SessionNotFoundError`.

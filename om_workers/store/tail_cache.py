@@ -17,6 +17,7 @@ store as before. So a read never answers from a stale branch, on any number of A
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -68,35 +69,34 @@ class TailCache:
         :func:`~om_workers.store.branch.read_branch_payloads` with ``newest_first`` reads them.
         ``rewritten_at``: the session row's; a tail cached before a rewrite in place (an
         erasure's placeholders) is read again."""
-        return self.tail_and_first_seq(connection, session_pk, segments, limit, rewritten_at)[0]
+        return self.tail_and_seqs(connection, session_pk, segments, limit, rewritten_at)[0]
 
-    def tail_and_first_seq(
+    def tail_and_seqs(
         self,
         connection: Connection,
         session_pk: int,
         segments: Sequence[Segment],
         limit: int,
         rewritten_at: datetime | None = None,
-    ) -> tuple[tuple[SessionEntry, ...], int]:
-        """:meth:`tail`, and the seq of its first entry (0 for an empty tail): a caller
-        counting what lies before the tail needs no lookup of that entry's position."""
+    ) -> tuple[tuple[SessionEntry, ...], tuple[int, ...]]:
+        """:meth:`tail`, and its entries' seqs (ascending): a caller counting what lies before
+        the tail, or looking for an entry of known seq in it, needs no lookup of positions."""
         if not segments:
-            return (), 0
+            return (), ()
         with self._lock:
             cached = self._items.get(session_pk)
         if cached is not None and cached.seqs and cached.rewritten_at == rewritten_at:
             grown = self._extend(connection, session_pk, segments, cached)
             if grown is not None and (len(grown.entries) >= limit or grown.complete):
                 self._keep(session_pk, grown)
-                seqs = grown.seqs[-limit:]
-                return grown.entries[-limit:], seqs[0]
+                return grown.entries[-limit:], grown.seqs[-limit:]
         rows = read_branch_payloads(
             connection, session_pk, segments, limit=limit, newest_first=True
         )
         entries = to_entries(rows)
         tail = self._tail(segments, rows, entries, complete=len(rows) < limit)
         self._keep(session_pk, replace(tail, rewritten_at=rewritten_at))
-        return entries, tail.seqs[0] if tail.seqs else 0
+        return entries, tail.seqs
 
     @staticmethod
     def _tail(
@@ -143,3 +143,16 @@ class TailCache:
             while self._held > self._max and len(self._items) > 1:
                 _, dropped = self._items.popitem(last=False)
                 self._held -= len(dropped.entries)
+
+
+def holds_entry(
+    tail: Sequence[SessionEntry], seqs: Sequence[int], entry_id: str | None, seq: int
+) -> bool:
+    """Whether ``tail`` (with its entries' ``seqs``, ascending along a branch) holds the
+    entry ``entry_id`` whose seq is ``seq``: found by the seq and checked by the id, so a
+    long tail is not walked (``False`` for an unknown ``seq``, 0, even if the entry is
+    there: the caller then looks by id)."""
+    if entry_id is None or seq <= 0:
+        return False
+    at = bisect_left(seqs, seq)
+    return at < len(seqs) and seqs[at] == seq and tail[at].id == entry_id

@@ -80,6 +80,24 @@ def test_context_from_snapshot_and_tail_equals_the_full_branch(
         assert len(recent_tail(store, tenant, session_id, keep)) < len(branch)
 
 
+@pytest.mark.parametrize("max_tokens", [None, 256, 2_000, 100_000])
+def test_context_of_a_session_nothing_observed_yet_equals_the_full_branch(
+    store: SqlStore, tenant: str, session_id: str, max_tokens: int | None
+) -> None:
+    # No observation cursor: the tail reaches back to the root, or to as many tokens as the
+    # budget shows (then the rest is counted), whichever comes first.
+    for run in range(20):
+        batch = [message(f"u{run}", text="y " * 60), _call(f"c{run}", f"call{run}")]
+        store.append_entries(tenant, session_id, [*batch, _result(f"r{run}", f"call{run}")])
+    settings = resolve_settings()
+    branch = store.read_branch(tenant, session_id)
+    expected = build_context(branch, settings, max_tokens=max_tokens)
+    got = session_context(store, tenant, session_id, settings=settings, max_tokens=max_tokens)
+    assert got == expected
+    assert got.unobserved.messages == 60 and got.unobserved.first_id == "u0"
+    assert (got.gap is not None) is (max_tokens == 256)
+
+
 def test_a_window_that_starts_inside_a_tool_run_reads_back_to_its_call(
     store: SqlStore, tenant: str, session_id: str
 ) -> None:

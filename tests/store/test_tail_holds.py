@@ -4,12 +4,14 @@ the rule stated plainly: every message's facts gathered first, then each conditi
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from om_core.ledger.fold import is_eligible_observation_source
 from om_core.ledger.models import SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
+from om_workers.store.tail_cache import holds_entry
 from om_workers.tails import TailReach, TailWalk
 from tests.core.builders import Branch
 
@@ -116,3 +118,60 @@ def test_a_walk_over_a_doubling_tail_answers_as_a_walk_over_each_tail() -> None:
                 break
             size *= 2
     assert min(checked.values()) > 300
+
+
+def test_a_cursor_found_by_the_caller_spares_the_walk_and_answers_the_same() -> None:
+    # A context read finds the observation cursor by its seq and tells the walk so.
+    rng = random.Random(17)
+    checked = {True: 0, False: 0}
+    for _ in range(2_000):
+        tail, keep, _ = _random_question(rng)
+        if not tail:
+            continue
+        cursor = rng.choice(tail).id
+        reach = TailReach(cursor, rng.choice([None, 0, 300]))
+        expected = _stated(tail, keep, reach)
+        assert TailWalk(keep, reach).holds(tail, reached=True) is expected
+        checked[expected] += 1
+    assert min(checked.values()) > 300
+
+
+def test_a_told_walk_stops_at_the_recent_window() -> None:
+    branch = Branch()
+    for n in range(40):
+        branch.user(f"message {n}")
+
+    class Counted(list[SessionEntry]):
+        read = 0
+
+        def __getitem__(self, index: Any) -> Any:
+            Counted.read += 1
+            return super().__getitem__(index)
+
+    tail = Counted(branch.entries)
+    assert TailWalk(2, TailReach(branch.entries[0].id, None)).holds(tail, reached=True)
+    assert Counted.read == 3  # the last three messages, not the forty back to the cursor
+
+
+@pytest.mark.parametrize(
+    ("entry", "seq", "holds"),
+    [
+        ("e2", 12, True),  # its seq, its id
+        ("e0", 10, True),  # the tail's first entry
+        ("e3", 13, True),  # its last
+        ("other", 12, False),  # the seq names another entry
+        ("e2", 11, False),  # a wrong seq: the id does not match
+        ("e2", 0, False),  # unknown seq: the caller looks by id
+        ("e9", 9, False),  # older than the tail
+        ("e9", 14, False),  # newer than the tail
+        (None, 12, False),  # no entry to look for
+    ],
+)
+def test_holds_entry_finds_an_entry_by_seq_and_checks_its_id(
+    entry: str | None, seq: int, holds: bool
+) -> None:
+    branch = Branch()
+    for n in range(4):
+        branch.user(f"message {n}")
+    tail = [e.model_copy(update={"id": f"e{n}"}) for n, e in enumerate(branch.entries)]
+    assert holds_entry(tail, (10, 11, 12, 13), entry, seq) is holds

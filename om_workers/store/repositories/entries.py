@@ -191,15 +191,15 @@ class EntryRepository:
         was rewritten since (``rewritten_at``, the session row's)."""
         return self._tails.tail(self._connection, session_pk, segments, limit, rewritten_at)
 
-    def tail_and_first_seq(
+    def tail_and_seqs(
         self,
         session_pk: int,
         segments: Sequence[Segment],
         limit: int,
         rewritten_at: datetime | None = None,
-    ) -> tuple[tuple[SessionEntry, ...], int]:
-        """:meth:`tail`, and the seq of its first entry (0 when it is empty)."""
-        return self._tails.tail_and_first_seq(
+    ) -> tuple[tuple[SessionEntry, ...], tuple[int, ...]]:
+        """:meth:`tail`, and its entries' seqs (ascending)."""
+        return self._tails.tail_and_seqs(
             self._connection, session_pk, segments, limit, rewritten_at
         )
 
