@@ -35,6 +35,10 @@ from tests.e2e.support import (
 from tests.e2e.workers import FINAL, ROOT, StartWorker, runs_of, settled, worker_env
 
 RUNNING_JOB_TIMEOUT_S = 120.0
+HEAL_TIMEOUT_S = 300.0
+"""How long the restarts' sessions may take to be observed again: what this test checks is
+that nothing is lost (how fast it heals is measured by the fault matrix, tests/chaos); on a
+loaded machine the failed jobs' backoff alone can pass two minutes."""
 """Only bounds a failing test: nothing asserts how soon a job runs."""
 
 
@@ -102,6 +106,7 @@ def test_redis_restart_mid_load_loses_no_work(
     client.close()
 
 
+@pytest.mark.timeout(HEAL_TIMEOUT_S + 5 * RUNNING_JOB_TIMEOUT_S)
 def test_five_redis_restarts_with_tasks_in_flight_kill_no_worker_and_lose_nothing(
     restartable: EmbeddedRedis, start_worker: StartWorker, store: SqlStore, tenant: str,
     database_url: str,
@@ -131,14 +136,20 @@ def test_five_redis_restarts_with_tasks_in_flight_kill_no_worker_and_lose_nothin
             for s, m in messages.items()
         )
 
-    for _ in range(40):
+    deadline = time.monotonic() + HEAL_TIMEOUT_S
+    while time.monotonic() < deadline:
         app.send_task(RECONCILE_TASK, queue=QUEUE)
         try:
             wait_for(healed, 3, "")
             break
         except AssertionError:
             continue
-    wait_for(healed, 5, "every session observed after five restarts")
+    unhealed = {
+        s: [run.state for run in runs_of(database_url, s)]
+        for s, m in messages.items()
+        if not (settled(database_url, s) and fully_observed(store, tenant, s, m))
+    }
+    assert not unhealed, f"not observed after five restarts (their jobs' states): {unhealed}"
     for session, ids in messages.items():
         assert_observed_once(store, tenant, session, ids)
     assert [w.process.poll() for w in workers] == [None, None]
