@@ -316,8 +316,7 @@ class SqlStore:
         when ``kept`` (called with them) says a context built for that version is at hand
         (``None``); else the stored ledger, the branch tail (``first_tail`` entries, doubled
         until ``tail_enough``, told whether the tail holds the observation cursor, says so or
-        the branch is read whole) and the count of
-        unobserved messages before the tail.
+        the branch is read whole) and the count of unobserved messages before the tail.
 
         Raises :class:`~om_workers.errors.SessionNotFoundError`.
         """
