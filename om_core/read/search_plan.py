@@ -49,9 +49,14 @@ def places(words: Sequence[PlanWord]) -> list[tuple[int, int]]:
     return [(i, level) for i, word in enumerate(words) for level in word.levels]
 
 
+def quoted(index_term: str) -> str:
+    """The FTS5 expression of rows holding ``index_term`` (quoted: never syntax)."""
+    return f'"{index_term}"'
+
+
 def any_of(terms: Iterable[str]) -> str:
-    """The FTS5 expression of rows holding any of ``terms`` (each quoted: never syntax)."""
-    return " OR ".join(f'"{t}"' for t in terms)
+    """The FTS5 expression of rows holding any of ``terms``."""
+    return " OR ".join(map(quoted, terms))
 
 
 def score(words: Sequence[PlanWord], levels: Mapping[int, int]) -> float:
@@ -78,7 +83,7 @@ class Combination:
 
     def match(self, excluded: Sequence[str] = ()) -> str:
         """The FTS5 expression of these rows, without those holding any of ``excluded``."""
-        held = " AND ".join(f'"{t}"' for t in self.held)
+        held = " AND ".join(map(quoted, self.held))
         left_out = (*self.lacking, *excluded)
         return f"({held}) NOT ({any_of(left_out)})" if left_out else held
 

@@ -115,10 +115,9 @@ def run() -> Section:
         "Retrieval: for each LoCoMo question with evidence, the session search for the "
         "question's text, limit 10: lexical (BM25 over levelled terms), hybrid (the best 100 "
         "of the full text and the 100 nearest vectors, by cosine without the session's mean "
-        "and top 6 "
-        "principal components, fused by reciprocal rank, k=60) and bm25s "
-        "(English stopwords, no stemmer) over the same turns, in the same run; a question "
-        "counts when an evidence turn is in the top k.",
+        "and top 6 principal components, fused by reciprocal rank, k=60) and bm25s (English "
+        "stopwords, no stemmer) over the same turns, in the same run; a question counts when "
+        "an evidence turn is in the top k.",
         "Latency: the same searches; hybrid includes embedding the query and an exact cosine "
         "over the session's vectors (numpy), after estimating their common directions.",
         "The number of components removed was chosen on conversation 26 alone "

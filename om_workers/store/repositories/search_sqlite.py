@@ -41,6 +41,7 @@ from om_core.read.search_plan import (
     any_of,
     combinations,
     places,
+    quoted,
     read_places,
     score,
 )
@@ -139,16 +140,16 @@ class SqliteKeys:
         held = [stem for stem in found if counted[stem].documents]
         # The rarest stems (highest IDF), kept in the query's order.
         rarest = set(sorted(held, key=lambda stem: counted[stem].documents)[:MAX_SCORED_STEMS])
-        chosen = [stem for stem in held if stem in rarest]
+        chosen = [(stem, counted[stem]) for stem in held if stem in rarest]
         words = tuple(
             PlanWord(
                 stem,
-                idf(rows, counted[stem].documents),
-                tuple(range(LEVELS)) if counted[stem].kept else tuple(sorted(counted[stem].levels)),
+                idf(rows, c.documents),
+                tuple(range(LEVELS)) if c.kept else tuple(sorted(c.levels)),
             )
-            for stem in chosen
+            for stem, c in chosen
         )
-        return _Words(words, tuple(counted[stem] for stem in chosen), rows)
+        return _Words(words, tuple(c for _, c in chosen), rows)
 
     # -- the scope
 
@@ -200,7 +201,7 @@ class SqliteKeys:
         asked = places(words)
         if not asked:
             return list(words)
-        probes = [statements.match(any_of([term(words[i].stem, lv)])) for i, lv in asked]
+        probes = [statements.match(quoted(term(words[i].stem, lv))) for i, lv in asked]
         found = self._run(statements.selects(len(probes), probe=True), probes)
         held = {asked[n] for n, _ in found}
         return [
@@ -218,7 +219,7 @@ class SqliteKeys:
         each with the levels of the words it holds them of."""
         if not terms:
             return {}
-        matches = [statements.match(any_of([t])) for t in terms]
+        matches = [statements.match(quoted(t)) for t in terms]
         held: dict[int, dict[int, int]] = {}
         for n, row in self._run(statements.selects(len(matches)), matches):
             word, level = read[n]
@@ -238,7 +239,9 @@ class SqliteKeys:
         if not asked:
             return
         read = any_of(read_terms)
-        matches = [statements.match(f'"{term(dense[i].stem, lv)}" AND ({read})') for i, lv in asked]
+        matches = [
+            statements.match(f"{quoted(term(dense[i].stem, lv))} AND ({read})") for i, lv in asked
+        ]
         for n, row in self._run(statements.selects(len(matches)), matches):
             if row in held:
                 word, level = asked[n]
@@ -318,7 +321,7 @@ class SqliteKeys:
         )
         sql = " UNION ALL ".join(select.format(n=n) for n in range(len(asked)))
         held: dict[int, dict[int, int]] = {}
-        matches = [any_of([term(plan.words[i].stem, lv)]) for i, lv in asked]
+        matches = [quoted(term(plan.words[i].stem, lv)) for i, lv in asked]
         for n, row in self._run(sql, matches):
             word, level = asked[n]
             held.setdefault(row, {})[word] = level
@@ -349,7 +352,7 @@ class _MessageStatements:
 
     def match(self, expression: str) -> str:
         if self.query.session_pk is None and self.tenant_token:
-            return f'"{tenant_term(self.query.tenant_id)}" AND ({expression})'
+            return f"{quoted(tenant_term(self.query.tenant_id))} AND ({expression})"
         return expression
 
     def selects(
