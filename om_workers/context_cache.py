@@ -26,13 +26,15 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Generic, TypeVar
 
+from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
 from om_core.read.context import Context
 from om_core.read.context_memory import ContextMemory
+from om_core.read.tail_messages import TailMessages
 from om_core.settings import ObservationalMemorySettings
 from om_workers.store import SqlStore
 
@@ -46,6 +48,9 @@ the objects behind them hold a few times that): a part is a few KB for most sess
 up to a few MB for one of 10,000 observations, so parts are bounded by their size, not only
 by their number (a count of 32 had an agent server of a few hundred sessions rebuild
 every session's memory on every read)."""
+MAX_TAIL_ENTRIES: Final = 50_000
+"""Entries of the tails walked last (:class:`TailMessages`) kept over every session: the
+objects are mostly the tail cache's own, so this bounds what outlives it there."""
 MAX_AGE_S: Final = 300.0
 """How long a kept value is used, seconds."""
 
@@ -192,6 +197,9 @@ class ContextCache:
         self._latest: OrderedDict[tuple[str, str], MemoryKey] = OrderedDict()
         self._max_latest = max_memories
         self._latest_lock = threading.Lock()
+        self._tails: _Kept[MemoryKey, TailMessages] = _Kept(
+            max_memories, max_age_s, weight=lambda tail: len(tail.entries), budget=MAX_TAIL_ENTRIES
+        )
         self.counts = CacheCounts()
 
     def kept_context(self, key: ContextKey) -> Context | None:
@@ -245,6 +253,16 @@ class ContextCache:
             return None
         return self._memories.get(latest)
 
+    def tail_messages(
+        self, key: MemoryKey, entries: Sequence[SessionEntry], ledger: ObservationalMemoryLedger
+    ) -> TailMessages:
+        """``entries`` (a tail of the branch whose memory ``key`` names, ``ledger`` that
+        memory folded) walked for a context build: the walk kept under ``key`` is continued
+        when they go on from it, so only what was appended since is walked; kept from now on."""
+        walked = TailMessages.of(entries, ledger.observation_covers_up_to_id, self._tails.get(key))
+        self._tails.put(key, walked)
+        return walked
+
     def holds_memory(self, key: MemoryKey) -> bool:
         """Whether a memory part is kept under ``key``, so that a build would reuse it."""
         return self._memories.get(key) is not None
@@ -253,6 +271,7 @@ class ContextCache:
         """Drop everything kept of the session (it was erased)."""
         self._contexts.forget(tenant_id, session_id)
         self._memories.forget(tenant_id, session_id)
+        self._tails.forget(tenant_id, session_id)
         with self._latest_lock:
             self._latest.pop((tenant_id, session_id), None)
 

@@ -254,8 +254,9 @@ class _ContextRead:
         )
         count, tokens, first = parts.older
         older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
+        tail = cache.tail_messages(memory_key, parts.tail, memory.ledger)
         built = build_context_tail(
-            parts.tail, memory, self.settings, max_tokens=self.max_tokens, older=older
+            parts.tail, memory, self.settings, max_tokens=self.max_tokens, older=older, tail=tail
         )
         cache.keep_context(key, built)
         return built

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Unpack
 
-from om_core.ledger.fold import unscanned_entries
 from om_core.ledger.models import (
     ContextBlock,
     Frozen,
@@ -19,6 +18,7 @@ from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
 from om_core.policy.redaction import normalize_secrets, redact, scrub
 from om_core.read.context_memory import ContextMemory, MemorySelection
 from om_core.read.render import RenderedMemory
+from om_core.read.tail_messages import TailMessages
 from om_core.read.window import (
     render_message,
     render_recent_message_window,
@@ -190,6 +190,7 @@ def build_context_tail(
     *,
     max_tokens: int | None = None,
     older: Unobserved | None = None,
+    tail: TailMessages | None = None,
 ) -> Context:
     """:func:`build_context` from its memory part already built: ``memory`` is
     ``ContextMemory(entries, invalidated_ids, secrets, view)``, a function of the branch's
@@ -197,14 +198,17 @@ def build_context_tail(
     (it keeps its rendering plans: the memory block is then fitted, not rendered again).
     ``entries`` must be the branch as :func:`build_context` takes it, memory records
     included, and ``memory`` of that branch's memory; the result is exactly
-    :func:`build_context`'s. Raises ``ValueError`` for a budget below the minimum.
+    :func:`build_context`'s. ``tail``: ``entries`` walked already, as
+    ``TailMessages.of(entries, memory.ledger.observation_covers_up_to_id, earlier)``, so a
+    caller keeping the last walk of a branch walks only what was appended since. Raises
+    ``ValueError`` for a budget below the minimum.
     """
     check_budget(max_tokens)
     resolved = settings or resolve_settings()
-    unobserved = [
-        e for e in unscanned_entries(entries, memory.ledger) if e.is_eligible_observation_source
-    ]
-    window = _window(entries, resolved, unobserved)
+    if tail is None:
+        tail = TailMessages.of(entries, memory.ledger.observation_covers_up_to_id)
+    unobserved = tail.messages[tail.observed :]
+    window = _window(entries, resolved, tail)
     if max_tokens is None:
         fitted = _unbudgeted(memory, window, unobserved, older)
     else:
@@ -213,23 +217,34 @@ def build_context_tail(
     return Context(
         memory=ContextBlock(id=MEMORY_BLOCK_ID, text=_with_gap_note(fitted.memory.text, gap)),
         recent=ContextBlock(id=RECENT_BLOCK_ID, text=fitted.recent, entry_ids=fitted.recent_ids),
-        unobserved=_unobserved(unobserved, older),
+        unobserved=_unobserved(tail, older),
         gap=gap,
         omitted=_omission(fitted.memory, memory.ledger),
         max_tokens=max_tokens,
     )
 
 
+@dataclass(frozen=True)
+class _Window:
+    """The messages the recent block may show; ``tail`` and ``start`` when they are
+    ``tail.messages[start:]`` of a tail of runs, which then sizes them without a walk."""
+
+    messages: list[SessionEntry]
+    tail: TailMessages | None = None
+    start: int = 0
+
+
 def _window(
-    entries: Sequence[SessionEntry],
-    settings: ObservationalMemorySettings,
-    unobserved: Sequence[SessionEntry],
-) -> list[SessionEntry]:
+    entries: Sequence[SessionEntry], settings: ObservationalMemorySettings, tail: TailMessages
+) -> _Window:
     """The messages the recent block may show: every unobserved one, and at least the last
     ``context.recentMessages`` (within their token cap only when nothing is unobserved)."""
-    keep = max(settings.context.recent_messages, len(unobserved))
-    cap = None if unobserved else settings.context.recent_message_max_tokens
-    return list(select_recent_message_entries(entries, keep, cap))
+    keep = max(settings.context.recent_messages, tail.unobserved)
+    cap = None if tail.unobserved else settings.context.recent_message_max_tokens
+    if not tail.runs:
+        return _Window(list(select_recent_message_entries(entries, keep, cap)))
+    start = tail.window_start(keep, cap)
+    return _Window(tail.messages[start:], tail, start)
 
 
 @dataclass(frozen=True)
@@ -244,18 +259,18 @@ class _Fitted:
 
 def _unbudgeted(
     memory: ContextMemory,
-    window: Sequence[SessionEntry],
+    window: _Window,
     unobserved: Sequence[SessionEntry],
     older: Unobserved | None,
 ) -> _Fitted:
     recent, ids = _fitted_recent(window, memory.secrets, None)
-    rendered = memory.render_reachable(_shown(window, ids), None, _first(ids))
-    return _Fitted(rendered, recent, ids, _gap(unobserved, older, ids, len(window)))
+    rendered = memory.render_reachable(_shown(window.messages, ids), None, _first(ids))
+    return _Fitted(rendered, recent, ids, _gap(unobserved, older, ids, len(window.messages)))
 
 
 def _within_budget(
     memory: ContextMemory,
-    window: Sequence[SessionEntry],
+    window: _Window,
     max_tokens: int,
     unobserved: Sequence[SessionEntry],
     older: Unobserved | None,
@@ -263,13 +278,14 @@ def _within_budget(
     """Memory first within half the budget, recent messages in what it leaves; then memory
     again for the messages actually shown, in what they leave (observations of messages the
     budget pushed out must show), so the two never exceed the budget together."""
-    first = memory.render_reachable(window, max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN, None)
+    half = max_tokens // MEMORY_SHARE * CHARS_PER_TOKEN
+    first = memory.render_reachable(window.messages, half, None)
     left = max_tokens - estimate_text_tokens(first.text)
     recent, ids = _fitted_recent(window, memory.secrets, left)
-    gap = _gap(unobserved, older, ids, len(window))
+    gap = _gap(unobserved, older, ids, len(window.messages))
     note = estimate_text_tokens(gap_note(gap)) + 1 if gap is not None else 0
     room = (max_tokens - estimate_text_tokens(recent) - note) * CHARS_PER_TOKEN
-    rendered = memory.render_reachable(_shown(window, ids), max(0, room), _first(ids))
+    rendered = memory.render_reachable(_shown(window.messages, ids), max(0, room), _first(ids))
     return _Fitted(rendered, recent, ids, gap)
 
 
@@ -297,22 +313,20 @@ def _omission(rendered: RenderedMemory, ledger: ObservationalMemoryLedger) -> Me
 
 
 def _fitted_recent(
-    window: Sequence[SessionEntry], secrets: Iterable[str], budget: int | None
+    window: _Window, secrets: Iterable[str], budget: int | None
 ) -> tuple[str, tuple[str, ...]]:
     """The recent block within ``budget`` tokens: oldest units out first, then the newest
     unit clipped with its entry id."""
     if budget is None:
-        return render_recent_message_window(window, secrets)
-    units = tool_units([e for e in window if e.message is not None])
+        return render_recent_message_window(window.messages, secrets)
     room = max(budget, 1) * CHARS_PER_TOKEN
-    if _rendered_size(window) > room:
-        units = units[_newest_fitting(units, room) :]
+    shown = _newest_units(window, room)
     keys = normalize_secrets(secrets)
     redacted = partial(redact, secrets=keys)
     if keys:
-        kept = [(e.id, m.rendered_as(keys, redacted)) for u in units for e in u if (m := e.message)]
+        kept = [(e.id, m.rendered_as(keys, redacted)) for e in shown if (m := e.message)]
     else:  # nothing to redact: the rendering itself, without a call per message
-        kept = [(e.id, m.rendered) for u in units for e in u if (m := e.message)]
+        kept = [(e.id, m.rendered) for e in shown if (m := e.message)]
     limit = min(room, MAX_RECENT_WINDOW_BYTES)
     while True:
         text = _clipped(kept, limit, keys)
@@ -321,6 +335,20 @@ def _fitted_recent(
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
             return text, tuple(entry_id for entry_id, _ in kept)
         limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+
+
+def _newest_units(window: _Window, room: int) -> Sequence[SessionEntry]:
+    """The window's messages in its newest units whose rendered text fits ``room`` characters
+    (at least the last unit), in order."""
+    tail = window.tail
+    if tail is not None:
+        if tail.rendered_size(window.start) <= room:
+            return window.messages
+        return tail.messages[tail.newest_fitting(window.start, room) :]
+    units = tool_units([e for e in window.messages if e.message is not None])
+    if _rendered_size(window.messages) > room:
+        units = units[_newest_fitting(units, room) :]
+    return [e for unit in units for e in unit]
 
 
 def _rendered_size(window: Sequence[SessionEntry]) -> int:
@@ -348,14 +376,14 @@ def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ..
     many of its characters are not shown, so a small result beside a huge one stays whole."""
     lines = [text for _, text in messages]
     clipped = [False] * len(lines)
-    while sum(len(line) for line in lines) + len(lines) - 1 > room:
+    while sum(map(len, lines)) + len(lines) - 1 > room:
         candidates = [i for i in range(len(lines)) if not clipped[i]]
         if not candidates:
             # Marks alone outgrow the room (many parallel results in a tiny budget).
             return scrub("\n".join(lines)[: max(0, room)], keys)
         index = max(candidates, key=lambda i: len(lines[i]))
         whole = messages[index][1]
-        over = sum(len(line) for line in lines) + len(lines) - 1 - room
+        over = sum(map(len, lines)) + len(lines) - 1 - room
         mark_size = len(CLIPPED_MARK.format(rest=len(whole), id=messages[index][0]))
         keep = max(0, len(whole) - over - mark_size)
         mark = CLIPPED_MARK.format(rest=len(whole) - keep, id=messages[index][0])
@@ -364,12 +392,13 @@ def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ..
     return "\n".join(lines)
 
 
-def _unobserved(shown: Sequence[SessionEntry], older: Unobserved | None) -> Unobserved:
+def _unobserved(tail: TailMessages, older: Unobserved | None) -> Unobserved:
     before = older or Unobserved()
-    tokens = sum(m.estimated_tokens for e in shown if (m := e.message) is not None)
+    tokens = tail.tokens[-1] - tail.tokens[tail.observed]
+    shown = tail.messages[tail.observed : tail.observed + 1]
     first = before.first_id or (shown[0].id if shown else None)
     return Unobserved(
-        messages=before.messages + len(shown), tokens=before.tokens + tokens, first_id=first
+        messages=before.messages + tail.unobserved, tokens=before.tokens + tokens, first_id=first
     )
 
 

@@ -1,0 +1,219 @@
+"""The tail walked once answers as the window functions do, for every tail of runs."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from om_core.ledger.fold import unscanned_entries
+from om_core.ledger.models import Message, SessionEntry
+from om_core.read.context import _newest_fitting  # the walk over units the index replaces
+from om_core.read.tail_messages import TailMessages
+from om_core.read.window import select_recent_message_entries, tool_units
+
+from .builders import Branch
+
+RUNS = ["user", "assistant", "system", "custom", "run", "orphan"]
+OTHER = ["late", "again", "toolcall"]
+
+
+def _steps(kinds: list[str]) -> st.SearchStrategy[list[tuple[str, int, int]]]:
+    step = st.tuples(st.sampled_from(kinds), st.integers(0, 3), st.integers(1, 400))
+    return st.lists(step, max_size=30)
+
+
+# Half the tails are all runs, so that most examples check the index's answers.
+STEPS = st.one_of(_steps(RUNS), _steps(RUNS + OTHER))
+
+
+def tail_of(steps: list[tuple[str, int, int]]) -> list[SessionEntry]:
+    """A branch from ``steps``: plain messages, runs (a call and its results), and each shape
+    that is not a run (a result after another message, a call id again, a tool message
+    that calls)."""
+    b = Branch()
+    calls: list[str] = []
+    for step, results, size in steps:
+        text = "x" * size
+        if step in {"user", "assistant", "system"}:
+            b.message(step, text)
+        elif step == "custom":
+            b.custom({"type": "note", "text": text})
+        elif step == "run":
+            call = f"c{len(b.entries)}"
+            calls.append(call)
+            b.call(call, q=text)
+            for _ in range(results):
+                b.result(call, text)
+        elif step == "orphan":
+            b.result(f"gone{len(b.entries)}", text)
+        elif step == "late" and calls:
+            b.result(calls[results % len(calls)], text)
+        elif step == "again" and calls:
+            b.call(calls[results % len(calls)], q=text)
+        elif step == "toolcall":
+            b.message("tool", text, tool_call_id="x", tool_calls=({"id": f"t{size}", "name": "n"},))
+    return b.entries
+
+
+def cursor_of(entries: list[SessionEntry], pick: int) -> str | None:
+    if pick == 0 or not entries:
+        return None
+    if pick == 1:
+        return "not-on-this-branch"
+    return entries[pick % len(entries)].id
+
+
+def old_window(entries: list[SessionEntry], keep: int, cap: int | None) -> list[str]:
+    return [e.id for e in select_recent_message_entries(entries, keep, cap)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(STEPS, st.integers(0, 40), st.integers(0, 12), st.one_of(st.none(), st.integers(1, 600)))
+def test_the_unobserved_messages_and_their_tokens_are_those_after_the_cursor(
+    steps: list[tuple[str, int, int]], pick: int, keep: int, cap: int | None
+) -> None:
+    entries = tail_of(steps)
+    cursor = cursor_of(entries, pick)
+    tail = TailMessages.of(entries, cursor)
+    scanned = _unscanned(entries, cursor)
+    assert [e.id for e in tail.messages[tail.observed :]] == [e.id for e in scanned]
+    tokens = sum(m.estimated_tokens for e in scanned if (m := e.message))
+    assert tail.tokens[-1] - tail.tokens[tail.observed] == tokens
+    if tail.runs:
+        start = tail.window_start(keep, cap)
+        assert [e.id for e in tail.messages[start:]] == old_window(entries, keep, cap)
+
+
+@settings(max_examples=400, deadline=None)
+@given(STEPS, st.integers(0, 12), st.integers(0, 3000))
+def test_the_newest_units_that_fit_are_those_the_walk_over_units_keeps(
+    steps: list[tuple[str, int, int]], keep: int, room: int
+) -> None:
+    entries = tail_of(steps)
+    tail = TailMessages.of(entries, None)
+    if not tail.runs:
+        return
+    start = tail.window_start(keep)
+    window = tail.messages[start:]
+    units = tool_units(window)
+    assert tail.rendered_size(start) == sum(len(e.message.rendered) + 1 for e in window) - 1  # type: ignore[union-attr]
+    if tail.rendered_size(start) <= room:
+        return
+    kept = [e.id for unit in units[_newest_fitting(units, room) :] for e in unit]
+    assert [e.id for e in tail.messages[tail.newest_fitting(start, room) :]] == kept
+
+
+def _unscanned(entries: list[SessionEntry], cursor: str | None) -> list[SessionEntry]:
+    class Cursor:
+        observation_covers_up_to_id = cursor
+
+    return [e for e in unscanned_entries(entries, Cursor()) if e.is_eligible_observation_source]  # type: ignore[arg-type]
+
+
+def _shape(*steps: str) -> bool:
+    return TailMessages.of(tail_of([(s, 2, 10) for s in steps]), None).runs
+
+
+@pytest.mark.parametrize(
+    ("steps", "runs"),
+    [
+        ((), True),
+        (("user", "run", "assistant"), True),
+        (("run", "run", "custom", "user"), True),
+        (("orphan", "user", "orphan"), True),
+        (("system", "run", "system"), True),  # a system message is not in the window at all
+        (("run", "user", "late"), False),  # a result apart from its call
+        (("run", "again"), False),  # a call id twice
+        (("toolcall",), False),  # a tool message that calls
+    ],
+)
+def test_runs_are_told_from_other_shapes(steps: tuple[str, ...], runs: bool) -> None:
+    assert _shape(*steps) is runs
+
+
+def test_a_result_after_another_runs_result_is_not_a_run() -> None:
+    b = Branch()
+    b.call("a")
+    b.call("b")
+    b.result("a", "answer a")
+    b.result("b", "answer b")
+    assert not TailMessages.of(b.entries, None).runs
+
+
+def test_the_window_keeps_a_call_whose_result_opens_it() -> None:
+    b = Branch()
+    b.user("ask")
+    call = b.call("c1")
+    b.result("c1", "one")
+    b.result("c1", "two")
+    b.assistant("done")
+    tail = TailMessages.of(b.entries, None)
+    assert tail.back == [0, 0, 1, 2, 0]
+    assert tail.messages[tail.window_start(1)] == b.entries[-1]
+    assert tail.messages[tail.window_start(2)] == call  # the second result brings its call
+    assert tail.window_start(1, max_tokens=1) == 4
+    assert tail.window_start(3, max_tokens=1) == 4  # whole units out, oldest first
+
+
+def test_an_empty_window_and_a_cursor_on_a_custom_entry() -> None:
+    b = Branch()
+    b.user("one")
+    marker = b.custom({"type": "note"})
+    b.user("two")
+    tail = TailMessages.of(b.entries, marker.id)
+    assert (tail.observed, tail.unobserved) == (1, 1)
+    assert tail.window_start(0) == 2
+    with pytest.raises(ValueError, match="keep"):
+        tail.window_start(-1)
+
+
+def test_a_message_with_no_role_the_observer_reads_is_left_out() -> None:
+    b = Branch()
+    b.message("system", "rules")
+    b._add(kind="message", message=Message(role="user", content="hi"))
+    tail = TailMessages.of(b.entries, None)
+    assert [e.message.role for e in tail.messages if e.message] == ["user"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(STEPS, st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.integers(0, 12))
+def test_a_walk_continued_over_a_later_tail_answers_as_a_walk_of_it(
+    steps: list[tuple[str, int, int]], pick: int, split: int, cut: int, keep: int
+) -> None:
+    entries = tail_of(steps)
+    cursor = cursor_of(entries, pick)
+    split = min(split, len(entries))
+    earlier = TailMessages.of(entries[:split], cursor)
+    later = entries[min(cut, split) :]  # cut from the front, then new entries
+    continued = TailMessages.of(later, cursor, earlier)
+    fresh = TailMessages.of(later, cursor)
+    assert [e.id for e in continued.messages] == [e.id for e in fresh.messages]
+    assert continued.observed == fresh.observed
+    assert _differences(continued.sizes) == _differences(fresh.sizes)
+    assert _differences(continued.tokens) == _differences(fresh.tokens)
+    assert continued.runs <= fresh.runs  # a continued walk may only be more careful
+    if continued.runs:
+        assert continued.window_start(keep) == fresh.window_start(keep)
+        assert continued.window_start(keep, 300) == fresh.window_start(keep, 300)
+        assert continued.newest_fitting(0, 900) == fresh.newest_fitting(0, 900)
+
+
+def _differences(sums: list[int]) -> list[int]:
+    return [b - a for a, b in pairwise(sums)]
+
+
+def test_a_walk_goes_on_from_an_earlier_one_only_over_its_own_entries() -> None:
+    b = Branch()
+    b.user("one")
+    b.call("c1")
+    b.result("c1", "done")
+    earlier = TailMessages.of(tuple(b.entries), None)
+    b.assistant("two")
+    continued = TailMessages.of(tuple(b.entries), None, earlier)
+    assert continued.messages[:3] == earlier.messages and continued.runs
+    copied = [e.model_copy() for e in b.entries]  # equal entries, other objects: walked anew
+    assert TailMessages.of(copied, None, earlier).messages == copied
+    assert TailMessages.of(tuple(b.entries), "e1", earlier).observed == 1  # another cursor
