@@ -5,12 +5,14 @@ cover yet (after the observation cursor), which form the recent window (those, o
 last ``context.recentMessages``, never splitting a tool call from its results), how large the
 window renders, and which of its oldest units (a call with its results) to leave out to fit a
 budget. Asked of the entries themselves, each question walked the tail again, read after read.
-:class:`TailMessages` walks it once and answers each from prefix sums.
+:class:`TailMessages` walks it once and answers each from prefix sums; given the walk of the
+branch's previous tail (a tail is mostly the previous one plus the turn's messages), it walks
+only the entries appended since.
 
 It answers only for a tail whose tool units are *runs*: every result comes right after its
-call or after another result of the same call, and every call id occurs once. Agent runs have
-that shape. For any other tail ``runs`` is ``False``, and the caller selects from the entries
-(:func:`~om_core.read.window.select_recent_message_entries`,
+call (the latest of its id) or after another result of the same call, and no tool message
+makes calls. Agent runs have that shape. For any other tail ``runs`` is ``False``, and the
+caller selects from the entries (:func:`~om_core.read.window.select_recent_message_entries`,
 :func:`~om_core.read.window.tool_units`), whose answers these equal wherever both apply.
 """
 
@@ -118,7 +120,7 @@ class TailMessages:
                 if call is not None and call >= origin and call not in (at - 1, at - 1 - back[-1]):
                     runs = False  # a result apart from its call's run (cut off, it is alone)
                 for tool_call in message.tool_calls:
-                    runs = runs and message.role != "tool" and tool_call.id not in calls
+                    runs = runs and message.role != "tool"
                     calls[tool_call.id] = at
                 back.append(0 if call is None else at - call)
                 messages.append(entry)
@@ -178,7 +180,7 @@ class TailMessages:
     def newest_fitting(self, start: int, room: int) -> int:
         """The first message kept when only the newest units from ``start`` on whose rendered
         text fits ``room`` characters are (at least the last unit), as
-        :func:`~om_core.read.context` fits the recent block. Needs :attr:`runs`."""
+        a context's recent block is fitted to its budget. Needs :attr:`runs`."""
         count = len(self.messages)
         kept, total, last = count, -1, count - 1
         while last >= start:

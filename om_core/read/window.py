@@ -36,17 +36,18 @@ def tool_units(entries: Sequence[SessionEntry]) -> list[list[SessionEntry]]:
 
 
 def _extend_to_calls(messages: Sequence[SessionEntry], start: int) -> int:
-    """Move ``start`` back so that every tool result in the window has its call with it."""
+    """Move ``start`` back so that every tool result in the window has its call with it: the
+    latest call of its id before it, the one :func:`tool_units` joins it to."""
     position_of_call: dict[str, int] = {}
-    for index, entry in enumerate(messages[:start]):
-        assert entry.message is not None
-        for call in entry.message.tool_calls:
-            position_of_call[call.id] = index
     earliest = start
-    for entry in messages[start:]:
-        assert entry.message is not None
-        if entry.message.role == "tool" and entry.message.tool_call_id in position_of_call:
-            earliest = min(earliest, position_of_call[entry.message.tool_call_id])
+    for index, entry in enumerate(messages):
+        message = entry.message
+        assert message is not None
+        if index >= start and message.role == "tool":
+            call = position_of_call.get(message.tool_call_id or "", index)
+            earliest = min(earliest, call)
+        for call_made in message.tool_calls:
+            position_of_call[call_made.id] = index
     return earliest
 
 

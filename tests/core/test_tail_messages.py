@@ -16,8 +16,8 @@ from om_core.read.window import select_recent_message_entries, tool_units
 
 from .builders import Branch
 
-RUNS = ["user", "assistant", "system", "custom", "run", "orphan"]
-OTHER = ["late", "again", "toolcall"]
+RUNS = ["user", "assistant", "system", "custom", "run", "orphan", "again"]
+OTHER = ["late", "toolcall"]
 
 
 def _steps(kinds: list[str]) -> st.SearchStrategy[list[tuple[str, int, int]]]:
@@ -30,9 +30,9 @@ STEPS = st.one_of(_steps(RUNS), _steps(RUNS + OTHER))
 
 
 def tail_of(steps: list[tuple[str, int, int]]) -> list[SessionEntry]:
-    """A branch from ``steps``: plain messages, runs (a call and its results), and each shape
-    that is not a run (a result after another message, a call id again, a tool message
-    that calls)."""
+    """A branch from ``steps``: plain messages, runs (a call and its results, its id new or
+    used before), and each shape that is not a run (a result after another message, a tool
+    message that calls)."""
     b = Branch()
     calls: list[str] = []
     for step, results, size in steps:
@@ -51,8 +51,11 @@ def tail_of(steps: list[tuple[str, int, int]]) -> list[SessionEntry]:
             b.result(f"gone{len(b.entries)}", text)
         elif step == "late" and calls:
             b.result(calls[results % len(calls)], text)
-        elif step == "again" and calls:
-            b.call(calls[results % len(calls)], q=text)
+        elif step == "again" and calls:  # a call id again (a framework counting per run)
+            call = calls[results % len(calls)]
+            b.call(call, q=text)
+            for _ in range(results % 2):
+                b.result(call, text)
         elif step == "toolcall":
             b.message("tool", text, tool_call_id="x", tool_calls=({"id": f"t{size}", "name": "n"},))
     return b.entries
@@ -126,7 +129,8 @@ def _shape(*steps: str) -> bool:
         (("orphan", "user", "orphan"), True),
         (("system", "run", "system"), True),  # a system message is not in the window at all
         (("run", "user", "late"), False),  # a result apart from its call
-        (("run", "again"), False),  # a call id twice
+        (("run", "again"), True),  # a call id again: its results join the latest call
+        (("run", "again", "user", "late"), False),  # a result apart from the latest call
         (("toolcall",), False),  # a tool message that calls
     ],
 )
@@ -217,3 +221,15 @@ def test_a_walk_goes_on_from_an_earlier_one_only_over_its_own_entries() -> None:
     copied = [e.model_copy() for e in b.entries]  # equal entries, other objects: walked anew
     assert TailMessages.of(copied, None, earlier).messages == copied
     assert TailMessages.of(tuple(b.entries), "e1", earlier).observed == 1  # another cursor
+
+
+def test_a_reused_call_id_brings_only_the_call_its_result_answers() -> None:
+    b = Branch()
+    b.call("call_0")
+    b.result("call_0", "the first run's")
+    b.user("again")
+    latest = b.call("call_0")  # a framework that numbers calls per run
+    b.result("call_0", "the second run's")
+    assert select_recent_message_entries(b.entries, 1) == [latest, b.entries[-1]]
+    tail = TailMessages.of(b.entries, None)
+    assert tail.runs and tail.messages[tail.window_start(1) :] == [latest, b.entries[-1]]
