@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Generic, TypeVar
 
-from om_core.ledger.models import ObservationalMemoryLedger, SessionEntry
+from om_core.ledger.models import SessionEntry
 from om_core.read.context import Context
 from om_core.read.context_memory import ContextMemory
 from om_core.read.tail_messages import TailMessages
@@ -254,12 +254,13 @@ class ContextCache:
         return self._memories.get(latest)
 
     def tail_messages(
-        self, key: MemoryKey, entries: Sequence[SessionEntry], ledger: ObservationalMemoryLedger
+        self, key: MemoryKey, entries: Sequence[SessionEntry], memory: ContextMemory
     ) -> TailMessages:
-        """``entries`` (a tail of the branch whose memory ``key`` names, ``ledger`` that
-        memory folded) walked for a context build: the walk kept under ``key`` is continued
-        when they go on from it, so only what was appended since is walked; kept from now on."""
-        walked = TailMessages.of(entries, ledger.observation_covers_up_to_id, self._tails.get(key))
+        """``entries`` (a tail of the branch whose memory part ``key`` names: ``memory``)
+        walked for a context build: the walk kept under ``key`` is continued when they go on
+        from it, so only what was appended since is walked; kept from now on."""
+        cursor = memory.ledger.observation_covers_up_to_id
+        walked = TailMessages.of(entries, cursor, self._tails.get(key), memory.secrets)
         self._tails.put(key, walked)
         return walked
 

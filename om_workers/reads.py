@@ -254,7 +254,7 @@ class _ContextRead:
         )
         count, tokens, first = parts.older
         older = Unobserved(messages=count, tokens=tokens, first_id=first) if count else None
-        tail = cache.tail_messages(memory_key, parts.tail, memory.ledger)
+        tail = cache.tail_messages(memory_key, parts.tail, memory)
         built = build_context_tail(
             parts.tail, memory, self.settings, max_tokens=self.max_tokens, older=older, tail=tail
         )

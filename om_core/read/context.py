@@ -198,15 +198,17 @@ def build_context_tail(
     (it keeps its rendering plans: the memory block is then fitted, not rendered again).
     ``entries`` must be the branch as :func:`build_context` takes it, memory records
     included, and ``memory`` of that branch's memory; the result is exactly
-    :func:`build_context`'s. ``tail``: ``entries`` walked already, as
-    ``TailMessages.of(entries, memory.ledger.observation_covers_up_to_id, earlier)``, so a
-    caller keeping the last walk of a branch walks only what was appended since. Raises
+    :func:`build_context`'s. ``tail``: ``entries`` walked already, as ``TailMessages.of(entries,
+    memory.ledger.observation_covers_up_to_id, earlier, memory.secrets)``, so a caller keeping
+    the last walk of a branch walks only what was appended since. Raises
     ``ValueError`` for a budget below the minimum.
     """
     check_budget(max_tokens)
     resolved = settings or resolve_settings()
     if tail is None:
-        tail = TailMessages.of(entries, memory.ledger.observation_covers_up_to_id)
+        tail = TailMessages.of(
+            entries, memory.ledger.observation_covers_up_to_id, None, memory.secrets
+        )
     unobserved = tail.messages[tail.observed :]
     window = _window(entries, resolved, tail)
     if max_tokens is None:
@@ -320,35 +322,36 @@ def _fitted_recent(
     if budget is None:
         return render_recent_message_window(window.messages, secrets)
     room = max(budget, 1) * CHARS_PER_TOKEN
-    shown = _newest_units(window, room)
     keys = normalize_secrets(secrets)
-    redacted = partial(redact, secrets=keys)
-    if keys:
-        kept = [(e.id, m.rendered_as(keys, redacted)) for e in shown if (m := e.message)]
-    else:  # nothing to redact: the rendering itself, without a call per message
-        kept = [(e.id, m.rendered) for e in shown if (m := e.message)]
+    ids, lines = _newest_lines(window, room, keys)
     limit = min(room, MAX_RECENT_WINDOW_BYTES)
     while True:
-        text = _clipped(kept, limit, keys)
+        text = _clipped(ids, lines, limit, keys)
         # The window's byte cap holds too: shrink the room until the UTF-8 text fits it.
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
-            return text, tuple(entry_id for entry_id, _ in kept)
+            return text, tuple(ids)
         limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
 
 
-def _newest_units(window: _Window, room: int) -> Sequence[SessionEntry]:
-    """The window's messages in its newest units whose rendered text fits ``room`` characters
-    (at least the last unit), in order."""
+def _newest_lines(
+    window: _Window, room: int, keys: tuple[str, ...]
+) -> tuple[Sequence[str], Sequence[str]]:
+    """The ids and texts (``keys`` redacted) of the window's messages in its newest units
+    whose rendered text fits ``room`` characters (at least the last unit), in order."""
     tail = window.tail
-    if tail is not None:
-        if tail.rendered_size(window.start) <= room:
-            return window.messages
-        return tail.messages[tail.newest_fitting(window.start, room) :]
+    if tail is not None and tail.keys == keys:
+        first = window.start
+        if tail.rendered_size(first) > room:
+            first = tail.newest_fitting(first, room)
+        return tail.ids[first:], tail.lines[first:]
     units = tool_units([e for e in window.messages if e.message is not None])
     if _rendered_size(window.messages) > room:
         units = units[_newest_fitting(units, room) :]
-    return [e for unit in units for e in unit]
+    shown = [m for unit in units for e in unit if (m := e.message)]
+    redacted = partial(redact, secrets=keys)
+    lines = [m.rendered_as(keys, redacted) if keys else m.rendered for m in shown]
+    return [e.id for unit in units for e in unit if e.message], lines
 
 
 def _rendered_size(window: Sequence[SessionEntry]) -> int:
@@ -370,11 +373,11 @@ def _newest_fitting(units: Sequence[Sequence[SessionEntry]], room: int) -> int:
     return min(start, len(units) - 1) if units else 0
 
 
-def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ...]) -> str:
-    """Rendered ``(entry id, text)`` lines cut to ``room`` characters in all (newlines
+def _clipped(ids: Sequence[str], texts: Sequence[str], room: int, keys: tuple[str, ...]) -> str:
+    """Rendered lines (of the entries ``ids``) cut to ``room`` characters in all (newlines
     included): the longest line is clipped first, each with a mark naming its entry and how
     many of its characters are not shown, so a small result beside a huge one stays whole."""
-    lines = [text for _, text in messages]
+    lines = list(texts)
     clipped = [False] * len(lines)
     while sum(map(len, lines)) + len(lines) - 1 > room:
         candidates = [i for i in range(len(lines)) if not clipped[i]]
@@ -382,11 +385,11 @@ def _clipped(messages: Sequence[tuple[str, str]], room: int, keys: tuple[str, ..
             # Marks alone outgrow the room (many parallel results in a tiny budget).
             return scrub("\n".join(lines)[: max(0, room)], keys)
         index = max(candidates, key=lambda i: len(lines[i]))
-        whole = messages[index][1]
+        whole = texts[index]
         over = sum(map(len, lines)) + len(lines) - 1 - room
-        mark_size = len(CLIPPED_MARK.format(rest=len(whole), id=messages[index][0]))
+        mark_size = len(CLIPPED_MARK.format(rest=len(whole), id=ids[index]))
         keep = max(0, len(whole) - over - mark_size)
-        mark = CLIPPED_MARK.format(rest=len(whole) - keep, id=messages[index][0])
+        mark = CLIPPED_MARK.format(rest=len(whole) - keep, id=ids[index])
         lines[index] = scrub(whole[:keep], keys) + mark
         clipped[index] = True
     return "\n".join(lines)

@@ -18,12 +18,14 @@ caller selects from the entries (:func:`~om_core.read.window.select_recent_messa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import pairwise
 from operator import is_
 
 from om_core.ledger.models import SessionEntry
+from om_core.policy.redaction import normalize_secrets, redact
 
 EXTEND_SCAN = 64
 """Entries looked through, from the newest, for the last one an earlier walk ended on."""
@@ -33,16 +35,21 @@ EXTEND_SCAN = 64
 class TailMessages:
     """The user/assistant/tool messages of a tail, in branch order, with prefix sums.
 
-    ``sizes[i]`` counts the rendered characters of ``messages`` before the ``i``-th plus one
-    newline each, ``tokens[i]`` their estimated tokens, from any origin (only differences are
-    read). ``back[i]`` is how far before message ``i`` its call is (0: none, or not in the
-    tail when it points past the first message). ``runs``: the tail's units are runs (see the
-    module). Immutable: :meth:`of` builds a new one, sharing nothing it will change.
+    ``ids`` and ``lines`` are the messages' ids and texts as a recent block shows them
+    (``keys``, the secrets, redacted). ``sizes[i]`` counts the rendered characters of the
+    messages before the ``i``-th plus one newline each, ``tokens[i]`` their estimated tokens,
+    from any origin (only differences are read). ``back[i]`` is how far before message ``i``
+    its call is (0: none, or not in the tail when it points past the first message).
+    ``runs``: the tail's units are runs (see the module). Immutable: :meth:`of` builds a new
+    one, sharing nothing it will change.
     """
 
     entries: tuple[SessionEntry, ...]
+    keys: tuple[str, ...]
     ordinals: list[int]  # messages before each entry (and after the last), from the origin
     messages: list[SessionEntry]
+    ids: list[str]
+    lines: list[str]
     sizes: list[int]
     tokens: list[int]
     back: list[int]
@@ -57,15 +64,18 @@ class TailMessages:
         entries: Sequence[SessionEntry],
         cursor: str | None,
         earlier: TailMessages | None = None,
+        secrets: Iterable[str] = (),
     ) -> TailMessages:
-        """Walk ``entries`` (a branch tail); ``cursor``: the observation cursor's id.
-        ``earlier``, a walk of an earlier tail of the same branch, is continued instead when
-        ``entries`` go on from it (its entry objects, then new ones): only those are walked."""
-        if earlier is not None and earlier.cursor == cursor:
+        """Walk ``entries`` (a branch tail); ``cursor``: the observation cursor's id;
+        ``secrets``: redacted from the lines. ``earlier``, a walk of an earlier tail of the
+        same branch, is continued instead when ``entries`` go on from it (its entry objects,
+        then new ones): only those are walked."""
+        keys = normalize_secrets(secrets)
+        if earlier is not None and (earlier.cursor, earlier.keys) == (cursor, keys):
             continued = earlier._continued(entries)
             if continued is not None:
                 return continued
-        empty = cls((), [0], [], [0], [0], [], {}, cursor, None, True)
+        empty = cls((), keys, [0], [], [], [], [0], [0], [], {}, cursor, None, True)
         return empty._appended(entries)
 
     def _continued(self, entries: Sequence[SessionEntry]) -> TailMessages | None:
@@ -98,6 +108,8 @@ class TailMessages:
             entries=self.entries[count:],
             ordinals=self.ordinals[count:],
             messages=self.messages[dropped:],
+            ids=self.ids[dropped:],
+            lines=self.lines[dropped:],
             sizes=self.sizes[dropped:],
             tokens=self.tokens[dropped:],
             back=self.back[dropped:],
@@ -110,8 +122,10 @@ class TailMessages:
             return self
         messages, sizes, tokens = list(self.messages), list(self.sizes), list(self.tokens)
         back, ordinals, calls = list(self.back), list(self.ordinals), dict(self.calls)
+        ids, lines, keys = list(self.ids), list(self.lines), self.keys
         cursor, cursor_at, runs = self.cursor, self.cursor_at, self.runs
         origin = ordinals[0]
+        redacted = partial(redact, secrets=keys)
         for index, entry in enumerate(entries, start=len(self.entries)):
             message = entry.message
             if message is not None and entry.is_eligible_observation_source:
@@ -124,14 +138,16 @@ class TailMessages:
                     calls[tool_call.id] = at
                 back.append(0 if call is None else at - call)
                 messages.append(entry)
+                ids.append(entry.id)
+                lines.append(message.rendered_as(keys, redacted) if keys else message.rendered)
                 sizes.append(sizes[-1] + len(message.rendered) + 1)
                 tokens.append(tokens[-1] + message.estimated_tokens)
             ordinals.append(origin + len(messages))
             if entry.id == cursor:
                 cursor_at = index  # the last occurrence wins, as a search from the end
         return TailMessages(
-            self.entries + tuple(entries),
-            ordinals, messages, sizes, tokens, back, calls, cursor, cursor_at, runs,
+            self.entries + tuple(entries), keys,
+            ordinals, messages, ids, lines, sizes, tokens, back, calls, cursor, cursor_at, runs,
         )  # fmt: skip
 
     @property

@@ -195,6 +195,7 @@ def test_a_walk_continued_over_a_later_tail_answers_as_a_walk_of_it(
     continued = TailMessages.of(later, cursor, earlier)
     fresh = TailMessages.of(later, cursor)
     assert [e.id for e in continued.messages] == [e.id for e in fresh.messages]
+    assert (continued.ids, continued.lines) == (fresh.ids, fresh.lines)
     assert continued.observed == fresh.observed
     assert _differences(continued.sizes) == _differences(fresh.sizes)
     assert _differences(continued.tokens) == _differences(fresh.tokens)
@@ -233,3 +234,16 @@ def test_a_reused_call_id_brings_only_the_call_its_result_answers() -> None:
     assert select_recent_message_entries(b.entries, 1) == [latest, b.entries[-1]]
     tail = TailMessages.of(b.entries, None)
     assert tail.runs and tail.messages[tail.window_start(1) :] == [latest, b.entries[-1]]
+
+
+def test_the_lines_are_the_rendered_messages_with_the_secrets_redacted() -> None:
+    b = Branch()
+    b.user("my token is hunter2")
+    b.custom({"type": "note"})
+    b.assistant("noted")
+    plain = TailMessages.of(b.entries, None)
+    assert plain.lines == ["[user] my token is hunter2", "[assistant] noted"]
+    assert plain.ids == [b.entries[0].id, b.entries[2].id]
+    redacted = TailMessages.of(b.entries, None, plain, ["hunter2"])  # other keys: walked anew
+    assert "hunter2" not in redacted.lines[0] and redacted.keys == ("hunter2",)
+    assert TailMessages.of(b.entries, None, redacted, ("hunter2",)) is redacted
