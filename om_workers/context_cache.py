@@ -198,7 +198,7 @@ class ContextCache:
         self._max_latest = max_memories
         self._latest_lock = threading.Lock()
         self._tails: _Kept[MemoryKey, TailMessages] = _Kept(
-            max_memories, max_age_s, weight=lambda tail: len(tail.entries), budget=MAX_TAIL_ENTRIES
+            max_memories, max_age_s, weight=lambda tail: tail.walked, budget=MAX_TAIL_ENTRIES
         )
         self.counts = CacheCounts()
 

@@ -209,7 +209,7 @@ def build_context_tail(
         tail = TailMessages.of(
             entries, memory.ledger.observation_covers_up_to_id, None, memory.secrets
         )
-    unobserved = tail.messages[tail.observed :]
+    unobserved = tail.messages_from(tail.observed)
     window = _window(entries, resolved, tail)
     if max_tokens is None:
         fitted = _unbudgeted(memory, window, unobserved, older)
@@ -219,7 +219,7 @@ def build_context_tail(
     return Context(
         memory=ContextBlock(id=MEMORY_BLOCK_ID, text=_with_gap_note(fitted.memory.text, gap)),
         recent=ContextBlock(id=RECENT_BLOCK_ID, text=fitted.recent, entry_ids=fitted.recent_ids),
-        unobserved=_unobserved(tail, older),
+        unobserved=_unobserved(unobserved, tail.tokens_from(tail.observed), older),
         gap=gap,
         omitted=_omission(fitted.memory, memory.ledger),
         max_tokens=max_tokens,
@@ -246,7 +246,7 @@ def _window(
     if not tail.runs:
         return _Window(list(select_recent_message_entries(entries, keep, cap)))
     start = tail.window_start(keep, cap)
-    return _Window(tail.messages[start:], tail, start)
+    return _Window(tail.messages_from(start), tail, start)
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ def _newest_lines(
         first = window.start
         if tail.rendered_size(first) > room:
             first = tail.newest_fitting(first, room)
-        return tail.ids[first:], tail.lines[first:]
+        return tail.lines_from(first)
     units = tool_units([e for e in window.messages if e.message is not None])
     if _rendered_size(window.messages) > room:
         units = units[_newest_fitting(units, room) :]
@@ -395,13 +395,11 @@ def _clipped(ids: Sequence[str], texts: Sequence[str], room: int, keys: tuple[st
     return "\n".join(lines)
 
 
-def _unobserved(tail: TailMessages, older: Unobserved | None) -> Unobserved:
+def _unobserved(shown: Sequence[SessionEntry], tokens: int, older: Unobserved | None) -> Unobserved:
     before = older or Unobserved()
-    tokens = tail.tokens[-1] - tail.tokens[tail.observed]
-    shown = tail.messages[tail.observed : tail.observed + 1]
     first = before.first_id or (shown[0].id if shown else None)
     return Unobserved(
-        messages=before.messages + tail.unobserved, tokens=before.tokens + tokens, first_id=first
+        messages=before.messages + len(shown), tokens=before.tokens + tokens, first_id=first
     )
 
 

@@ -7,7 +7,8 @@ window renders, and which of its oldest units (a call with its results) to leave
 budget. Asked of the entries themselves, each question walked the tail again, read after read.
 :class:`TailMessages` walks it once and answers each from prefix sums; given the walk of the
 branch's previous tail (a tail is mostly the previous one plus the turn's messages), it walks
-only the entries appended since.
+only the entries appended since. Walks of one branch share their columns, which only the
+newest walk appends to, so going on from a walk copies nothing.
 
 It answers only for a tail whose tool units are *runs*: every result comes right after its
 call (the latest of its id) or after another result of the same call, and no tool message
@@ -18,45 +19,80 @@ caller selects from the entries (:func:`~om_core.read.window.select_recent_messa
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
-from operator import is_
 
-from om_core.ledger.models import SessionEntry
+from om_core.ledger.models import Message, SessionEntry
 from om_core.policy.redaction import normalize_secrets, redact
 
 EXTEND_SCAN = 64
 """Entries looked through, from the newest, for the last one an earlier walk ended on."""
 
 
+class _Columns:
+    """What the walks of one branch know of its messages, in walk order; appended to only by
+    the newest walk (under ``lock``), so an older walk's part never changes.
+
+    ``ordinals[e]`` counts the messages before the ``e``-th entry walked; ``sizes[m]`` and
+    ``tokens[m]`` the rendered characters (plus a newline each) and estimated tokens of the
+    messages before the ``m``-th; ``back[m]`` how far before message ``m`` its call is (0:
+    none); ``calls`` the message of each call id (the latest)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.lock = threading.Lock()
+        self.ordinals = [0]
+        self.messages: list[SessionEntry] = []
+        self.ids: list[str] = []
+        self.lines: list[str] = []
+        self.sizes = [0]
+        self.tokens = [0]
+        self.back: list[int] = []
+        self.calls: dict[str, int] = {}
+        self._redacted = partial(redact, secrets=keys)
+
+    def add(self, entry: SessionEntry, message: Message, origin: int) -> bool:
+        """Append a message; ``False`` when it breaks a run: a result apart from its call's
+        (one whose call is before message ``origin``, the tail's first, is alone), or a tool
+        message that makes calls."""
+        at = len(self.messages)
+        call = self.calls.get(message.tool_call_id or "") if message.role == "tool" else None
+        runs = call is None or call < origin or call in (at - 1, at - 1 - self.back[-1])
+        for tool_call in message.tool_calls:
+            runs = runs and message.role != "tool"
+            self.calls[tool_call.id] = at
+        self.back.append(0 if call is None else at - call)
+        self.messages.append(entry)
+        self.ids.append(entry.id)
+        self.lines.append(
+            message.rendered_as(self.keys, self._redacted) if self.keys else message.rendered
+        )
+        self.sizes.append(self.sizes[-1] + len(message.rendered) + 1)
+        self.tokens.append(self.tokens[-1] + message.estimated_tokens)
+        return runs
+
+
 @dataclass(frozen=True)
 class TailMessages:
-    """The user/assistant/tool messages of a tail, in branch order, with prefix sums.
+    """The user/assistant/tool messages of a tail, in branch order, with prefix sums: the
+    entries ``first`` to ``end`` of a branch's :class:`_Columns`.
 
-    ``ids`` and ``lines`` are the messages' ids and texts as a recent block shows them
-    (``keys``, the secrets, redacted). ``sizes[i]`` counts the rendered characters of the
-    messages before the ``i``-th plus one newline each, ``tokens[i]`` their estimated tokens,
-    from any origin (only differences are read). ``back[i]`` is how far before message ``i``
-    its call is (0: none, or not in the tail when it points past the first message).
-    ``runs``: the tail's units are runs (see the module). Immutable: :meth:`of` builds a new
-    one, sharing nothing it will change.
+    Messages are numbered from 0, the tail's first. ``keys``: the secrets its lines redact.
+    ``cursor_at``: where the observation ``cursor`` was walked (``None``: not walked).
+    ``runs``: the tail's units are runs (see the module). Immutable: :meth:`of` makes a new
+    walk and leaves this one as it is.
     """
 
-    entries: tuple[SessionEntry, ...]
-    keys: tuple[str, ...]
-    ordinals: list[int]  # messages before each entry (and after the last), from the origin
-    messages: list[SessionEntry]
-    ids: list[str]
-    lines: list[str]
-    sizes: list[int]
-    tokens: list[int]
-    back: list[int]
-    calls: dict[str, int]  # a call id -> the ordinal of the message that makes it
+    columns: _Columns
+    first: int
+    end: int
     cursor: str | None
-    cursor_at: int | None  # where ``cursor`` is among ``entries``
+    cursor_at: int | None
     runs: bool
+    newest: SessionEntry | None
 
     @classmethod
     def of(
@@ -68,110 +104,123 @@ class TailMessages:
     ) -> TailMessages:
         """Walk ``entries`` (a branch tail); ``cursor``: the observation cursor's id;
         ``secrets``: redacted from the lines. ``earlier``, a walk of an earlier tail of the
-        same branch, is continued instead when ``entries`` go on from it (its entry objects,
-        then new ones): only those are walked."""
+        same branch, is gone on from instead when ``entries`` hold its newest entry object
+        (the entries before it are then its ancestors, as before): only those after are
+        walked."""
         keys = normalize_secrets(secrets)
         if earlier is not None and (earlier.cursor, earlier.keys) == (cursor, keys):
             continued = earlier._continued(entries)
             if continued is not None:
                 return continued
-        empty = cls((), keys, [0], [], [], [], [0], [0], [], {}, cursor, None, True)
-        return empty._appended(entries)
+        fresh = cls(_Columns(keys), 0, 0, cursor, None, True, None)
+        with fresh.columns.lock:
+            return fresh._appended(entries, 0)
+
+    @property
+    def walked(self) -> int:
+        """Entries its columns hold (this tail's, those it left behind and any walked after
+        it): what keeping it costs, roughly."""
+        return len(self.columns.ordinals) - 1
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The secrets the lines redact (normalized)."""
+        return self.columns.keys
 
     def _continued(self, entries: Sequence[SessionEntry]) -> TailMessages | None:
-        """This walk moved to ``entries``, if they hold its newest entry object and, before it,
-        the same objects as this walk's (a tail cut from the front is fine); else ``None``."""
-        if not self.entries or self.ordinals[0] > len(self.messages):
-            return None  # nothing to go on from, or calls of messages long gone piled up
-        newest = self.entries[-1]
+        """This walk gone on to ``entries``; ``None`` when they do not hold its newest entry,
+        reach back past its first, when another walk went on from it already, or when what
+        the tail left behind outgrows it (a new walk then lets the columns go)."""
+        columns, newest = self.columns, self.newest
+        last = len(entries) - 1
         found = next(
-            (
-                j
-                for j in range(len(entries) - 1, len(entries) - 1 - EXTEND_SCAN, -1)
-                if j >= 0 and entries[j] is newest
-            ),
+            (j for j in range(last, max(-1, last - EXTEND_SCAN), -1) if entries[j] is newest),
             None,
         )
-        cut = len(self.entries) - 1 - found if found is not None else -1
-        if found is None or cut < 0 or not all(map(is_, self.entries[cut:], entries[: found + 1])):
+        if newest is None or found is None or self.end - found - 1 < self.first:
+            return None  # not found, or a tail reaching back past this one's: walked anew
+        first = self.end - found - 1
+        if columns.ordinals[first] > columns.ordinals[self.end] - columns.ordinals[first]:
             return None
-        return self._cut(cut)._appended(entries[found + 1 :])
+        with columns.lock:
+            if len(columns.ordinals) - 1 != self.end:
+                return None  # not the newest walk: its columns went on elsewhere
+            return self._appended(entries[found + 1 :], first)
 
-    def _cut(self, count: int) -> TailMessages:
-        """This walk without its first ``count`` entries."""
-        if count == 0:
-            return self
-        dropped = self.ordinals[count] - self.ordinals[0]
-        at = self.cursor_at
-        return replace(
-            self,
-            entries=self.entries[count:],
-            ordinals=self.ordinals[count:],
-            messages=self.messages[dropped:],
-            ids=self.ids[dropped:],
-            lines=self.lines[dropped:],
-            sizes=self.sizes[dropped:],
-            tokens=self.tokens[dropped:],
-            back=self.back[dropped:],
-            cursor_at=at - count if at is not None and at >= count else None,
-        )
-
-    def _appended(self, entries: Sequence[SessionEntry]) -> TailMessages:
-        """This walk gone on over ``entries`` (a new walk: nothing of this one changes)."""
-        if not entries:
-            return self
-        messages, sizes, tokens = list(self.messages), list(self.sizes), list(self.tokens)
-        back, ordinals, calls = list(self.back), list(self.ordinals), dict(self.calls)
-        ids, lines, keys = list(self.ids), list(self.lines), self.keys
-        cursor, cursor_at, runs = self.cursor, self.cursor_at, self.runs
-        origin = ordinals[0]
-        redacted = partial(redact, secrets=keys)
-        for index, entry in enumerate(entries, start=len(self.entries)):
+    def _appended(self, entries: Sequence[SessionEntry], first: int) -> TailMessages:
+        """The walk from entry ``first`` through this one's and ``entries`` (the caller holds
+        the columns' lock, and this is the newest walk)."""
+        c = self.columns
+        cursor, cursor_at, runs, newest = self.cursor, self.cursor_at, self.runs, self.newest
+        origin = c.ordinals[first]
+        for index, entry in enumerate(entries, start=self.end):
             message = entry.message
             if message is not None and entry.is_eligible_observation_source:
-                at = origin + len(messages)
-                call = calls.get(message.tool_call_id or "") if message.role == "tool" else None
-                if call is not None and call >= origin and call not in (at - 1, at - 1 - back[-1]):
-                    runs = False  # a result apart from its call's run (cut off, it is alone)
-                for tool_call in message.tool_calls:
-                    runs = runs and message.role != "tool"
-                    calls[tool_call.id] = at
-                back.append(0 if call is None else at - call)
-                messages.append(entry)
-                ids.append(entry.id)
-                lines.append(message.rendered_as(keys, redacted) if keys else message.rendered)
-                sizes.append(sizes[-1] + len(message.rendered) + 1)
-                tokens.append(tokens[-1] + message.estimated_tokens)
-            ordinals.append(origin + len(messages))
+                runs = c.add(entry, message, origin) and runs
+            c.ordinals.append(len(c.messages))
             if entry.id == cursor:
                 cursor_at = index  # the last occurrence wins, as a search from the end
-        return TailMessages(
-            self.entries + tuple(entries), keys,
-            ordinals, messages, ids, lines, sizes, tokens, back, calls, cursor, cursor_at, runs,
-        )  # fmt: skip
+            newest = entry
+        end = len(c.ordinals) - 1
+        return TailMessages(c, first, end, cursor, cursor_at, runs, newest)
+
+    @property
+    def _bounds(self) -> tuple[int, int]:
+        """The tail's messages in the columns: ``[lo, hi)``."""
+        return self.columns.ordinals[self.first], self.columns.ordinals[self.end]
+
+    @property
+    def count(self) -> int:
+        """The tail's messages."""
+        lo, hi = self._bounds
+        return hi - lo
 
     @property
     def observed(self) -> int:
         """Messages up to the observation cursor (all of the tail's are after it when it is
         ``None`` or not in the tail)."""
-        if self.cursor_at is None:
+        at = self.cursor_at
+        if at is None or at < self.first:
             return 0
-        return self.ordinals[self.cursor_at + 1] - self.ordinals[0]
-
-    def _first_of_unit(self, index: int) -> int:
-        back = self.back[index]
-        return index - back if back <= index else index  # a call cut off: a unit of its own
+        return self.columns.ordinals[at + 1] - self.columns.ordinals[self.first]
 
     @property
     def unobserved(self) -> int:
         """Messages after the observation cursor."""
-        return len(self.messages) - self.observed
+        return self.count - self.observed
+
+    def messages_from(self, start: int) -> list[SessionEntry]:
+        """The messages from the ``start``-th on."""
+        lo, hi = self._bounds
+        return self.columns.messages[lo + start : hi]
+
+    def lines_from(self, start: int) -> tuple[list[str], list[str]]:
+        """The ids and lines (see :attr:`keys`) of the messages from the ``start``-th on."""
+        lo, hi = self._bounds
+        return self.columns.ids[lo + start : hi], self.columns.lines[lo + start : hi]
+
+    def tokens_from(self, start: int) -> int:
+        """Estimated tokens of the messages from the ``start``-th on."""
+        lo, hi = self._bounds
+        return self.columns.tokens[hi] - self.columns.tokens[lo + start]
+
+    def rendered_size(self, start: int) -> int:
+        """Characters of the messages from ``start`` on as rendered, one newline between each."""
+        return self._chars(start, self.count) - 1
+
+    def _chars(self, start: int, stop: int) -> int:
+        lo = self._bounds[0]
+        return self.columns.sizes[lo + stop] - self.columns.sizes[lo + start]
+
+    def _first_of_unit(self, index: int) -> int:
+        back = self.columns.back[self._bounds[0] + index]
+        return index - back if back <= index else index  # a call cut off: a unit of its own
 
     def window_start(self, keep: int, max_tokens: int | None = None) -> int:
         """Where the recent window begins: the index of its first message, as
         :func:`~om_core.read.window.select_recent_message_entries` (``keep``, ``max_tokens``)
-        selects it (``len(messages)`` for an empty window). Needs :attr:`runs`."""
-        count = len(self.messages)
+        selects it (:attr:`count` for an empty window). Needs :attr:`runs`."""
+        count = self.count
         if keep <= 0:
             if keep < 0:
                 raise ValueError("keep must be >= 0")
@@ -182,26 +231,22 @@ class TailMessages:
         if max_tokens is None:
             return start
         firsts = [i for i in range(start, count) if self._first_of_unit(i) == i]
-        total = self.tokens[count] - self.tokens[start]
+        total = self.tokens_from(start)
         for first, following in pairwise(firsts):
             if total <= max_tokens:
                 return first
-            total -= self.tokens[following] - self.tokens[first]
+            total -= self.tokens_from(first) - self.tokens_from(following)
         return firsts[-1] if firsts else start
-
-    def rendered_size(self, start: int) -> int:
-        """Characters of the messages from ``start`` on as rendered, one newline between each."""
-        return self.sizes[-1] - self.sizes[start] - 1
 
     def newest_fitting(self, start: int, room: int) -> int:
         """The first message kept when only the newest units from ``start`` on whose rendered
-        text fits ``room`` characters are (at least the last unit), as
-        a context's recent block is fitted to its budget. Needs :attr:`runs`."""
-        count = len(self.messages)
+        text fits ``room`` characters are (at least the last unit), as a context's recent
+        block is fitted to its budget. Needs :attr:`runs`."""
+        count = self.count
         kept, total, last = count, -1, count - 1
         while last >= start:
             first = self._first_of_unit(last)
-            size = self.sizes[last + 1] - self.sizes[first]
+            size = self._chars(first, last + 1)
             if total + size > room:
                 break
             kept, total, last = first, total + size, first - 1

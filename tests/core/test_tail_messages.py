@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,12 +80,12 @@ def test_the_unobserved_messages_and_their_tokens_are_those_after_the_cursor(
     cursor = cursor_of(entries, pick)
     tail = TailMessages.of(entries, cursor)
     scanned = _unscanned(entries, cursor)
-    assert [e.id for e in tail.messages[tail.observed :]] == [e.id for e in scanned]
+    assert [e.id for e in tail.messages_from(tail.observed)] == [e.id for e in scanned]
     tokens = sum(m.estimated_tokens for e in scanned if (m := e.message))
-    assert tail.tokens[-1] - tail.tokens[tail.observed] == tokens
+    assert tail.tokens_from(tail.observed) == tokens
     if tail.runs:
         start = tail.window_start(keep, cap)
-        assert [e.id for e in tail.messages[start:]] == old_window(entries, keep, cap)
+        assert [e.id for e in tail.messages_from(start)] == old_window(entries, keep, cap)
 
 
 @settings(max_examples=400, deadline=None)
@@ -100,13 +98,13 @@ def test_the_newest_units_that_fit_are_those_the_walk_over_units_keeps(
     if not tail.runs:
         return
     start = tail.window_start(keep)
-    window = tail.messages[start:]
+    window = tail.messages_from(start)
     units = tool_units(window)
     assert tail.rendered_size(start) == sum(len(e.message.rendered) + 1 for e in window) - 1  # type: ignore[union-attr]
     if tail.rendered_size(start) <= room:
         return
     kept = [e.id for unit in units[_newest_fitting(units, room) :] for e in unit]
-    assert [e.id for e in tail.messages[tail.newest_fitting(start, room) :]] == kept
+    assert [e.id for e in tail.messages_from(tail.newest_fitting(start, room))] == kept
 
 
 def _unscanned(entries: list[SessionEntry], cursor: str | None) -> list[SessionEntry]:
@@ -155,9 +153,8 @@ def test_the_window_keeps_a_call_whose_result_opens_it() -> None:
     b.result("c1", "two")
     b.assistant("done")
     tail = TailMessages.of(b.entries, None)
-    assert tail.back == [0, 0, 1, 2, 0]
-    assert tail.messages[tail.window_start(1)] == b.entries[-1]
-    assert tail.messages[tail.window_start(2)] == call  # the second result brings its call
+    assert tail.messages_from(tail.window_start(1)) == [b.entries[-1]]
+    assert tail.messages_from(tail.window_start(2))[0] == call  # the second result brings it
     assert tail.window_start(1, max_tokens=1) == 4
     assert tail.window_start(3, max_tokens=1) == 4  # whole units out, oldest first
 
@@ -179,35 +176,45 @@ def test_a_message_with_no_role_the_observer_reads_is_left_out() -> None:
     b.message("system", "rules")
     b._add(kind="message", message=Message(role="user", content="hi"))
     tail = TailMessages.of(b.entries, None)
-    assert [e.message.role for e in tail.messages if e.message] == ["user"]
+    assert [e.message.role for e in tail.messages_from(0) if e.message] == ["user"]
 
 
 @settings(max_examples=400, deadline=None)
-@given(STEPS, st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.integers(0, 12))
-def test_a_walk_continued_over_a_later_tail_answers_as_a_walk_of_it(
-    steps: list[tuple[str, int, int]], pick: int, split: int, cut: int, keep: int
+@given(
+    STEPS,
+    st.integers(0, 40),
+    st.lists(st.tuples(st.integers(0, 8), st.integers(-3, 6)), min_size=1, max_size=6),
+    st.integers(0, 12),
+)
+def test_a_walk_continued_over_later_tails_answers_as_a_walk_of_each(
+    steps: list[tuple[str, int, int]], pick: int, moves: list[tuple[int, int]], keep: int
 ) -> None:
     entries = tail_of(steps)
     cursor = cursor_of(entries, pick)
-    split = min(split, len(entries))
-    earlier = TailMessages.of(entries[:split], cursor)
-    later = entries[min(cut, split) :]  # cut from the front, then new entries
+    walk, first, end = TailMessages.of((), cursor), 0, 0
+    for grown, cut in moves:  # each tail: entries appended, some cut (or reached back to)
+        end = min(end + grown, len(entries))
+        first = max(0, min(first + cut, end))
+        walk = _checked(entries[first:end], cursor, walk, keep)
+
+
+def _checked(
+    later: list[SessionEntry], cursor: str | None, earlier: TailMessages, keep: int
+) -> TailMessages:
     continued = TailMessages.of(later, cursor, earlier)
     fresh = TailMessages.of(later, cursor)
-    assert [e.id for e in continued.messages] == [e.id for e in fresh.messages]
-    assert (continued.ids, continued.lines) == (fresh.ids, fresh.lines)
+    assert continued.messages_from(0) == fresh.messages_from(0)
+    assert continued.lines_from(0) == fresh.lines_from(0)
     assert continued.observed == fresh.observed
-    assert _differences(continued.sizes) == _differences(fresh.sizes)
-    assert _differences(continued.tokens) == _differences(fresh.tokens)
+    for start in range(fresh.count + 1):
+        assert continued.rendered_size(start) == fresh.rendered_size(start)
+        assert continued.tokens_from(start) == fresh.tokens_from(start)
     assert continued.runs <= fresh.runs  # a continued walk may only be more careful
     if continued.runs:
         assert continued.window_start(keep) == fresh.window_start(keep)
         assert continued.window_start(keep, 300) == fresh.window_start(keep, 300)
         assert continued.newest_fitting(0, 900) == fresh.newest_fitting(0, 900)
-
-
-def _differences(sums: list[int]) -> list[int]:
-    return [b - a for a, b in pairwise(sums)]
+    return continued
 
 
 def test_a_walk_goes_on_from_an_earlier_one_only_over_its_own_entries() -> None:
@@ -218,9 +225,11 @@ def test_a_walk_goes_on_from_an_earlier_one_only_over_its_own_entries() -> None:
     earlier = TailMessages.of(tuple(b.entries), None)
     b.assistant("two")
     continued = TailMessages.of(tuple(b.entries), None, earlier)
-    assert continued.messages[:3] == earlier.messages and continued.runs
+    assert continued.columns is earlier.columns and continued.runs  # nothing copied
+    assert continued.messages_from(0)[:3] == earlier.messages_from(0)
+    assert TailMessages.of(tuple(b.entries), None, earlier).columns is not earlier.columns
     copied = [e.model_copy() for e in b.entries]  # equal entries, other objects: walked anew
-    assert TailMessages.of(copied, None, earlier).messages == copied
+    assert TailMessages.of(copied, None, continued).messages_from(0) == copied
     assert TailMessages.of(tuple(b.entries), "e1", earlier).observed == 1  # another cursor
 
 
@@ -233,7 +242,7 @@ def test_a_reused_call_id_brings_only_the_call_its_result_answers() -> None:
     b.result("call_0", "the second run's")
     assert select_recent_message_entries(b.entries, 1) == [latest, b.entries[-1]]
     tail = TailMessages.of(b.entries, None)
-    assert tail.runs and tail.messages[tail.window_start(1) :] == [latest, b.entries[-1]]
+    assert tail.runs and tail.messages_from(tail.window_start(1)) == [latest, b.entries[-1]]
 
 
 def test_the_lines_are_the_rendered_messages_with_the_secrets_redacted() -> None:
@@ -242,8 +251,9 @@ def test_the_lines_are_the_rendered_messages_with_the_secrets_redacted() -> None
     b.custom({"type": "note"})
     b.assistant("noted")
     plain = TailMessages.of(b.entries, None)
-    assert plain.lines == ["[user] my token is hunter2", "[assistant] noted"]
-    assert plain.ids == [b.entries[0].id, b.entries[2].id]
+    ids, lines = plain.lines_from(0)
+    assert lines == ["[user] my token is hunter2", "[assistant] noted"]
+    assert ids == [b.entries[0].id, b.entries[2].id]
     redacted = TailMessages.of(b.entries, None, plain, ["hunter2"])  # other keys: walked anew
-    assert "hunter2" not in redacted.lines[0] and redacted.keys == ("hunter2",)
-    assert TailMessages.of(b.entries, None, redacted, ("hunter2",)) is redacted
+    assert "hunter2" not in redacted.lines_from(0)[1][0] and redacted.keys == ("hunter2",)
+    assert TailMessages.of(b.entries, None, redacted, ("hunter2",)) == redacted
