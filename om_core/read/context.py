@@ -327,11 +327,12 @@ def _fitted_recent(
     limit = min(room, MAX_RECENT_WINDOW_BYTES)
     while True:
         text = _clipped(ids, lines, limit, keys)
-        # The window's byte cap holds too: shrink the room until the UTF-8 text fits it.
+        # The window's byte cap holds too: shrink the room until the UTF-8 text fits it,
+        # scaling the text's own length (the room may be far larger than the text).
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
         if size <= MAX_RECENT_WINDOW_BYTES or limit <= 0:
             return text, tuple(ids)
-        limit = min(limit - 1, limit * MAX_RECENT_WINDOW_BYTES // size)
+        limit = min(limit - 1, len(text) * MAX_RECENT_WINDOW_BYTES // size)
 
 
 def _newest_lines(

@@ -8,6 +8,7 @@ import pytest
 
 from om_core.ledger.models import Observation, ToolCall
 from om_core.ledger.tokens import estimate_text_tokens
+from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
 from om_core.read.context import MIN_CONTEXT_TOKENS, Unobserved, build_context, gap_note
 from om_core.read.window import render_message
 from om_core.settings import resolve_settings
@@ -113,3 +114,22 @@ def test_the_smallest_budget_is_accepted() -> None:
     context = build_context(observed_then(5).entries, SETTINGS, max_tokens=MIN_CONTEXT_TOKENS)
     total = estimate_text_tokens(context.memory.text) + estimate_text_tokens(context.recent.text)
     assert total <= MIN_CONTEXT_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("body", "whole"),
+    [
+        ("x" * (MAX_RECENT_WINDOW_BYTES - len("[user] ")), True),  # exactly the cap
+        ("x" * (MAX_RECENT_WINDOW_BYTES - len("[user] ") + 1), False),  # one byte over
+        ("é" * (MAX_RECENT_WINDOW_BYTES // 2), False),  # under in characters, over in bytes
+    ],
+)
+def test_a_large_budget_still_caps_the_recent_block_in_utf8_bytes(body: str, whole: bool) -> None:
+    b = Branch()
+    message = b.user(body)
+    context = build_context(b.entries, SETTINGS, max_tokens=1_000_000)
+    text = context.recent.text
+    assert len(text.encode("utf-8")) <= MAX_RECENT_WINDOW_BYTES
+    assert (text == render_message(message.message)) is whole  # type: ignore[arg-type]
+    assert whole or text.endswith(f"the whole message is entry {message.id}]")
+    assert list(context.recent.entry_ids) == [message.id]
