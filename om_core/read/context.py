@@ -349,10 +349,10 @@ def _newest_lines(
     units = tool_units([e for e in window.messages if e.message is not None])
     if _rendered_size(window.messages) > room:
         units = units[_newest_fitting(units, room) :]
-    shown = [m for unit in units for e in unit if (m := e.message)]
+    shown = [(e.id, m) for unit in units for e in unit if (m := e.message)]
     redacted = partial(redact, secrets=keys)
-    lines = [m.rendered_as(keys, redacted) if keys else m.rendered for m in shown]
-    return [e.id for unit in units for e in unit if e.message], lines
+    lines = [m.rendered_as(keys, redacted) if keys else m.rendered for _, m in shown]
+    return [entry_id for entry_id, _ in shown], lines
 
 
 def _rendered_size(window: Sequence[SessionEntry]) -> int:

@@ -132,14 +132,16 @@ class TailMessages:
         reach back past its first, when another walk went on from it already, or when what
         the tail left behind outgrows it (a new walk then lets the columns go)."""
         columns, newest = self.columns, self.newest
+        if newest is None:
+            return None
         last = len(entries) - 1
         found = next(
             (j for j in range(last, max(-1, last - EXTEND_SCAN), -1) if entries[j] is newest),
             None,
         )
-        if newest is None or found is None or self.end - found - 1 < self.first:
+        if found is None or self.end - 1 - found < self.first:
             return None  # not found, or a tail reaching back past this one's: walked anew
-        first = self.end - found - 1
+        first = self.end - 1 - found
         if columns.ordinals[first] > columns.ordinals[self.end] - columns.ordinals[first]:
             return None
         with columns.lock:
