@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from om_core.ledger.append_plan import wire
 from om_core.ledger.models import Message, SessionEntry
@@ -173,7 +173,9 @@ def _latency_postgresql(section: Section) -> None:
 
 def _bulk_tenant(store: SqlStore, tenant: str, count: int, rng: random.Random) -> None:
     """``count`` sessions of :data:`SESSION_ENTRIES` messages each, inserted as rows (the
-    append path's planning is not what this measures; the index triggers still run)."""
+    append path's planning is not what this measures; the index triggers still run), each
+    session's leaf and entry count set as the appends would have left them (PostgreSQL's
+    search plans by the count: a session counted empty has every match ranked at once)."""
     now = datetime.now(UTC)
     for n in range(count):
         session_id = f"{tenant}-{n}"
@@ -203,6 +205,11 @@ def _bulk_tenant(store: SqlStore, tenant: str, count: int, rng: random.Random) -
             # Multi-row statements, as the store's appends insert (FTS5 writes a segment per
             # statement, so this gives the index the shape appends give it).
             connection.execute(insert(entries).returning(entries.c.seq), rows).close()
+            connection.execute(
+                update(sessions)
+                .where(sessions.c.pk == pk)
+                .values(leaf_id=rows[-1]["id"], entry_count=len(rows))
+            )
 
 
 def _tenant_p99(store: SqlStore, tenant: str, rng: random.Random) -> _P99:
