@@ -18,6 +18,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from om_core.read.search import SearchKey
 from om_core.read.search_terms import level_weight, term
 
 RARE_SHARE = 0.1
@@ -68,6 +69,40 @@ def score(words: Sequence[PlanWord], levels: Mapping[int, int]) -> float:
         if level is not None:
             total += word.idf * level_weight(level)
     return total
+
+
+_LEVEL_BITS = 4
+"""Bits of one word's place in a row's packed levels (a level plus one: 0 is "not held")."""
+
+
+def held_at(word: int, level: int) -> int:
+    """A row holding ``words[word]`` at ``level``, packed: a row's levels are the sum of one
+    of these per word it holds, so the rows a search reads are a dict of ints, and rows holding
+    the same levels (most of them) share one score."""
+    return (level + 1) << (_LEVEL_BITS * word)
+
+
+def _unpacked(packed: int, words: int) -> dict[int, int]:
+    mask = (1 << _LEVEL_BITS) - 1
+    places = ((i, packed >> (_LEVEL_BITS * i) & mask) for i in range(words))
+    return {i: place - 1 for i, place in places if place}
+
+
+def best_keys(
+    words: Sequence[PlanWord],
+    held: Mapping[int, int],
+    source: int,
+    limit: int,
+    after: SearchKey | None,
+) -> list[SearchKey]:
+    """The best ``limit`` keys after ``after`` of the rows of ``held`` (each row's packed
+    levels, sums of :func:`held_at`), scored as :func:`score` scores them."""
+    ranks = {packed: -score(words, _unpacked(packed, len(words))) for packed in set(held.values())}
+    keys: Iterable[tuple[float, int, int]] = ((ranks[p], source, row) for row, p in held.items())
+    if after is not None:
+        cursor = (after.rank, after.source, after.row)
+        keys = (key for key in keys if key > cursor)
+    return [SearchKey(*key) for key in heapq.nsmallest(limit, keys)]
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from om_core.read import search_terms
+from om_core.read.search import SearchKey
 from om_core.read.search_plan import (
     Combination,
     EmptySets,
     PlanWord,
+    best_keys,
     combinations,
+    held_at,
     read_places,
     score,
 )
@@ -160,3 +163,42 @@ def test_a_set_found_empty_empties_every_combination_holding_it() -> None:
     found = EmptySets(words, frozenset({0, 1}))
     found.learn([frozenset({0, 1})], found={0})
     assert not any(found.empty(c) for c in flat)
+
+
+_WORDS = [
+    PlanWord("leas", 2.5, tuple(range(LEVELS))),
+    PlanWord("march", 1.25, (0, 3)),
+    PlanWord("rent", 0.3, tuple(range(LEVELS))),
+    PlanWord("the", 0.01, (1, 7)),
+]
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 10_000),
+        st.dictionaries(st.integers(0, 3), st.integers(0, LEVELS - 1), min_size=1),
+    ),
+    st.integers(1, 12),
+    st.one_of(st.none(), st.integers(0, 10_000)),
+)
+def test_packed_rows_rank_as_their_scores(
+    rows: dict[int, dict[int, int]], limit: int, cursor_row: int | None
+) -> None:
+    """A row's levels packed into one int rank it as :func:`score` of its levels does: the
+    same keys, to the bit, in the same order, after any cursor."""
+    packed = {row: sum(held_at(w, lv) for w, lv in held.items()) for row, held in rows.items()}
+    expected = sorted(SearchKey(-score(_WORDS, held), 0, row) for row, held in rows.items())
+    after = None
+    if cursor_row is not None and expected:
+        after = expected[cursor_row % len(expected)]
+        expected = [key for key in expected if key > after]
+    assert best_keys(_WORDS, packed, 0, limit, after) == expected[:limit]
+
+
+def test_a_rows_packed_levels_name_each_word_once() -> None:
+    assert held_at(0, 0) == 1
+    assert held_at(1, LEVELS - 1) == LEVELS << 4
+    assert best_keys(_WORDS, {7: held_at(3, 7) + held_at(0, 2)}, 1, 10, None) == [
+        SearchKey(-score(_WORDS, {0: 2, 3: 7}), 1, 7)
+    ]
+    assert best_keys(_WORDS, {}, 0, 10, None) == []

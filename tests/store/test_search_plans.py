@@ -140,6 +140,28 @@ def test_every_plan_pages_the_defined_ranking(
             KEPT_COUNTS.clear()
 
 
+@pytest.mark.parametrize("kept_rows", [1, 10**9])
+def test_a_tenants_kept_estimate_plans_but_never_changes_the_hits(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    kept_rows: int,
+) -> None:
+    # The tenant's rows are estimated once and kept; a kept estimate however wrong (the big
+    # tenant taken for one row, or for a billion) chooses another plan, never other hits.
+    store, big, _, texts = corpus
+    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_counts, "KEPT_ROWS", 100)
+    expected = _expected(texts, "w2 w9 w40", ["z", "a", "b"])[: 3 * PAGE]
+    KEPT_COUNTS.clear()
+    assert [(h.id, h.score) for h in _pages(store, big, "w2 w9 w40", None)] == expected
+    estimate = KEPT_COUNTS.tenant_rows(store.engine, big)
+    assert estimate is not None and estimate >= 100
+    KEPT_COUNTS.keep_tenant_rows(store.engine, big, kept_rows)
+    assert [(h.id, h.score) for h in _pages(store, big, "w2 w9 w40", None)] == expected
+    assert KEPT_COUNTS.tenant_rows(store.engine, big) == kept_rows
+    KEPT_COUNTS.clear()
+
+
 def _combinations_asked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, the size of each statement of combinations a search asks."""
     asked: list[int] = []

@@ -39,15 +39,21 @@ from om_core.read.search_plan import (
     EmptySets,
     PlanWord,
     any_of,
+    best_keys,
     combinations,
+    held_at,
     places,
     quoted,
     read_places,
-    score,
 )
 from om_core.read.search_terms import LEVELS, idf, query_stems, tenant_term, term
 from om_workers.store.driver import sqlite_rows
-from om_workers.store.repositories.search_counts import Counted, count_levels, index_rows
+from om_workers.store.repositories.search_counts import (
+    Counted,
+    count_levels,
+    index_rows,
+    tenant_rows,
+)
 from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
 READ_ROWS = 3_000
@@ -55,8 +61,6 @@ READ_ROWS = 3_000
 stem, a common one's rare levels), as many as fit; the rest are taken by combination."""
 SMALL_SCOPE = 4_000
 """A scope (a session, or a tenant) of at most this many messages is scored row by row."""
-SAMPLED_SESSIONS = 2_000
-"""Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
 FIRST_BATCH = 8
 """Combinations asked in the first statement; each next statement asks twice as many, up to
 :data:`MAX_BATCH` (most searches end within the first)."""
@@ -65,17 +69,6 @@ _SESSION_ROWS = text(
     "SELECT coalesce(max(id) - :row_lo + 1, 0) FROM entries_fts_docsize "
     "WHERE id BETWEEN :row_lo AND :row_hi"
 )
-# A tenant's sessions' largest indexed seqs (the oldest SAMPLED_SESSIONS, scaled to all of
-# them): about the number of rows its search may name, for the choice of a plan only.
-_TENANT_ROWS = text(f"""
-    WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
-    sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
-    SELECT (SELECT count(*) FROM own) AS sessions, (SELECT count(*) FROM sample) AS sampled,
-        (SELECT coalesce(sum((
-            SELECT max(d.id) - s.pk * {ROW_SHIFT} + 1 FROM entries_fts_docsize AS d
-            WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
-        FROM sample AS s) AS rows
-""")
 
 
 @dataclass(frozen=True)
@@ -156,9 +149,7 @@ class SqliteKeys:
     def _scope_rows(self) -> int:
         if self._query.session_pk is not None:
             return int(self._connection.execute(_SESSION_ROWS, self._query.params()).scalar() or 0)
-        params = {"tenant_id": self._query.tenant_id, "sampled": SAMPLED_SESSIONS}
-        found = self._connection.execute(_TENANT_ROWS, params).one()
-        return int(found.rows) * int(found.sessions) // max(int(found.sampled), 1)
+        return tenant_rows(self._connection, self._query.tenant_id)
 
     # -- messages
 
@@ -182,9 +173,7 @@ class SqliteKeys:
         levels = self._levels(messages, read_at, read_terms)
         if levels:
             self._add_levels(messages, dense, read_terms, levels)
-        keys = self._page_of(
-            SearchKey(-score(plan.words, held), 0, row) for row, held in levels.items()
-        )
+        keys = best_keys(plan.words, levels, MESSAGES.source, self._query.limit, self._query.after)
         combined = [word for word in dense if word.levels]
         if not combined:
             return keys
@@ -214,16 +203,16 @@ class SqliteKeys:
         statements: _MessageStatements,
         read: Sequence[tuple[int, int]],
         terms: Sequence[str],
-    ) -> dict[int, dict[int, int]]:
+    ) -> dict[int, int]:
         """The rows holding any of ``terms`` (word ``read[n][0]`` at level ``read[n][1]``),
         each with the levels of the words it holds them of."""
         if not terms:
             return {}
         matches = [statements.match(quoted(t)) for t in terms]
-        held: dict[int, dict[int, int]] = {}
+        packed = [held_at(word, level) for word, level in read]
+        held: dict[int, int] = {}
         for n, row in self._run(statements.selects(len(matches)), matches):
-            word, level = read[n]
-            held.setdefault(row, {})[word] = level
+            held[row] = held.get(row, 0) + packed[n]
         return held
 
     def _add_levels(
@@ -231,7 +220,7 @@ class SqliteKeys:
         statements: _MessageStatements,
         dense: Sequence[PlanWord],
         read_terms: Sequence[str],
-        held: dict[int, dict[int, int]],
+        held: dict[int, int],
     ) -> None:
         """The levels of the ``dense`` words in the rows of ``held`` (those holding a term
         read row by row), added to each row's."""
@@ -242,10 +231,10 @@ class SqliteKeys:
         matches = [
             statements.match(f"{quoted(term(dense[i].stem, lv))} AND ({read})") for i, lv in asked
         ]
+        packed = [held_at(word, level) for word, level in asked]
         for n, row in self._run(statements.selects(len(matches)), matches):
             if row in held:
-                word, level = asked[n]
-                held[row][word] = level
+                held[row] += packed[n]
 
     def _by_combination(
         self,
@@ -320,14 +309,12 @@ class SqliteKeys:
             f"{'AND m.session_pk = :session_pk' if session else ''})"
         )
         sql = " UNION ALL ".join(select.format(n=n) for n in range(len(asked)))
-        held: dict[int, dict[int, int]] = {}
         matches = [quoted(term(plan.words[i].stem, lv)) for i, lv in asked]
+        packed = [held_at(word, level) for word, level in asked]
+        held: dict[int, int] = {}
         for n, row in self._run(sql, matches):
-            word, level = asked[n]
-            held.setdefault(row, {})[word] = level
-        return self._page_of(
-            SearchKey(-score(plan.words, levels), 1, row) for row, levels in held.items()
-        )
+            held[row] = held.get(row, 0) + packed[n]
+        return best_keys(plan.words, held, MEMORY.source, self._query.limit, self._query.after)
 
     def _page_of(self, keys: Iterable[SearchKey]) -> list[SearchKey]:
         """The best ``limit`` of ``keys`` after the cursor's, best first."""
