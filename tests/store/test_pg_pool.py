@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, bindparam, create_engine, event, select
 from sqlalchemy.exc import DBAPIError
+from store_factories import message
 
 from om_workers.errors import SessionNotFoundError, StoreUnavailableError
-from om_workers.store import SqlStore, upgrade
+from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store import engine as store_engine
 from om_workers.store.driver import FastStatement
 from om_workers.store.engine import normalize_database_url
@@ -107,3 +108,25 @@ def test_a_statement_on_the_driver_that_loses_its_server_heals_the_whole_pool(
             assert statement.scalars(first, {"x": 1}) == [1]
             assert statement.scalars(second, {"x": 2}) == [2]
     assert connects == ["connect", "connect"]
+
+
+def test_statements_stay_prepared_across_read_units_of_work(tmp_path: Path) -> None:
+    # psycopg prepares a statement on its fifth use on a connection, and forgets all it
+    # prepared at a ROLLBACK: reads (READ ONLY) end with COMMIT, so a pooled connection's hot
+    # statements are parsed and planned once, not at every read.
+    with fresh_database("postgresql", tmp_path) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url, pool_size=1, max_overflow=0)
+        try:
+            tenant = AccountStore(store.engine).create_tenant("t").id
+            store.create_session(tenant, "s")
+            store.append_entries(tenant, "s", [message("m1", "s", "hello")])
+            for _ in range(8):
+                assert [entry.id for entry in store.read_branch(tenant, "s")] == ["m1"]
+            with store.engine.connect() as connection:
+                prepared = connection.exec_driver_sql(
+                    "SELECT count(*) FROM pg_prepared_statements"
+                ).scalar_one()
+            assert prepared >= 1
+        finally:
+            store.close()
