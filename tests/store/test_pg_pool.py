@@ -113,7 +113,7 @@ def test_a_statement_on_the_driver_that_loses_its_server_heals_the_whole_pool(
 def test_statements_stay_prepared_across_read_units_of_work(tmp_path: Path) -> None:
     # psycopg prepares a statement on its fifth use on a connection, and forgets all it
     # prepared at a ROLLBACK: reads (READ ONLY) end with COMMIT, so a pooled connection's hot
-    # statements are parsed and planned once, not at every read.
+    # statements are parsed once, not at every read.
     with fresh_database("postgresql", tmp_path) as url:
         upgrade(url)
         store = SqlStore.from_url(url, pool_size=1, max_overflow=0)
@@ -128,5 +128,14 @@ def test_statements_stay_prepared_across_read_units_of_work(tmp_path: Path) -> N
                     "SELECT count(*) FROM pg_prepared_statements"
                 ).scalar_one()
             assert prepared >= 1
+            # A search plans its statements for their own values (a plan made for a large
+            # tenant's words is not one for a small tenant's), in its own transaction only.
+            sent: list[str] = []
+            event.listen(store.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+            assert store.search(tenant, "hello").hits[0].id == "m1"
+            assert "SET LOCAL plan_cache_mode = force_custom_plan" in sent
+            with store.engine.connect() as connection:
+                mode = connection.exec_driver_sql("SHOW plan_cache_mode").scalar_one()
+            assert mode == "auto"
         finally:
             store.close()
