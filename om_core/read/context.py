@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Unpack
 
 from om_core.ledger.models import (
@@ -15,7 +14,7 @@ from om_core.ledger.models import (
 )
 from om_core.ledger.tokens import CHARS_PER_TOKEN, estimate_text_tokens
 from om_core.policy.limits import MAX_RECENT_WINDOW_BYTES
-from om_core.policy.redaction import normalize_secrets, redact, scrub
+from om_core.policy.redaction import normalize_secrets, scrub
 from om_core.read.context_memory import ContextMemory, MemorySelection
 from om_core.read.render import RenderedMemory
 from om_core.read.tail_messages import TailMessages
@@ -24,6 +23,7 @@ from om_core.read.window import (
     render_recent_message_window,
     select_recent_message_entries,
     tool_units,
+    window_line,
 )
 from om_core.settings import ObservationalMemorySettings, resolve_settings
 
@@ -350,9 +350,7 @@ def _newest_lines(
     if _rendered_size(window.messages) > room:
         units = units[_newest_fitting(units, room) :]
     shown = [(e.id, m) for unit in units for e in unit if (m := e.message)]
-    redacted = partial(redact, secrets=keys)
-    lines = [m.rendered_as(keys, redacted) if keys else m.rendered for _, m in shown]
-    return [entry_id for entry_id, _ in shown], lines
+    return [entry_id for entry_id, _ in shown], [window_line(m, keys) for _, m in shown]
 
 
 def _rendered_size(window: Sequence[SessionEntry]) -> int:

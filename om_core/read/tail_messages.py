@@ -22,11 +22,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import pairwise
 
 from om_core.ledger.models import Message, SessionEntry
-from om_core.policy.redaction import normalize_secrets, redact
+from om_core.policy.redaction import normalize_secrets
+from om_core.read.window import window_line
 
 EXTEND_SCAN = 64
 """Entries looked through, from the newest, for the last one an earlier walk ended on."""
@@ -52,7 +52,6 @@ class _Columns:
         self.tokens = [0]
         self.back: list[int] = []
         self.calls: dict[str, int] = {}
-        self._redacted = partial(redact, secrets=keys)
 
     def add(self, entry: SessionEntry, message: Message, origin: int) -> bool:
         """Append a message; ``False`` when it breaks a run: a result apart from its call's
@@ -67,9 +66,7 @@ class _Columns:
         self.back.append(0 if call is None else at - call)
         self.messages.append(entry)
         self.ids.append(entry.id)
-        self.lines.append(
-            message.rendered_as(self.keys, self._redacted) if self.keys else message.rendered
-        )
+        self.lines.append(window_line(message, self.keys))
         self.sizes.append(self.sizes[-1] + len(message.rendered) + 1)
         self.tokens.append(self.tokens[-1] + message.estimated_tokens)
         return runs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 
 from om_core.ledger.models import Message, SessionEntry
 from om_core.ledger.tokens import estimate_entry_tokens
@@ -83,6 +83,19 @@ def render_message(message: Message) -> str:
     return message.rendered
 
 
+@lru_cache(maxsize=64)
+def _redactor(keys: tuple[str, ...]) -> partial[str]:
+    return partial(redact, secrets=keys)
+
+
+def window_line(message: Message, keys: tuple[str, ...]) -> str:
+    """``message`` as a line of the recent window, the secrets ``keys`` (normalized) redacted:
+    kept on the message for those keys, so a line is redacted once, read after read."""
+    if not keys:
+        return message.rendered
+    return message.rendered_as(keys, _redactor(keys))
+
+
 def render_recent_message_window(
     entries: Sequence[SessionEntry],
     secrets: Iterable[str] = (),
@@ -96,9 +109,8 @@ def render_recent_message_window(
     """
     max_bytes = min(max_bytes, MAX_RECENT_WINDOW_BYTES)
     keys = normalize_secrets(secrets)
-    redacted = partial(redact, secrets=keys)
     units = [
-        [(e.id, e.message.rendered_as(keys, redacted)) for e in unit if e.message]
+        [(e.id, window_line(e.message, keys)) for e in unit if e.message]
         for unit in tool_units([e for e in entries if e.message is not None])
     ]
     sizes = [sum(len(text.encode("utf-8")) + 1 for _, text in unit) for unit in units]
