@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from om_core.ledger.fold import unscanned_entries
 from om_core.ledger.models import Message, SessionEntry
 from om_core.read.context import _newest_fitting  # the walk over units the index replaces
-from om_core.read.tail_messages import TailMessages
+from om_core.read.tail_messages import EXTEND_SCAN, TailMessages
 from om_core.read.window import select_recent_message_entries, tool_units
 
 from .builders import Branch
@@ -231,6 +231,22 @@ def test_a_walk_goes_on_from_an_earlier_one_only_over_its_own_entries() -> None:
     copied = [e.model_copy() for e in b.entries]  # equal entries, other objects: walked anew
     assert TailMessages.of(copied, None, continued).messages_from(0) == copied
     assert TailMessages.of(tuple(b.entries), "e1", earlier).observed == 1  # another cursor
+
+
+@pytest.mark.parametrize(("appended", "continued"), [(EXTEND_SCAN - 1, True), (EXTEND_SCAN, False)])
+def test_a_walk_goes_on_only_when_its_newest_entry_is_within_the_scan(
+    appended: int, continued: bool
+) -> None:
+    # The earlier walk's newest entry is looked for among the last EXTEND_SCAN entries: a
+    # read after that many appends walks its tail anew, with the same answers.
+    b = Branch()
+    b.user("one")
+    earlier = TailMessages.of(tuple(b.entries), None)
+    for n in range(appended):
+        b.assistant(f"reply {n}")
+    walked = TailMessages.of(tuple(b.entries), None, earlier)
+    assert (walked.columns is earlier.columns) is continued
+    assert walked.messages_from(0) == b.entries and walked.count == appended + 1
 
 
 def test_a_reused_call_id_brings_only_the_call_its_result_answers() -> None:

@@ -12,12 +12,14 @@ from datetime import UTC, datetime
 import pytest
 from store_factories import assistant, message, observations, reflections
 
+import om_workers.context_cache as cache_module
 from om_core import resolve_settings
 from om_core.ledger.funnel import funnel_copy_id
 from om_core.ledger.ids import create_memory_id
 from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntry
 from om_core.read.context import Context, build_context
 from om_core.read.context_memory import ContextMemory
+from om_core.read.tail_messages import TailMessages
 from om_core.settings import ObservationalMemorySettings
 from om_workers.context_cache import (
     CacheCounts,
@@ -354,6 +356,30 @@ def test_memory_parts_are_bounded_by_their_size() -> None:
     assert roomy.sizes()[1] == 200
     roomy.memory(_memory_key("s0"), lambda: small)
     assert roomy.counts.memory_hits == 1
+
+
+def test_tail_walks_are_bounded_by_the_entries_they_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Room for three walks of ten entries: a fourth lets the oldest go (its session's next
+    # read walks anew), and the newest stays whatever its size.
+    monkeypatch.setattr(cache_module, "MAX_TAIL_ENTRIES", 30)
+    cache, memory = ContextCache(), _memory_of(2)
+    tails = {f"s{n}": [message(f"s{n}-{i}", f"s{n}") for i in range(10)] for n in range(4)}
+    tails["big"] = [message(f"big-{i}", "big") for i in range(50)]
+
+    def walk(session: str) -> TailMessages:
+        return cache.tail_messages(_memory_key(session), tails[session], memory)
+
+    first = {n: walk(f"s{n}") for n in range(3)}
+    assert first[0].walked == 10
+    assert walk("s0").columns is first[0].columns  # exactly the budget: all kept
+    walk("s3")  # one over: the oldest put (s1) goes
+    assert walk("s2").columns is first[2].columns
+    assert walk("s1").columns is not first[1].columns
+    big = walk("big")  # the others go; the newest stays, whatever its size
+    assert big.walked == 50 and walk("big").columns is big.columns
+    assert walk("s2").columns is not first[2].columns
 
 
 def test_a_new_memory_part_finds_its_sessions_earlier_one_while_it_is_kept() -> None:
