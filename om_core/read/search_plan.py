@@ -82,6 +82,16 @@ def held_at(word: int, level: int) -> int:
     return (level + 1) << (_LEVEL_BITS * word)
 
 
+def rows_held(found: Iterable[tuple[int, int]], asked: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """The rows of ``found`` (``(n, row)``: ``row`` holds the place ``asked[n]``, a
+    ``(word, level)``), each with the packed levels of every place it was found at."""
+    packed = [held_at(word, level) for word, level in asked]
+    held: dict[int, int] = {}
+    for n, row in found:
+        held[row] = held.get(row, 0) + packed[n]
+    return held
+
+
 def _unpacked(packed: int, words: int) -> dict[int, int]:
     mask = (1 << _LEVEL_BITS) - 1
     places = ((i, packed >> (_LEVEL_BITS * i) & mask) for i in range(words))

@@ -18,6 +18,7 @@ from om_core.read.search_plan import (
     combinations,
     held_at,
     read_places,
+    rows_held,
     score,
 )
 from om_core.read.search_terms import (
@@ -202,3 +203,6 @@ def test_a_rows_packed_levels_name_each_word_once() -> None:
         SearchKey(-score(_WORDS, {0: 2, 3: 7}), 1, 7)
     ]
     assert best_keys(_WORDS, {}, 0, 10, None) == []
+    # Statement n asked place n: a row found by two places holds both.
+    found = rows_held([(0, 7), (1, 7), (0, 9)], [(0, 2), (3, 7)])
+    assert found == {7: held_at(0, 2) + held_at(3, 7), 9: held_at(0, 2)}

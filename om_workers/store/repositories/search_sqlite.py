@@ -41,10 +41,10 @@ from om_core.read.search_plan import (
     any_of,
     best_keys,
     combinations,
-    held_at,
     places,
     quoted,
     read_places,
+    rows_held,
 )
 from om_core.read.search_terms import LEVELS, idf, query_stems, tenant_term, term
 from om_workers.store.driver import sqlite_rows
@@ -209,11 +209,7 @@ class SqliteKeys:
         if not terms:
             return {}
         matches = [statements.match(quoted(t)) for t in terms]
-        packed = [held_at(word, level) for word, level in read]
-        held: dict[int, int] = {}
-        for n, row in self._run(statements.selects(len(matches)), matches):
-            held[row] = held.get(row, 0) + packed[n]
-        return held
+        return rows_held(self._run(statements.selects(len(matches)), matches), read)
 
     def _add_levels(
         self,
@@ -231,10 +227,10 @@ class SqliteKeys:
         matches = [
             statements.match(f"{quoted(term(dense[i].stem, lv))} AND ({read})") for i, lv in asked
         ]
-        packed = [held_at(word, level) for word, level in asked]
-        for n, row in self._run(statements.selects(len(matches)), matches):
+        found = rows_held(self._run(statements.selects(len(matches)), matches), asked)
+        for row, more in found.items():
             if row in held:
-                held[row] += packed[n]
+                held[row] += more
 
     def _by_combination(
         self,
@@ -310,10 +306,7 @@ class SqliteKeys:
         )
         sql = " UNION ALL ".join(select.format(n=n) for n in range(len(asked)))
         matches = [quoted(term(plan.words[i].stem, lv)) for i, lv in asked]
-        packed = [held_at(word, level) for word, level in asked]
-        held: dict[int, int] = {}
-        for n, row in self._run(sql, matches):
-            held[row] = held.get(row, 0) + packed[n]
+        held = rows_held(self._run(sql, matches), asked)
         return best_keys(plan.words, held, MEMORY.source, self._query.limit, self._query.after)
 
     def _page_of(self, keys: Iterable[SearchKey]) -> list[SearchKey]:
