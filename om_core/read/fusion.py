@@ -1,7 +1,7 @@
 """Reciprocal-rank fusion: one ranking from several, by rank alone.
 
 Each list gives an item ``1 / (k + rank)`` (rank from 1); an item's fused score is the sum over
-the lists it is in. Scores of different engines (BM25, ``ts_rank``, cosine) are not comparable,
+the lists it is in. Scores of different engines (BM25 levels, cosine) are not comparable,
 ranks are, so no list needs calibrating; ``k`` (60, the usual choice) damps the head of each
 list so that an item found by both engines beats one found high by only one.
 """

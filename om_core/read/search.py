@@ -3,9 +3,9 @@
 A query is a bag of words: every run of letters and digits is one term, and anything else
 (quotes, ``*``, ``:``, parentheses, ``AND``/``OR``/``NOT``/``NEAR``) is only a separator, so
 no input is ever engine syntax. A hit matches any term; hits are ranked by the engine's
-relevance score (on SQLite, BM25 over the query's rarest stems, see
-:mod:`om_core.read.search_plan`; on PostgreSQL ``ts_rank``), best first, ties broken by a
-fixed key so pages never overlap.
+relevance score (BM25 weights in levels over the query's rarest stems, on either store, see
+:mod:`om_core.read.search_plan`), best first, ties broken by a fixed key so pages never
+overlap.
 
 A snippet is cut from the text *after* secrets are redacted, so it never holds a secret or a
 piece of one; a hit whose only matches were inside a secret is dropped (the search would

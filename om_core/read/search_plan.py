@@ -15,7 +15,7 @@ those rows from their terms instead (:func:`score`), and leaves them out of the 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from om_core.read.search import SearchKey
@@ -50,14 +50,38 @@ def places(words: Sequence[PlanWord]) -> list[tuple[int, int]]:
     return [(i, level) for i, word in enumerate(words) for level in word.levels]
 
 
-def quoted(index_term: str) -> str:
-    """The FTS5 expression of rows holding ``index_term`` (quoted: never syntax)."""
-    return f'"{index_term}"'
+@dataclass(frozen=True)
+class Syntax:
+    """How one index writes its match expressions: a term (quoted, never syntax) and the
+    operators joining them."""
+
+    quote: Callable[[str], str]
+    both: str
+    either: str
+    but_not: str
+
+    def any_of(self, terms: Iterable[str]) -> str:
+        """The expression of rows holding any of ``terms``."""
+        return self.either.join(map(self.quote, terms))
+
+    def all_of(self, expressions: Iterable[str]) -> str:
+        """The expression of rows matching every one of ``expressions`` (each bracketed)."""
+        return self.both.join(f"({e})" for e in expressions)
+
+    def without(self, expression: str, terms: Sequence[str]) -> str:
+        """The expression of rows matching ``expression`` and holding none of ``terms``."""
+        return f"({expression}){self.but_not}({self.any_of(terms)})" if terms else expression
 
 
-def any_of(terms: Iterable[str]) -> str:
-    """The FTS5 expression of rows holding any of ``terms``."""
-    return " OR ".join(map(quoted, terms))
+def _tsquery_lexeme(index_term: str) -> str:
+    # Inside a tsquery's quotes, a quote and a backslash are doubled.
+    return "'" + index_term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+FTS5 = Syntax(lambda index_term: f'"{index_term}"', " AND ", " OR ", " NOT ")
+"""SQLite FTS5's match expressions (index terms are ASCII letters, digits and underscores)."""
+TSQUERY = Syntax(_tsquery_lexeme, " & ", " | ", " & !")
+"""PostgreSQL's ``tsquery`` text (a lexeme may hold any character)."""
 
 
 def score(words: Sequence[PlanWord], levels: Mapping[int, int]) -> float:
@@ -125,12 +149,13 @@ class Combination:
     held: tuple[str, ...]
     lacking: tuple[str, ...]
     words: tuple[int, ...]
+    packed: int = 0
+    """The levels of its rows, packed as :func:`held_at` packs them."""
 
-    def match(self, excluded: Sequence[str] = ()) -> str:
-        """The FTS5 expression of these rows, without those holding any of ``excluded``."""
-        held = " AND ".join(map(quoted, self.held))
-        left_out = (*self.lacking, *excluded)
-        return f"({held}) NOT ({any_of(left_out)})" if left_out else held
+    def match(self, syntax: Syntax, excluded: Sequence[str] = ()) -> str:
+        """The expression of these rows, without those holding any of ``excluded``."""
+        held = syntax.both.join(map(syntax.quote, self.held))
+        return syntax.without(held, (*self.lacking, *excluded))
 
 
 def _options(word: PlanWord) -> list[int | None]:
@@ -153,7 +178,8 @@ def combinations(words: Sequence[PlanWord]) -> Iterator[tuple[Combination, ...]]
         held = tuple(term(words[i].stem, level) for i, level in levels.items())
         absent = [words[i] for i, o in enumerate(at) if options[i][o] is None]
         lacking = tuple(t for word in absent for t in word.terms())
-        return Combination(score(words, levels), held, lacking, tuple(levels))
+        packed = sum(held_at(i, level) for i, level in levels.items())
+        return Combination(score(words, levels), held, lacking, tuple(levels), packed)
 
     start = tuple(0 for _ in options)
     heap: list[tuple[float, tuple[int, ...]]] = [(-score(words, levels_of(start)), start)]
@@ -202,12 +228,17 @@ class EmptySets:
     """Sets of a search's rare words (``rare``: their places among the combined ``words``):
     a set no row holds together, at the combined levels, empties every combination holding
     it. Combinations come best first, so those holding the most rare words come early, and
-    one probe of such a set (a statement asking for one row) replaces one for each of them."""
+    one probe of such a set (a statement asking for one row) replaces one for each of them.
+
+    A store whose statements cost more than its rows (PostgreSQL) may read a set's rows
+    instead, with their levels (:meth:`learn_rows`): every combination holding the set is then
+    answered from them, without a statement."""
 
     words: Sequence[PlanWord]
     rare: frozenset[int]
     _probed: set[frozenset[int]] = field(default_factory=set)
     _empty: list[frozenset[int]] = field(default_factory=list)
+    _rows: dict[frozenset[int], dict[int, list[int]]] = field(default_factory=dict)
 
     def _core(self, combination: Combination) -> frozenset[int]:
         return frozenset(i for i in combination.words if i in self.rare)
@@ -222,11 +253,38 @@ class EmptySets:
         cores = {self._core(c) for c in batch}
         return sorted((c for c in cores if len(c) > 1 and c not in self._probed), key=sorted)
 
-    def match(self, core: frozenset[int]) -> str:
-        """The FTS5 expression of rows holding every word of ``core`` at a combined level."""
-        return " AND ".join(f"({any_of(self.words[i].terms())})" for i in sorted(core))
+    def terms(self, core: frozenset[int]) -> list[tuple[str, ...]]:
+        """The terms of each word of ``core`` at its combined levels: the rows holding
+        ``core`` hold one of each."""
+        return [self.words[i].terms() for i in sorted(core)]
+
+    def match(self, syntax: Syntax, core: frozenset[int]) -> str:
+        """The expression of rows holding every word of ``core`` at a combined level."""
+        return syntax.all_of(map(syntax.any_of, self.terms(core)))
 
     def learn(self, probed: Sequence[frozenset[int]], found: set[int]) -> None:
         """Record the probes of ``probed``: ``found`` holds the places of those with a row."""
         self._probed.update(probed)
         self._empty.extend(core for n, core in enumerate(probed) if n not in found)
+
+    def learn_rows(self, core: frozenset[int], rows: Mapping[int, int] | None) -> None:
+        """Record every row holding ``core`` (each with its levels of ``words``, packed), or
+        that they were too many to read (``None``)."""
+        self._probed.add(core)
+        if rows is None:
+            return
+        if not rows:
+            self._empty.append(core)
+            return
+        by_levels: dict[int, list[int]] = {}
+        for row, packed in rows.items():
+            by_levels.setdefault(packed, []).append(row)
+        self._rows[core] = by_levels
+
+    def rows_of(self, combination: Combination) -> list[int] | None:
+        """The rows of ``combination``, when a set it holds was read (else ``None``)."""
+        core = self._core(combination)
+        for known, by_levels in self._rows.items():
+            if known <= core:
+                return by_levels.get(combination.packed, [])
+        return None

@@ -38,9 +38,9 @@ _FILL_MEMORY = f"""
     SELECT rowid, {INDEX_TERMS_FUNCTION}(json_extract(payload, '$.text'), NULL) FROM memory_items
     WHERE session_pk > :lo AND session_pk <= :hi
 """
-_PG_INDEXES = ("ix_entries_search_terms", "ix_memory_items_search_terms")
-_PG_COLUMN = "search_terms"
-"""The stored lexemes of a row on PostgreSQL (a generated column, migration ``0016``)."""
+_PG_INDEXES = ("ix_entries_search_levels", "ix_memory_items_search_levels")
+_PG_COLUMN = "search_levels"
+"""The levelled terms of a row on PostgreSQL (a generated column, migration ``0018``)."""
 _SQLITE_TABLES = ("entries_fts", "memory_fts")
 
 

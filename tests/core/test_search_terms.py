@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from om_core.read import search_terms
 from om_core.read.search import SearchKey
 from om_core.read.search_plan import (
+    FTS5,
+    TSQUERY,
     Combination,
     EmptySets,
     PlanWord,
@@ -128,9 +130,16 @@ def test_equal_scores_form_one_group() -> None:
 
 def test_a_combinations_match_names_its_rows() -> None:
     both = Combination(1.0, ("a_3", "b_5"), ("c_1", "c_2"), (0, 1))
-    assert both.match() == '("a_3" AND "b_5") NOT ("c_1" OR "c_2")'
-    assert both.match(("d_0",)) == '("a_3" AND "b_5") NOT ("c_1" OR "c_2" OR "d_0")'
-    assert Combination(1.0, ("a_3",), (), (0,)).match() == '"a_3"'
+    assert both.match(FTS5) == '("a_3" AND "b_5") NOT ("c_1" OR "c_2")'
+    assert both.match(FTS5, ("d_0",)) == '("a_3" AND "b_5") NOT ("c_1" OR "c_2" OR "d_0")'
+    assert Combination(1.0, ("a_3",), (), (0,)).match(FTS5) == '"a_3"'
+    assert both.match(TSQUERY) == "('a_3' & 'b_5') & !('c_1' | 'c_2')"
+
+
+def test_a_tsquery_lexeme_is_never_syntax() -> None:
+    assert TSQUERY.quote("it's") == "'it''s'"
+    assert TSQUERY.quote("c:\\x") == "'c:\\\\x'"
+    assert TSQUERY.any_of(["a | b", "!c"]) == "'a | b' | '!c'"
 
 
 @pytest.mark.parametrize(
@@ -156,7 +165,7 @@ def test_a_set_found_empty_empties_every_combination_holding_it() -> None:
     sets = EmptySets(words, frozenset({0, 1}))
     flat = [c for group in combinations(words) for c in group]
     assert sets.unprobed(flat) == [frozenset({0, 1})]
-    assert sets.match(frozenset({0, 1})) == '("s0_3") AND ("s1_3")'
+    assert sets.match(FTS5, frozenset({0, 1})) == '("s0_3") AND ("s1_3")'
     sets.learn([frozenset({0, 1})], found=set())
     assert sets.unprobed(flat) == []
     emptied = {c.words for c in flat if sets.empty(c)}

@@ -21,28 +21,19 @@ from om_core.read.recall_tool import RecallMemoryTool
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, SearchHit
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
-from om_workers.store.repositories import search_postgresql, search_sqlite
+from om_workers.store.repositories import search_levelled
 from om_workers.store.schema import entries, memory_items, sessions
 from om_workers.store.search_index import ReindexProgress, purge_deleted_terms, reindex
 
 
 @pytest.fixture(autouse=True, params=["as-planned", "exhaustive"])
 def search_plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every rule is checked twice: as each search is planned (on SQLite, on rows this few,
-    every row scored from its terms; on PostgreSQL, in the steps a large scope takes, the
-    rows most likely to make the page first), and the other way (SQLite: every message taken
-    by combination of levels, as a large scope's common words are; PostgreSQL: every match
-    ranked at once)."""
-    if request.param == "as-planned":
-        monkeypatch.setattr(search_postgresql, "RANK_ALL_ROWS", 0)
-    else:
-        store: SqlStore = request.getfixturevalue("store")
-        if store.engine.dialect.name == "sqlite":
-            monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
-            monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
-        else:
-            whole = [search_postgresql.Step("whole")]
-            monkeypatch.setattr(search_postgresql, "steps", lambda *_: whole)
+    """Every rule is checked twice: as each search is planned (on rows this few, every row
+    scored from its terms), and with every message taken by combination of levels, as a
+    large scope's common words are."""
+    if request.param == "exhaustive":
+        monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
+        monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
 
 
 def _chat(store: SqlStore, tenant: str, session: str, *texts: str) -> list[str]:
@@ -456,79 +447,3 @@ def test_a_session_being_erased_is_not_found_before_its_job_runs(
     assert _ids(store.search(tenant, "otter").hits) == ["kept-m0"]
     with pytest.raises(SessionNotFoundError):
         store.search(tenant, "otter", session_id=session_id)
-
-
-def test_a_row_lacking_a_word_ranks_below_the_bound_on_postgresql(store: SqlStore) -> None:
-    # The rows holding every word are ranked first on PostgreSQL, and the rest left out when
-    # the page ranks above lacking_bound: ts_rank must keep every other row below it,
-    # however often it repeats the words it holds.
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("ts_rank is PostgreSQL's")
-    rank = sql(
-        "SELECT ts_rank(to_tsvector('english', :text), "
-        "to_tsquery('english', 'heron | badger | lease'))"
-    )
-    with store.engine.connect() as connection:
-        ranked = {
-            text: float(connection.execute(rank, {"text": text}).scalar_one())
-            for text in (
-                "heron badger lease",
-                "heron " * 300 + "badger " * 300,
-                "heron " * 300,
-                "heron badger " * 150,
-            )
-        }
-    bound = search_postgresql.lacking_bound(2, 3)
-    assert ranked["heron badger lease"] > 0
-    assert all(value < bound for text, value in ranked.items() if "lease" not in text)
-    assert max(v for t, v in ranked.items() if "lease" not in t) > 0.98 * bound  # it is tight
-
-
-def test_postgresql_pages_from_the_rows_of_rare_words_equal_the_full_ranking(
-    store: SqlStore,
-    tenant: str,
-    session_id: str,
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
-) -> None:
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("ts_rank is PostgreSQL's")
-    if request.node.callspec.params.get("search_plan") == "exhaustive":
-        pytest.skip("checks the statements PostgreSQL plans")
-    # One message holds all three words; six hold the rare "osprey" with "common", which
-    # outranks any message holding "common" alone (the statistics call it common).
-    batch: list[SessionEntry] = []
-    for n in range(300):
-        if n == 11:
-            text = "osprey heron common"
-        elif n % 50 == 3:
-            text = "osprey common"
-        else:
-            text = "common " * (1 + n % 3) if n % 4 == 0 else f"filler {n}"
-        parent = batch[-1].id if batch else None
-        batch.append(message(f"r{n}", session_id, text.strip(), parent_id=parent))
-    store.append_entries(tenant, session_id, batch)
-    with store.engine.begin() as connection:
-        connection.exec_driver_sql("ANALYZE entries")
-    planned = search_postgresql.page_statement
-    tried: list[str] = []
-
-    def recording(*, match: search_postgresql.Match, session: bool, after: bool) -> str:
-        tried.append(match)
-        return planned(match=match, session=session, after=after)
-
-    monkeypatch.setattr(search_postgresql, "page_statement", recording)
-    q = "osprey heron common"
-    first = store.search(tenant, q, session_id=session_id, limit=3)
-    used = list(tried)
-    paged = list(first.hits)
-    cursor = first.next_cursor
-    while cursor is not None:
-        page = store.search(tenant, q, session_id=session_id, limit=3, cursor=cursor)
-        paged += page.hits
-        cursor = page.next_cursor
-    whole = store.search(tenant, q, session_id=session_id, limit=100).hits
-    assert used == ["every", "rare"]  # settled without ranking every "common"
-    assert [(h.id, h.score) for h in paged] == [(h.id, h.score) for h in whole]
-    assert [h.id for h in whole[:3]] == ["r11", "r3", "r53"]
-    assert len(whole) == 82  # 75 "common" alone, 6 with "osprey", 1 with all three

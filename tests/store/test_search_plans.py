@@ -1,7 +1,8 @@
-"""SQLite's search plans give the defined ranking: whether rows are scored from their terms, by
-combination of levels, or both, with counts fresh or kept, in batches of any size, every page
-holds the hits a brute-force scoring of every row gives, with the same scores to the bit, for a
-session and for a tenant."""
+"""The search plans give the defined ranking on both stores: whether rows are scored from
+their terms, by combination of levels, or both, with counts fresh, kept or (PostgreSQL)
+estimated from the statistics, in batches of any size, every page holds the hits a
+brute-force scoring of every row gives, with the same scores to the bit, for a session and
+for a tenant."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text as sql
 from store_factories import message
 
 from om_core.read.search import SearchHit
 from om_core.read.search_plan import MAX_SCORED_STEMS, PlanWord, score
 from om_core.read.search_terms import idf, level_of, query_stems, stems
 from om_workers.store import AccountStore, SqlStore, upgrade
-from om_workers.store.repositories import search_counts, search_sqlite
+from om_workers.store.repositories import search_counts, search_levelled
 from om_workers.store.repositories.search_counts import KEPT_COUNTS
-from om_workers.store.repositories.search_sqlite import SqliteKeys
+from om_workers.store.repositories.search_levelled import LevelledKeys
+from om_workers.store.repositories.search_postgresql import PostgresIndex, statistics
+from om_workers.store.repositories.search_sqlite import SqliteIndex
+from tests.conftest import BACKENDS, fresh_database, needs_postgres
 
 # Word n is drawn with a chance falling as 1/n: a few words in most messages, most in few.
 VOCABULARY = 400
@@ -30,6 +35,12 @@ PLANS: dict[str, dict[str, int]] = {
     "row by row": {"SMALL_SCOPE": 10**9},
     "by combination": {"SMALL_SCOPE": -1, "READ_ROWS": -1},
     "mixed": {"SMALL_SCOPE": -1, "READ_ROWS": 300},
+    "mixed, sets of rare words read where PostgreSQL's are, probed where SQLite's are": {
+        "SMALL_SCOPE": -1,
+        "READ_ROWS": 300,
+        "SET_ROWS": 40,
+        "reads_sets": -1,
+    },
     "mixed, counts kept, batches of one": {
         "SMALL_SCOPE": -1,
         "READ_ROWS": 300,
@@ -41,20 +52,46 @@ PLANS: dict[str, dict[str, int]] = {
 SESSIONS = {"z": MESSAGES // 20, "a": MESSAGES, "b": MESSAGES // 3, "c": MESSAGES // 5}
 
 
+def _patch(patched: pytest.MonkeyPatch, settings: dict[str, int]) -> None:
+    """Apply a plan's settings (``reads_sets``: each store reads sets where the other probes
+    them)."""
+    for setting, value in settings.items():
+        if setting == "reads_sets":
+            patched.setattr(SqliteIndex, "reads_sets", True)
+            patched.setattr(PostgresIndex, "reads_sets", False)
+        else:
+            module = search_counts if setting == "KEPT_ROWS" else search_levelled
+            patched.setattr(module, setting, value)
+
+
 def _word(rng: random.Random) -> str:
     return f"w{int(VOCABULARY ** rng.random())}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=BACKENDS)
 def corpus(
-    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[SqlStore, str, str, dict[str, list[str]]]]:
     """A tenant holding most of the index (sessions z, a and b) beside a small one (c) using
     the same words, so a tenant-wide search of either takes each tenancy filter; and every
-    message's text, by session."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('plans') / 'plans.db'}"
-    upgrade(url)
-    store = SqlStore.from_url(url)
+    message's text, by session. On PostgreSQL, autovacuum leaves the tables unanalysed, so
+    the counts are exact until a test analyses them."""
+    with fresh_database(request.param, tmp_path_factory.mktemp("plans")) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url)
+        if store.engine.dialect.name == "postgresql":
+            with store.engine.begin() as connection:
+                for table in ("entries", "memory_items"):
+                    connection.exec_driver_sql(
+                        f"ALTER TABLE {table} SET (autovacuum_enabled = false)"
+                    )
+        yield from _filled(store)
+        store.close()
+
+
+def _filled(
+    store: SqlStore,
+) -> Iterator[tuple[SqlStore, str, str, dict[str, list[str]]]]:
     accounts = AccountStore(store.engine)
     big, small = accounts.create_tenant("big").id, accounts.create_tenant("small").id
     rng = random.Random(17)
@@ -71,20 +108,29 @@ def corpus(
             batch.append(message(f"{session}-{n}", session, text, parent_id=parent))
         store.append_entries(tenant, session, batch)
     yield store, big, small, texts
-    store.close()
 
 
-def _expected(texts: dict[str, list[str]], q: str, sessions: list[str]) -> list[tuple[str, float]]:
+def _expected(
+    texts: dict[str, list[str]],
+    q: str,
+    sessions: list[str],
+    weighed: tuple[int, dict[str, int]] | None = None,
+) -> list[tuple[str, float]]:
     """The ranking by definition: every message of ``sessions`` scored on the query's stems of
-    highest IDF over the whole index, best first, ties in row order."""
+    highest IDF over the whole index, best first, ties in row order; the IDFs from the rows
+    counted, or from ``weighed`` (the index's rows and each stem's, as estimated)."""
     levels = {
         (s, n): {stem: level_of(c, len(found)) for stem, c in Counter(found).items()}
         for s, rows in texts.items()
         for n, found in ((n, stems(t)) for n, t in enumerate(rows))
     }
-    documents = Counter(stem for held in levels.values() for stem in held)
+    documents: Counter[str] | dict[str, int] = Counter(
+        stem for held in levels.values() for stem in held
+    )
     rows = len(levels)
-    asked = [s for s in query_stems(q.split()) if documents[s]]
+    if weighed is not None:
+        rows, documents = weighed
+    asked = [s for s in query_stems(q.split()) if documents.get(s)]
     best = sorted(asked, key=lambda s: -idf(rows, documents[s]))[:MAX_SCORED_STEMS]
     words = [PlanWord(s, idf(rows, documents[s]), ()) for s in asked if s in best]
     ranked = []
@@ -131,10 +177,9 @@ def test_every_plan_pages_the_defined_ranking(
         expected = _expected(texts, q, [session] if session else own)[: 3 * PAGE]
         for name, settings in PLANS.items():
             with monkeypatch.context() as patched:
-                for setting, value in settings.items():
-                    module = search_counts if setting == "KEPT_ROWS" else search_sqlite
-                    patched.setattr(module, setting, value)
-                for _ in range(2):  # the second time with the counts kept, where they are
+                _patch(patched, settings)
+                # SQLite a second time, with the counts it keeps (PostgreSQL keeps none).
+                for _ in range(2 if store.engine.dialect.name == "sqlite" else 1):
                     found = [(h.id, h.score) for h in _pages(store, tenant, q, session)]
                     assert found == expected, name
             KEPT_COUNTS.clear()
@@ -149,7 +194,7 @@ def test_a_tenants_kept_estimate_plans_but_never_changes_the_hits(
     # The tenant's rows are estimated once and kept; a kept estimate however wrong (the big
     # tenant taken for one row, or for a billion) chooses another plan, never other hits.
     store, big, _, texts = corpus
-    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
     monkeypatch.setattr(search_counts, "KEPT_ROWS", 100)
     expected = _expected(texts, "w2 w9 w40", ["z", "a", "b"])[: 3 * PAGE]
     KEPT_COUNTS.clear()
@@ -162,16 +207,74 @@ def test_a_tenants_kept_estimate_plans_but_never_changes_the_hits(
     KEPT_COUNTS.clear()
 
 
+@needs_postgres
+def test_postgresql_weighs_by_its_statistics_once_analysed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Analysed, PostgreSQL weighs each stem by the statistics' estimate of its rows; the
+    # pages of every plan are the ranking those estimates define.
+    with fresh_database("postgresql", tmp_path) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url)
+        try:
+            _, big, _, texts = next(_filled(store))
+            with store.engine.begin() as connection:
+                connection.exec_driver_sql("ANALYZE entries")
+                KEPT_COUNTS.clear()
+                seen = statistics(connection, "entries")
+            assert seen is not None and seen.rows == sum(map(len, texts.values()))
+            for q in ("w1 w2 w40", "w3 w250 w9 w17", "w399 w398 nowhere"):
+                documents = {stem: seen.counted(stem).documents for stem in query_stems(q.split())}
+                expected = _expected(texts, q, ["z", "a", "b"], (seen.rows, documents))
+                for name, settings in PLANS.items():
+                    with monkeypatch.context() as patched:
+                        _patch(patched, settings)
+                        found = [(h.id, h.score) for h in _pages(store, big, q, None)]
+                        assert found == expected[: 3 * PAGE], (q, name)
+        finally:
+            KEPT_COUNTS.clear()
+            store.close()
+
+
+@needs_postgres
+def test_postgresql_levels_a_lexeme_as_python_does(tmp_path: Path) -> None:
+    # The generated column's levels are level_of's, to the bit: every count of a lexeme in
+    # every text length up to 250 words.
+    pairs = [(c, w) for w in range(1, 251) for c in range(1, min(w, 40) + 1)]
+    vectors = []
+    for count, words in pairs:
+        held = ",".join(map(str, range(1, count + 1)))
+        rest = ",".join(map(str, range(count + 1, words + 1)))
+        vectors.append(f"'a':{held}" + (f" 'b':{rest}" if rest else ""))
+    with fresh_database("postgresql", tmp_path) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url)
+        try:
+            with store.engine.connect() as connection:
+                found = connection.execute(
+                    sql(
+                        "SELECT om_levelled_terms(CAST(v AS tsvector))::text "
+                        "FROM unnest(CAST(:vectors AS text[])) WITH ORDINALITY AS t(v, n) "
+                        "ORDER BY n"
+                    ),
+                    {"vectors": vectors},
+                ).scalars()
+                levels = [int(text.split("'a_")[1][0]) for text in found]
+        finally:
+            store.close()
+    assert levels == [level_of(count, words) for count, words in pairs]
+
+
 def _combinations_asked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, the size of each statement of combinations a search asks."""
     asked: list[int] = []
-    real = SqliteKeys._combined
+    real = LevelledKeys._combined
 
-    def counting(self: SqliteKeys, *args: Any) -> Any:
+    def counting(self: LevelledKeys, *args: Any) -> Any:
         asked.append(len(args[2]))
         return real(self, *args)
 
-    monkeypatch.setattr(SqliteKeys, "_combined", counting)
+    monkeypatch.setattr(LevelledKeys, "_combined", counting)
     return asked
 
 
@@ -189,12 +292,12 @@ def test_combinations_beyond_reach_are_never_asked(
     # fill the page far above anything the common words alone can score, so no combination
     # is asked; the common words alone are taken by combination, in one statement.
     store, big, _, texts = corpus
-    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
     asked = _combinations_asked(monkeypatch)
     hits = store.search(big, "w1 w3 w250", session_id="a", limit=3).hits
     assert [(h.id, h.score) for h in hits] == _expected(texts, "w1 w3 w250", ["a"])[:3]
     assert asked == []
-    monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
+    monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
     store.search(big, "w1 w3", session_id="a", limit=3)
     assert len(asked) == 1
 
@@ -209,8 +312,8 @@ def test_levels_the_scope_lacks_are_never_combined(
         store.create_session(tenant, session)
         batch = [message(f"{session}-{n}", session, words) for n in range(40)]
         store.append_entries(tenant, session, batch)
-    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
-    monkeypatch.setattr(search_sqlite, "READ_ROWS", -1)
+    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
     asked = _combinations_asked(monkeypatch)
     assert store.search(tenant, "w1 w2 w3", session_id="topic").hits == ()
     assert asked == []
@@ -231,8 +334,8 @@ def test_a_combination_tied_with_rows_read_one_by_one_still_takes_its_place(
     texts = ["bb", "aa", "aa", "bb"]
     batch = [message(f"s-{n}", "s", text) for n, text in enumerate(texts)]
     store.append_entries(tenant, "s", batch)
-    monkeypatch.setattr(search_sqlite, "SMALL_SCOPE", -1)
-    monkeypatch.setattr(search_sqlite, "READ_ROWS", 2)
+    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_levelled, "READ_ROWS", 2)
     pages = [store.search(tenant, "aa bb", session_id="s", limit=1)]
     while (cursor := pages[-1].next_cursor) is not None:
         pages.append(store.search(tenant, "aa bb", session_id="s", limit=1, cursor=cursor))

@@ -1,18 +1,15 @@
 """Full-text candidates: ranked, keyset-paged pages of messages and memory items.
 
-The index is the database's (migration ``0012``: FTS5 tables kept by triggers on SQLite; on
-PostgreSQL GIN indexes over the stored lexemes of each row, ``search_terms``, migration
-``0016``), so what was erased, refreshed or never committed is never a candidate. Tenancy and
+The index is the database's, of levelled terms (SQLite: FTS5 tables kept by triggers,
+migration ``0017``; PostgreSQL: a stored ``tsvector`` column with a GIN index, migration
+``0018``), so what was erased, refreshed or never committed is never a candidate. Tenancy and
 tombstones are filtered here, in SQL, so a page's ``LIMIT`` counts only rows the caller may
 see; the rest of the rules (revoked memory, secrets) are applied by
 :mod:`om_workers.store.search` on the page.
 
-Candidates are keyed as :mod:`~om_workers.store.repositories.search_sql` says. Neither store
-ranks every match of a common word when it can help it: SQLite's keys come from
-:mod:`~om_workers.store.repositories.search_sqlite` (BM25 bounds by class of words), then the
-page's rows are read by key; PostgreSQL ranks its likeliest rows first
-(:mod:`~om_workers.store.repositories.search_postgresql`), each statement returning a whole
-page.
+Candidates are keyed as :mod:`~om_workers.store.repositories.search_sql` says. The keys of a
+page come from :mod:`~om_workers.store.repositories.search_levelled` (best combinations of
+levels first, on either store's index), then the page's rows are read by key.
 """
 
 from __future__ import annotations
@@ -26,9 +23,10 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, text
 
 from om_core.read.search import SearchKey, SearchQuery
-from om_workers.store.repositories import search_postgresql as postgresql
+from om_workers.store.repositories.search_levelled import KeyQuery, LevelledIndex, LevelledKeys
+from om_workers.store.repositories.search_postgresql import PostgresIndex
 from om_workers.store.repositories.search_sql import ROWS
-from om_workers.store.repositories.search_sqlite import KeyQuery, SqliteKeys
+from om_workers.store.repositories.search_sqlite import SqliteIndex
 from om_workers.store.schema import memory_items
 from om_workers.store.snapshot import OBSERVATION
 
@@ -38,8 +36,8 @@ _OBSERVATIONS = select(memory_items.c.item_id, memory_items.c.payload).where(
     memory_items.c.item_id.in_(bindparam("ids", expanding=True)),
 )
 
-# SQLite's page: the keys chosen by search_sqlite, as literal rows.
-_SQLITE_PAGE = "WITH candidates(source, row, rank) AS (VALUES {keys}) " + ROWS
+# A page: the keys chosen by search_levelled, as literal rows.
+_PAGE = "WITH candidates(source, row, rank) AS (VALUES {keys}) " + ROWS
 
 
 @dataclass(frozen=True)
@@ -103,33 +101,13 @@ class SearchRepository:
         """Up to ``limit`` visible candidates after ``after``, best first: the tenant's (or
         one session's, by ``session_pk``) messages and memory items matching any term,
         tombstoned entries left out."""
-        if self._connection.dialect.name == "sqlite":
-            key_query = KeyQuery(tenant_id, session_pk, after, limit)
-            return self._page(SqliteKeys(self._connection, key_query).best(query))
-        params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit, "words": query.text()}
-        if session_pk is not None:
-            params["session_pk"] = session_pk
-        if after is not None:
-            params.update(after_rank=after.rank, after_source=after.source, after_row=after.row)
-        return self._pg_page(query, params, session=session_pk is not None, after=after is not None)
-
-    def _pg_page(
-        self, query: SearchQuery, params: dict[str, Any], *, session: bool, after: bool
-    ) -> list[SearchRow]:
-        """PostgreSQL's page, its likeliest rows ranked first
-        (:mod:`~om_workers.store.repositories.search_postgresql`)."""
-        found = self._connection.execute(
-            text(postgresql.word_shares_statement(session=session)),
-            {**params, "terms": list(query.terms)},
+        key_query = KeyQuery(tenant_id, session_pk, after, limit)
+        index: LevelledIndex = (
+            SqliteIndex(self._connection, key_query)
+            if self._connection.dialect.name == "sqlite"
+            else PostgresIndex(self._connection, key_query)
         )
-        words, lexemes, scope_rows = postgresql.word_shares(found.mappings().all())
-        rows: list[SearchRow] = []
-        for step in postgresql.steps(words, lexemes, scope_rows):
-            sql = postgresql.page_statement(match=step.match, session=session, after=after)
-            rows = self._rows(sql, {**params, "rare_words": step.rare_text(params["words"])})
-            if step.settles([-row.key.rank for row in rows], params["limit"]):
-                break
-        return rows
+        return self._page(LevelledKeys(index, key_query).best(query))
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:
         """The stored rows of ``keys``, in key order."""
@@ -139,7 +117,7 @@ class SearchRepository:
         params: dict[str, Any] = {}
         for n, key in enumerate(keys):
             params.update({f"s{n}": key.source, f"w{n}": key.row, f"r{n}": key.rank})
-        return self._rows(_SQLITE_PAGE.format(keys=values), params)
+        return self._rows(_PAGE.format(keys=values), params)
 
     def _rows(self, sql: str, params: dict[str, Any]) -> list[SearchRow]:
         return [row_from_result(row) for row in self._connection.execute(text(sql), params)]

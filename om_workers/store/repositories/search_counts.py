@@ -14,12 +14,12 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
 from om_core.read.search_terms import term_range
+from om_workers.store.repositories.search_levelled import Counted
 from om_workers.store.repositories.search_sql import ROW_SHIFT
 
 KEPT_ROWS = 5_000
@@ -39,20 +39,6 @@ _TENANT_ROWS = text(f"""
             WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
         FROM sample AS s) AS rows
 """)
-
-
-@dataclass(frozen=True)
-class Counted:
-    """A stem's rows per level in one index, and whether they were kept from an earlier
-    search (then every level is searched)."""
-
-    levels: dict[int, int]
-    kept: bool
-
-    @property
-    def documents(self) -> int:
-        """The rows holding the stem at any level."""
-        return sum(self.levels.values())
 
 
 class KeptCounts:
@@ -85,7 +71,7 @@ class KeptCounts:
     def get(self, engine: Engine, table: str, stem: str) -> Counted | None:
         """The kept counts of ``stem`` in ``table``, unless none are or they expired."""
         levels = self._get(engine, ("stem", table, stem))
-        return None if levels is None else Counted(levels, kept=True)
+        return None if levels is None else Counted(levels, every_level=True)
 
     def put(self, engine: Engine, table: str, stem: str, levels: dict[int, int]) -> None:
         """Keep ``stem``'s counts in ``table``."""
@@ -99,6 +85,14 @@ class KeptCounts:
     def keep_tenant_rows(self, engine: Engine, tenant_id: str, rows: int) -> None:
         """Keep ``tenant_id``'s row estimate."""
         self._put(engine, ("tenant", tenant_id), rows)
+
+    def statistics(self, engine: Engine, table: str) -> Any:
+        """The kept statistics of ``table``'s index, unless none are or they expired."""
+        return self._get(engine, ("statistics", table))
+
+    def keep_statistics(self, engine: Engine, table: str, found: Any) -> None:
+        """Keep ``table``'s index statistics (what a store reads of them)."""
+        self._put(engine, ("statistics", table), found)
 
     def clear(self) -> None:
         """Forget everything kept (the next search counts again)."""
@@ -148,7 +142,7 @@ def count_levels(connection: Connection, table: str, stems: Sequence[str]) -> di
     for row in connection.execute(text(selects), params):
         levels[fresh[row.n]][int(str(row.term).rpartition("_")[2])] = int(row.doc)
     for stem in fresh:
-        counted[stem] = Counted(levels[stem], kept=False)
+        counted[stem] = Counted(levels[stem], every_level=False)
         if counted[stem].documents >= KEPT_ROWS:
             KEPT_COUNTS.put(engine, table, stem, levels[stem])
     return counted

@@ -1,182 +1,305 @@
-"""PostgreSQL's search pages: ``ts_rank`` over each row's stored lexemes (``search_terms``,
-migration ``0016``), the rows most likely to make the page ranked first.
+"""PostgreSQL's index of levelled terms: each row's ``search_levels`` (migration ``0018``), a
+``tsvector`` of ``lexeme_level`` terms with a GIN index.
 
-``ts_rank`` has no top-k pruning: a page ranks every row its query matches, and any of the
-query's words matches, so a query holding a common word ranked most of a large session. But
-``ts_rank`` of an OR query (without normalization) is a sum over the query's ``n`` distinct
-lexemes of at most :data:`WORD_RANK` each, divided by ``n``: a row lacking some of the
-words ranks below a bound those words set (:func:`lacking_bound`). So a page is first taken
-from the rows that hold every word, then from the rows that hold a word other than the
-commonest, each ranked as the whole query ranks them; once such a page is full and its last
-row ranks above what every row left out could reach, it is the whole query's page. Otherwise
-every match is ranked. Which word is commonest comes from PostgreSQL's own statistics of the
-column (``pg_stats.most_common_elems``, table-wide, as ``ANALYZE`` last saw it): a wrong
-guess costs a statement, never a wrong page.
+A search's plan is :mod:`~om_workers.store.repositories.search_levelled`'s; this module
+writes its statements as ``tsquery`` matches. The stems are PostgreSQL's own (``english``
+lexemes, stop words left out), so a query's words meet the rows' as ``to_tsvector`` made them.
+
+**Counts.** PostgreSQL has no cheap count of a lexeme's rows (a GIN index finds them, and
+counting reads each one's heap tuple: a third of a second for a lexeme in 280,000 rows).
+Where ``ANALYZE`` has seen the column, a search weighs by its statistics instead
+(``pg_stats.most_common_elems``, kept :data:`~om_workers.store.repositories.search_counts.
+STATS_TTL_S` in the process): a listed lexeme's share of the rows, and for the rows the
+statistics do not list, the estimate PostgreSQL's planner gives an unlisted lexeme (half the
+least listed share) in all, spread over the levels not listed; every level is then searched.
+So IDFs are estimates, the same for every search between two ``ANALYZE`` runs, and a scope's
+page is exactly the ranking they define. A column ``ANALYZE`` has not seen yet (a new or small
+store) is counted exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any
 
-from om_workers.store.repositories.search_sql import (
-    AFTER,
-    OF_TENANT,
-    ROW_SHIFT,
-    ROWS,
-    WITHHELD_ROWS,
+from sqlalchemy import Connection, text
+
+from om_core.read.search import SearchQuery
+from om_core.read.search_plan import TSQUERY, Combination, held_at
+from om_core.read.search_terms import LEVELS, term
+from om_workers.store.repositories import search_counts
+from om_workers.store.repositories.search_counts import KEPT_COUNTS
+from om_workers.store.repositories.search_levelled import (
+    MEMORY,
+    MESSAGES,
+    Counted,
+    IndexCounts,
+    KeyQuery,
+    MessageStatements,
 )
+from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
-WORD_RANK: Final = 0.1
-"""The most one lexeme adds to ``ts_rank`` before the sum is divided by the query's lexeme
-count: its weight, 0.1 for class D, which ``to_tsvector`` gives every lexeme (a single
-occurrence adds 0.061, repeats approach 0.1)."""
-RANK_SLACK: Final = 1e-5
-"""``ts_rank`` is a float4: a margin far above its rounding and far below one word's share."""
-COMMON_SHARE: Final = 0.05
-"""When the query's commonest word is in this share of the rows or more (as ``ANALYZE`` last
-saw the table), the rows holding one of its other words are ranked before the rest."""
-
-Match = Literal["every", "rare", "whole"]
-
-# ``whole``: any of the words, which ranks every row; ``every`` and ``rare`` choose rows only.
-_QUERY = """(SELECT
-    replace(plainto_tsquery('english'::regconfig, :words)::text, ' & ', ' | ')::tsquery AS whole,
-    plainto_tsquery('english'::regconfig, :words) AS every,
-    replace(plainto_tsquery('english'::regconfig, :rare_words)::text, ' & ', ' | ')::tsquery
-        AS rare) AS q"""
+_TABLES = {MESSAGES: "entries", MEMORY: "memory_items"}
+_INDEXED = {MESSAGES: "kind = 'message'", MEMORY: "TRUE"}
+# The query's words as PostgreSQL's lexemes, in the words' order.
+_STEMS = text("""
+    SELECT l.lexeme FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY AS w(word, n)
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english'::regconfig, w.word)))
+        WITH ORDINALITY AS l(lexeme, k)
+    ORDER BY w.n, l.k
+""")
+_STATISTICS = text("""
+    SELECT s.most_common_elems::text::text[] AS elems, s.most_common_elem_freqs AS shares,
+        s.null_frac, c.reltuples
+    FROM pg_stats AS s
+    JOIN pg_class AS c ON c.relname = s.tablename
+        AND c.relnamespace = to_regnamespace(s.schemaname)
+    WHERE s.schemaname = current_schema() AND s.tablename = :table
+        AND s.attname = 'search_levels'
+""")
+_EXACT = """
+    SELECT u.lexeme, count(*) AS rows
+    FROM {table} AS t, unnest(t.search_levels) AS u
+    WHERE {indexed} AND t.search_levels @@ CAST(:any AS tsquery) AND u.lexeme = ANY(:terms)
+    GROUP BY u.lexeme
+"""
+_ROWS = "SELECT count(*) FROM {table} WHERE {indexed} AND search_levels IS NOT NULL"
+_SESSION_ROWS = text("SELECT entry_count FROM sessions WHERE pk = :session_pk")
+_TENANT_ROWS = text(
+    "SELECT coalesce(sum(entry_count), 0) FROM sessions "
+    "WHERE tenant_id = :tenant_id AND erased_at IS NULL"
+)
+_ROW = f"e.session_pk * {ROW_SHIFT} + e.seq"
 _NOT_HIDDEN = """e.session_pk NOT IN (
     SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NOT NULL)"""
-_ENTRIES = f"""
-    SELECT 0 AS source, e.session_pk * {ROW_SHIFT} + e.seq AS row,
-        -ts_rank(e.search_terms, q.whole)::float8 AS rank
-    FROM entries AS e, {_QUERY}
-    WHERE e.kind = 'message' AND e.tenant_id = :tenant_id {{session_filter}}
-        AND e.search_terms @@ q.{{match}}
-        AND e.session_pk * {ROW_SHIFT} + e.seq NOT IN ({WITHHELD_ROWS})
-        AND {_NOT_HIDDEN}
-"""
-_MEMORY = f"""
-    SELECT 1 AS source, m.session_pk * {ROW_SHIFT} + m.ord AS row,
-        -ts_rank(m.search_terms, q.whole)::float8 AS rank
-    FROM memory_items AS m {{tenant_join}}, {_QUERY}
-    WHERE m.search_terms @@ q.{{match}} {{session_filter}}
-"""
-# Only the page's keys are sorted with the matches, and the stored rows (payloads) are read
-# for the page alone.
-_PAGE = f"""
-    WITH candidates AS (
-        SELECT source, row, rank FROM ({{entries}} UNION ALL {{memory}}) AS c
-        WHERE TRUE {{after}}
-        ORDER BY rank, source, row
-        LIMIT :limit)
-    {ROWS}
-"""
-RANK_ALL_ROWS: Final = 5_000
-"""Matches a page ranks at once rather than in steps (as the statistics estimate them): each
-step is a statement, and ranking this many rows costs about as much (some 2 ms)."""
-# Each word's lexeme count and the share of rows its commonest lexeme is in (0 when the
-# statistics do not list it), with the query's distinct lexemes, as ts_rank counts them, and
-# the scope's entries.
-_WORD_SHARES = """
-    SELECT w.word, count(DISTINCT l.lexeme) AS lexemes, max(coalesce(f.share, 0)) AS share,
-        (SELECT length(to_tsvector('english'::regconfig, :words))) AS query_lexemes,
-        (SELECT coalesce(sum(entry_count), 0) FROM sessions
-            WHERE tenant_id = :tenant_id {scope_filter}) AS scope_rows
-    FROM unnest(CAST(:terms AS text[])) AS w(word)
-    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english'::regconfig, w.word)))
-        AS l(lexeme)
-    LEFT JOIN (
-        SELECT unnest(most_common_elems::text::text[]) AS elem,
-            unnest(most_common_elem_freqs) AS share
-        FROM pg_stats
-        WHERE schemaname = current_schema() AND tablename = 'entries'
-            AND attname = 'search_terms') AS f ON f.elem = l.lexeme
-    GROUP BY w.word
-"""
-
-
-def word_shares_statement(*, session: bool) -> str:
-    """The statement :func:`word_shares` reads (of one session with ``session``)."""
-    return _WORD_SHARES.format(scope_filter="AND pk = :session_pk" if session else "")
+_AFTER = (
+    f"AND (e.session_pk, e.seq) > (CAST(:after_row AS bigint) / {ROW_SHIFT}, "
+    f"CAST(:after_row AS bigint) % {ROW_SHIFT})"
+)
 
 
 @dataclass(frozen=True)
-class WordShare:
-    """One query word as the statistics see it: its lexemes (a hyphenated word has several)
-    and the share of rows its commonest lexeme is in."""
+class Statistics:
+    """What ``ANALYZE`` last saw of one table's ``search_levels``: the rows holding terms, and
+    the share of them each listed lexeme is in (none: the column was not analysed)."""
 
-    word: str
-    lexemes: int
-    share: float
+    rows: int
+    shares: dict[str, float]
+
+    @property
+    def unlisted(self) -> float:
+        """The rows estimated for a lexeme the statistics do not list: half the least listed
+        lexeme's, as PostgreSQL's planner estimates it (at least one)."""
+        return max(1.0, min(self.shares.values()) * self.rows / 2)
+
+    def counted(self, stem: str) -> Counted:
+        """``stem``'s estimated rows per level: the listed levels' shares, and the unlisted
+        estimate spread over the other levels (every level searched)."""
+        listed = {lv: self.shares.get(term(stem, lv)) for lv in range(LEVELS)}
+        others = [lv for lv, share in listed.items() if share is None]
+        spread = self.unlisted / len(others) if others else 0.0
+        levels = {
+            lv: round(share * self.rows) if share is not None else max(1, round(spread))
+            for lv, share in listed.items()
+        }
+        return Counted(levels, every_level=True)
+
+
+def statistics(connection: Connection, table: str) -> Statistics | None:
+    """``table``'s statistics of ``search_levels`` (kept a while), or ``None`` when it has
+    none to weigh by."""
+    engine = connection.engine
+    kept = KEPT_COUNTS.statistics(engine, table)
+    if kept is not None:
+        return kept if kept.shares else None
+    row = connection.execute(_STATISTICS, {"table": table}).first()
+    found = Statistics(0, {})
+    if row is not None and row.elems is not None and row.reltuples > 0:
+        rows = int(row.reltuples * (1 - row.null_frac))
+        # The shares are followed by their minimum, maximum and (maybe) the null share.
+        elements = list(row.elems)
+        found = Statistics(rows, dict(zip(elements, row.shares[: len(elements)], strict=True)))
+    KEPT_COUNTS.keep_statistics(engine, table, found)
+    return found if found.shares and found.rows > 0 else None
+
+
+def exact_counts(connection: Connection, source: int, stems: Sequence[str]) -> IndexCounts:
+    """The exact rows of each of ``stems`` per level in the index of ``source`` (a pass over
+    the rows holding them: for a store ``ANALYZE`` has not seen)."""
+    table, indexed = _TABLES[source], _INDEXED[source]
+    terms = [term(stem, level) for stem in stems for level in range(LEVELS)]
+    params = {"any": TSQUERY.any_of(terms), "terms": terms}
+    found = connection.execute(text(_EXACT.format(table=table, indexed=indexed)), params)
+    levels: dict[str, dict[int, int]] = {stem: {} for stem in stems}
+    for lexeme, rows in found:
+        stem, _, level = str(lexeme).rpartition("_")
+        levels[stem][int(level)] = int(rows)
+    total = connection.execute(text(_ROWS.format(table=table, indexed=indexed))).scalar()
+    counted = {stem: Counted(levels[stem], every_level=False) for stem in stems}
+    return IndexCounts(int(total or 0), counted)
+
+
+class PostgresIndex:
+    """The GIN-indexed levelled terms on one search's connection and scope (a
+    :class:`~om_workers.store.repositories.search_levelled.LevelledIndex`)."""
+
+    syntax = TSQUERY
+    reads_sets = True
+    """A GIN statement of common terms costs milliseconds (its bitmap of their rows), reading a
+    thousand rows' levels about as much."""
+    first_batch = 4
+    """Half SQLite's: a first statement of eight combinations often asked four it did not
+    need (the million-entry tenant's p99 72-75 ms, 51-56 ms with four)."""
+
+    def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
+        self._connection = connection
+        self._query = key_query
+
+    def stems(self, query: SearchQuery) -> list[str]:
+        found = self._connection.execute(_STEMS, {"terms": list(query.terms)}).scalars()
+        return list(dict.fromkeys(str(lexeme) for lexeme in found))
+
+    def counts(self, source: int, stems: Sequence[str]) -> IndexCounts:
+        seen = statistics(self._connection, _TABLES[source])
+        if seen is None:
+            return exact_counts(self._connection, source, stems)
+        return IndexCounts(seen.rows, {stem: seen.counted(stem) for stem in stems})
+
+    def scope_rows(self) -> int:
+        params = self._query.params()
+        if self._query.session_pk is not None:
+            return int(self._connection.execute(_SESSION_ROWS, params).scalar() or 0)
+        engine, tenant = self._connection.engine, self._query.tenant_id
+        kept = KEPT_COUNTS.tenant_rows(engine, tenant)
+        if kept is not None:
+            return kept
+        rows = int(self._connection.execute(_TENANT_ROWS, params).scalar() or 0)
+        if rows >= search_counts.KEPT_ROWS:
+            KEPT_COUNTS.keep_tenant_rows(engine, tenant, rows)
+        return rows
+
+    def messages(self, *, tenant_term: bool) -> _MessageStatements:
+        return _MessageStatements(self._query)
+
+    def held(
+        self,
+        statements: MessageStatements,
+        within: Sequence[Sequence[str]],
+        asked: Sequence[tuple[int, int]],
+        terms: Sequence[str],
+        *,
+        by_scope: bool = False,
+        limit: int | None = None,
+    ) -> dict[int, int]:
+        # One pass over the rows holding any of ``within`` (a statement per term would look
+        # each up index-wide), each row's levels packed by the statement: one case per word
+        # (a row holds a word at one level at most). By scope, the match is written as a
+        # function call, which no index answers: the planner then reads the scope's rows by
+        # their key, where its GIN cost estimate (far below a bitmap of 100,000 rows' 60 ms)
+        # would choose the index.
+        by_word: dict[int, list[str]] = {}
+        for n, (word, level) in enumerate(asked):
+            packed = held_at(word, level)
+            by_word.setdefault(word, []).append(
+                f"WHEN e.search_levels @@ CAST(:a{n} AS tsquery) THEN {packed}"
+            )
+        held = " + ".join(f"CASE {' '.join(cases)} ELSE 0 END" for cases in by_word.values())
+        params = {
+            **self._query.params(),
+            "within": TSQUERY.all_of(map(TSQUERY.any_of, within)),
+            "held_limit": limit,
+            **{f"a{n}": TSQUERY.quote(t) for n, t in enumerate(terms)},
+        }
+        sql = _MessageStatements(self._query).holding(held, by_scope=by_scope)
+        return dict(self._connection.execute(text(sql), params).all())
+
+    def memory_selects(self, count: int) -> str:
+        session = self._query.session_pk is not None
+        tenant = "" if session else OF_TENANT.format(pk="m.session_pk")
+        where = "AND m.session_pk = :session_pk" if session else ""
+        return " UNION ALL ".join(
+            f"(SELECT {n} AS n, m.session_pk * {ROW_SHIFT} + m.ord AS row "
+            f"FROM memory_items AS m {tenant} "
+            f"WHERE m.search_levels @@ CAST(:m{n} AS tsquery) {where})"
+            for n in range(count)
+        )
+
+    def rows(self, sql: str, params: dict[str, Any]) -> list[tuple[int, int]]:
+        return list(self._connection.execute(text(sql), params).all())
 
 
 @dataclass(frozen=True)
-class Step:
-    """One statement of a page: the rows it ranks (``match``), the most any row it leaves
-    out can rank (``bound``), and the words that make ``rare``."""
+class _MessageStatements:
+    """The statements reading the messages' index in one search's scope: its session, or
+    its tenant's visible sessions (by the key's columns: ``tenant_id`` leads the primary
+    key, so a small tenant's rows are read by it), tombstoned entries left out."""
 
-    match: Match
-    bound: float = 0.0
-    rare_words: tuple[str, ...] = ()
+    query: KeyQuery
 
-    def rare_text(self, words: str) -> str:
-        """What the statement binds as ``:rare_words`` (the query's ``words`` when this step
-        does not match by them: the expression must still parse)."""
-        return " ".join(self.rare_words) or words
+    def match(self, expression: str) -> str:
+        return expression
 
-    def settles(self, ranks: Sequence[float], limit: int) -> bool:
-        """Whether a page of these ``ranks`` (scores, best first) is the whole query's."""
-        if self.match == "whole":
-            return True
-        return len(ranks) == limit and ranks[-1] > self.bound + RANK_SLACK
+    def _scope(self) -> str:
+        if self.query.session_pk is not None:
+            return "AND e.session_pk = :session_pk"
+        return f"AND e.tenant_id = :tenant_id AND {_NOT_HIDDEN}"
 
+    def holding(self, held: str, *, by_scope: bool) -> str:
+        """The ``(row, held)`` of each visible row of the scope matching ``:within`` (found
+        by the scope's key with ``by_scope``, else by the index)."""
+        within = "CAST(:within AS tsquery)"
+        match = (
+            f"ts_match_vq(e.search_levels, {within})"
+            if by_scope
+            else f"e.search_levels @@ {within}"
+        )
+        return (
+            f"WITH withheld(row) AS MATERIALIZED ({WITHHELD_ROWS}) "
+            f"SELECT {_ROW} AS row, {held} AS held FROM entries AS e "
+            f"WHERE e.kind = 'message' AND {match} "
+            f"{self._scope()} AND {_ROW} NOT IN (SELECT row FROM withheld) "
+            "LIMIT :held_limit"
+        )
 
-def lacking_bound(held_lexemes: int, query_lexemes: int) -> float:
-    """The highest ``ts_rank`` a row can get from ``held_lexemes`` of a query's
-    ``query_lexemes`` (a row lacking the others)."""
-    if query_lexemes <= 0:
-        return 0.0
-    return WORD_RANK * min(held_lexemes, query_lexemes) / query_lexemes
+    def combinations(
+        self, batch: Sequence[Combination], excluded: Sequence[str], resumed: Sequence[bool]
+    ) -> tuple[str, dict[str, str]]:
+        # The index finds the rows holding the combination's terms; the terms its rows must
+        # lack are checked on them (as a function call, which no index answers): in the GIN
+        # match, each would have its rows looked up too.
+        params: dict[str, str] = {}
+        for n, c in enumerate(batch):
+            params[f"m{n}"] = TSQUERY.both.join(map(TSQUERY.quote, c.held))
+            params[f"x{n}"] = TSQUERY.any_of((*c.lacking, *excluded))
+        lacking = [bool(c.lacking or excluded) for c in batch]
+        return self.selects(len(batch), ordered=True, resumed=resumed, lacking=lacking), params
 
-
-def steps(words: Sequence[WordShare], query_lexemes: int, scope_rows: int) -> list[Step]:
-    """The statements a page tries, in order; the last ranks every match. The rows holding
-    every word come first; then, when the commonest word is common, the rows holding any
-    other word (a row holding only the commonest ranks at most its own lexemes' weight).
-    A scope of ``scope_rows`` entries whose matches are few is ranked at once."""
-    planned: list[Step] = []
-    commonest = max(words, key=lambda word: word.share, default=None)
-    if commonest is None or commonest.share * scope_rows < RANK_ALL_ROWS:
-        return [Step("whole")]
-    if query_lexemes > 1:
-        planned.append(Step("every", lacking_bound(query_lexemes - 1, query_lexemes)))
-    if commonest.share >= COMMON_SHARE and len(words) > 1:
-        rare = tuple(word.word for word in words if word is not commonest)
-        planned.append(Step("rare", lacking_bound(commonest.lexemes, query_lexemes), rare))
-    planned.append(Step("whole"))
-    return planned
-
-
-def page_statement(*, match: Match, session: bool, after: bool) -> str:
-    """The page statement ranking the rows ``match`` names (of one session with
-    ``session``; after the cursor's key with ``after``)."""
-    entries = _ENTRIES.format(
-        session_filter="AND e.session_pk = :session_pk" if session else "", match=match
-    )
-    memory = _MEMORY.format(
-        session_filter="AND m.session_pk = :session_pk" if session else "",
-        tenant_join="" if session else OF_TENANT.format(pk="m.session_pk"),
-        match=match,
-    )
-    return _PAGE.format(entries=entries, memory=memory, after=AFTER if after else "")
-
-
-def word_shares(rows: Sequence[Mapping[Any, Any]]) -> tuple[list[WordShare], int, int]:
-    """The words, the query's lexeme count and the scope's entries, from the rows of
-    :func:`word_shares_statement`."""
-    words = [WordShare(r["word"], int(r["lexemes"]), float(r["share"])) for r in rows]
-    if not rows:
-        return words, 0, 0
-    return words, int(rows[0]["query_lexemes"]), int(rows[0]["scope_rows"])
+    def selects(
+        self,
+        count: int,
+        *,
+        ordered: bool = False,
+        resumed: Sequence[bool] = (),
+        probe: bool = False,
+        lacking: Sequence[bool] = (),
+    ) -> str:
+        """``count`` selects of ``(n, row)``, the ``n``th matching ``:m{n}``, joined; each
+        ``ordered`` one in row order up to ``:limit`` rows, after ``:after_row`` where
+        ``resumed``, lacking every term of ``:x{n}`` where ``lacking``; a ``probe`` finds
+        one row at most, withheld or not."""
+        scope = self._scope()
+        parts = []
+        for n in range(count):
+            resume = _AFTER if n < len(resumed) and resumed[n] else ""
+            if n < len(lacking) and lacking[n]:
+                resume += f" AND NOT ts_match_vq(e.search_levels, CAST(:x{n} AS tsquery))"
+            order = "ORDER BY e.session_pk, e.seq LIMIT :limit" if ordered else ""
+            visible = "" if probe else f"AND {_ROW} NOT IN (SELECT row FROM withheld)"
+            parts.append(
+                f"(SELECT {n} AS n, {_ROW} AS row FROM entries AS e "
+                f"WHERE e.kind = 'message' AND e.search_levels @@ CAST(:m{n} AS tsquery) "
+                f"{scope} {resume} {visible} {'LIMIT 1' if probe else order})"
+            )
+        joined = " UNION ALL ".join(parts)
+        return joined if probe else f"WITH withheld(row) AS MATERIALIZED ({WITHHELD_ROWS}) {joined}"
