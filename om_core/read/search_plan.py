@@ -50,6 +50,11 @@ def places(words: Sequence[PlanWord]) -> list[tuple[int, int]]:
     return [(i, level) for i, word in enumerate(words) for level in word.levels]
 
 
+def terms_at(words: Sequence[PlanWord], at: Iterable[tuple[int, int]]) -> list[str]:
+    """The index terms of the places ``at`` (``(word, level)``) of ``words``."""
+    return [term(words[i].stem, level) for i, level in at]
+
+
 @dataclass(frozen=True)
 class Syntax:
     """How one index writes its match expressions: a term (quoted, never syntax) and the
@@ -175,7 +180,7 @@ def combinations(words: Sequence[PlanWord]) -> Iterator[tuple[Combination, ...]]
 
     def make(at: tuple[int, ...]) -> Combination:
         levels = levels_of(at)
-        held = tuple(term(words[i].stem, level) for i, level in levels.items())
+        held = tuple(terms_at(words, levels.items()))
         absent = [words[i] for i, o in enumerate(at) if options[i][o] is None]
         lacking = tuple(t for word in absent for t in word.terms())
         packed = sum(held_at(i, level) for i, level in levels.items())

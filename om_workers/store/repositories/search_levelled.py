@@ -42,8 +42,9 @@ from om_core.read.search_plan import (
     places,
     read_places,
     rows_held,
+    terms_at,
 )
-from om_core.read.search_terms import LEVELS, idf, term
+from om_core.read.search_terms import LEVELS, idf
 from om_workers.store.repositories.search_sql import ROW_SHIFT
 
 READ_ROWS = 3_000
@@ -250,11 +251,11 @@ class LevelledKeys:
                 for i, word in enumerate(plan.words)
             ],
         )
-        read_terms = [term(plan.words[i].stem, level) for i, level in read_at]
+        read_terms = terms_at(plan.words, read_at)
         levels: dict[int, int] = {}
         if read_terms:
             asked = [*read_at, *places(dense)]
-            terms = [term(plan.words[i].stem, level) for i, level in asked]
+            terms = terms_at(plan.words, asked)
             # Fewer rows in the scope than the index holds of these terms: read the scope's.
             by_scope = scope < sum(counts[i].get(level, 0) for i, level in read_at)
             levels = self._index.held(messages, [read_terms], asked, terms, by_scope=by_scope)
@@ -274,7 +275,7 @@ class LevelledKeys:
         if not asked:
             return list(words)
         quote = self._syntax.quote
-        probes = [statements.match(quote(term(words[i].stem, lv))) for i, lv in asked]
+        probes = [statements.match(quote(t)) for t in terms_at(words, asked)]
         found = self._run(statements.selects(len(probes), probe=True), probes)
         held = {asked[n] for n, _ in found}
         return [
@@ -358,7 +359,7 @@ class LevelledKeys:
             cores.learn(new, found)
             return
         asked = places(cores.words)
-        terms = [term(cores.words[i].stem, level) for i, level in asked]
+        terms = terms_at(cores.words, asked)
         for core in new:
             within = cores.terms(core)
             rows = self._index.held(statements, within, asked, terms, limit=SET_ROWS + 1)
@@ -371,7 +372,7 @@ class LevelledKeys:
         if not plan.words:
             return []
         asked = places(plan.words)
-        matches = [self._syntax.quote(term(plan.words[i].stem, lv)) for i, lv in asked]
+        matches = [self._syntax.quote(t) for t in terms_at(plan.words, asked)]
         held = rows_held(self._run(self._index.memory_selects(len(asked)), matches), asked)
         return best_keys(plan.words, held, MEMORY, self._query.limit, self._query.after)
 

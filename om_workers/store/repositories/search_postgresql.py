@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -87,7 +88,7 @@ class Statistics:
     rows: int
     shares: dict[str, float]
 
-    @property
+    @cached_property
     def unlisted(self) -> float:
         """The rows estimated for a lexeme the statistics do not list: half the least listed
         lexeme's, as PostgreSQL's planner estimates it (at least one)."""
