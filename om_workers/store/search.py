@@ -170,7 +170,7 @@ class SearchService(Service):
         check_limit(limit)
         after = decode_cursor(cursor)
         with self._units.read() as uow:
-            uow.plan_for_values()
+            uow.plan_for_search()
             pk = uow.sessions.head(tenant_id, session_id).pk if session_id is not None else None
             rows: Sequence[SearchRow]
             if semantic is not None:

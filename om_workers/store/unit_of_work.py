@@ -50,6 +50,7 @@ from om_workers.store.repositories import (
     VectorRepository,
     WebhookRepository,
 )
+from om_workers.store.search_settings import tune_for_search
 from om_workers.store.snapshot import SnapshotCache
 from om_workers.store.tail_cache import TailCache
 from om_workers.telemetry import tracing
@@ -212,21 +213,14 @@ class SqlReadUnitOfWork:
         else:
             transaction.rollback()
 
-    def plan_for_values(self) -> None:
-        """Have PostgreSQL plan every later statement of this transaction for its own values,
-        prepared or not (a no-op on SQLite).
-
-        A statement psycopg prepared (on its fifth use on a connection) may run on a generic
-        plan, made without its values, once that plan looks no costlier than theirs. For a
-        search that is wrong: a plan made for a million-entry tenant's words ran a
-        thousand-entry tenant's search at 75 ms where its own plan takes 6. The hot
-        statements of a turn pick rows by key, and keep their generic plans."""
+    def plan_for_search(self) -> None:
+        """Ready this transaction for a search: PostgreSQL plans its statements for their own
+        values and reads ahead of its scattered row reads (:mod:`~om_workers.store.
+        search_settings`; a no-op on SQLite)."""
         if self._transaction is None:
-            raise RuntimeError("plan_for_values() outside the unit of work's block")
-        connection = self._transaction.connection
-        if connection.dialect.name == "postgresql":
-            with translate_errors():
-                connection.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
+            raise RuntimeError("plan_for_search() outside the unit of work's block")
+        with translate_errors():
+            tune_for_search(self._transaction.connection)
 
     def now(self) -> datetime:
         """The store's clock (aware UTC by default)."""
