@@ -135,9 +135,6 @@ class _MessageStatements:
         resumed: Sequence[bool] = (),
         probe: bool = False,
     ) -> str:
-        """``count`` selects of ``(n, row)``, the ``n``th matching ``:m{n}``, joined; each
-        ``ordered`` one in row order up to ``:limit`` rows, after ``:after_row`` where
-        ``resumed``; a ``probe`` finds one row at most, withheld or not."""
         session = self.query.session_pk is not None
         scope = "AND f.rowid BETWEEN :row_lo AND :row_hi" if session else ""
         join = "" if session else OF_TENANT.format(pk=f"f.rowid / {ROW_SHIFT}")
