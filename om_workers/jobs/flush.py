@@ -45,6 +45,7 @@ from om_workers.errors import (
 )
 from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.metering import UsageMeter
+from om_workers.jobs.requests import request_flush
 from om_workers.jobs.running import Finished, RunningJob
 from om_workers.metrics import METRICS
 from om_workers.store.records import FlushJob, StartedJob
@@ -64,7 +65,8 @@ class FlushOutcome:
     job's when it served that job's request, ``None`` when it touched no row); ``error`` the
     redacted reason of a failed job (also stored on its row); ``reason`` why a job that
     recorded nothing did nothing; ``deliveries`` the webhook deliveries its finish wrote, to
-    publish (``None``: not known, read them back by the job's id).
+    publish (``None``: not known, read them back by the job's id); ``lost_lock`` whether the
+    job was fenced out because its session lock was lost (its session was requested again).
     """
 
     outcome: Outcome
@@ -74,6 +76,7 @@ class FlushOutcome:
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
     deliveries: tuple[str, ...] | None = None
+    lost_lock: bool = False
 
 
 def run_flush_job(
@@ -169,6 +172,8 @@ def _run(
                 lambda: release_and_republish(lock, publish),
                 timing.redis_retry_deadline_s(deps.lock_ttl_s),
             )
+        if ended is not None and ended.lost_lock and ended.ran_job_id is not None:
+            _request_again(deps, tenant_id, ended.ran_job_id)
 
 
 def _run_locked(
@@ -262,7 +267,35 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
             reason=result.note,
             version=runtime.prompt_version,
         )
-    return _outcome(job.id, finished)
+    return _outcome(job.id, finished, lost_lock=running.lost_lock)
+
+
+def _request_again(deps: FlushDeps, tenant_id: str, job_id: str) -> None:
+    """Request the session of a job that lost its lock again, with the job's options, once
+    the lock is released (so the release does not publish the new job a second time).
+
+    Its work is not done, and nothing else asks for it soon: a Redis restart takes the lock's
+    ``pending`` marker with it, so no release re-publishes a request, and the reconciler's
+    backlog pass backs off from a session whose last jobs failed, as a session flushing
+    through a few restarts in a row would look. A newer flush that fenced this one out reads
+    the whole session itself, so only a lost lock asks again. When Redis or the broker is
+    still out, the reconciler's passes find the session later.
+    """
+    try:
+        job = deps.store.get_job(tenant_id, job_id)
+        request_flush(
+            deps.store,
+            deps.redis,
+            job.tenant_id,
+            job.session_id,
+            publish=deps.publish,
+            force=job.force,
+            full_reflection_rebuild=job.full_reflection_rebuild,
+        )
+    except Exception as exc:  # the reconciler finds the session: never fail the job's finish
+        log.warning(
+            "flush job %s lost its lock; requesting its session again failed: %s", job_id, exc
+        )
 
 
 def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime:
@@ -285,7 +318,9 @@ def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime
     )
 
 
-def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None) -> FlushOutcome:
+def _outcome(
+    job_id: str, finished: Finished, *, outcome: Outcome | None = None, lost_lock: bool = False
+) -> FlushOutcome:
     return FlushOutcome(
         outcome or finished.state,
         job_id,
@@ -294,6 +329,7 @@ def _outcome(job_id: str, finished: Finished, *, outcome: Outcome | None = None)
         finished.counts,
         finished.reason,
         finished.deliveries,
+        lost_lock,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from om_core.errors import FencedOutError
-from om_workers.errors import StaleEpochError
+from om_workers.errors import LockLostError, StaleEpochError
 from om_workers.jobs.deps import FlushDeps
 from om_workers.jobs.metering import UsageMeter
 from om_workers.metrics import METRICS
@@ -62,6 +62,12 @@ class RunningJob:
             view=started.view,
             hold_last=True,
         )
+
+    @property
+    def lost_lock(self) -> bool:
+        """Whether the job was fenced out because its session lock was lost (Redis restarted
+        empty, or the lock expired while the worker stalled), rather than by a newer flush."""
+        return isinstance(self.memory.fenced, LockLostError)
 
     def finish(
         self,

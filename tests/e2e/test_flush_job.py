@@ -212,6 +212,8 @@ def test_stale_epoch_stops_the_write(
     assert "stale epoch" in outcome.error
     assert covered_sources(store, tenant, "s1") == []
     assert [e.kind for e in store.read_branch(tenant, "s1")] == ["message"] * len(chat)
+    # The newer flush reads the whole session: nothing is asked again for this one.
+    assert published == [(tenant, "s1", job)]
 
 
 def test_lost_lock_stops_the_write(
@@ -229,6 +231,14 @@ def test_lost_lock_stops_the_write(
     assert outcome.outcome == "failed" and outcome.error is not None
     assert "no longer held" in outcome.error
     assert covered_sources(store, tenant, "s1") == []
+    # Its work is not done and the lost lock took no marker to re-publish: the session is
+    # requested again at once, and that job observes everything.
+    assert len(published) == 2 and published[1][:2] == (tenant, "s1")
+    again = published[1][2]
+    assert again != job and store.get_job(tenant, again).state == "queued"
+    plain = dataclasses.replace(deps, provider=ExtractiveProvider)
+    assert run_flush_job(plain, tenant, "s1", again, False).outcome == "succeeded"
+    assert fully_observed(store, tenant, "s1", chat)
 
 
 def test_poison_message_fails_the_job_after_the_limit(
