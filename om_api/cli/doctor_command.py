@@ -9,7 +9,6 @@ from dataclasses import asdict
 import typer
 
 from om_api.cli.common import JsonOutput
-from om_workers.doctor import diagnose, failed
 
 MARKS = {"ok": "ok  ", "fail": "FAIL", "skip": "skip"}
 
@@ -19,6 +18,9 @@ def doctor(as_json: JsonOutput = False) -> None:
     live workers and their slots, beat, the provider and its key, and clock skew; one line
     each, with the fix of each failure. Exit 1 when any check failed. Reads the OM_* variables
     the service's processes read; never prints a secret."""
+    # Imported here: the checks bring the database, Redis and migration libraries.
+    from om_workers.doctor import diagnose, failed
+
     checks = diagnose()
     if as_json:
         typer.echo(json.dumps({"ok": not failed(checks), "checks": [asdict(c) for c in checks]}))

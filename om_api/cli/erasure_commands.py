@@ -32,7 +32,6 @@ from om_api.schemas import (
     MAX_RETENTION_DAYS,
     RetentionOut,
 )
-from om_api.server.convert import audit_out
 from om_workers.config import REDIS_REQUIRED, get_settings
 
 if TYPE_CHECKING:
@@ -163,6 +162,9 @@ def audit(
 ) -> None:
     """The audit trail, newest first: who (key id) erased, exported or imported which session,
     subject or tenant, when, and how it ended. Never content."""
+    # Imported here: the API's conversions bring FastAPI, which no other command needs.
+    from om_api.server.convert import audit_out
+
     with account_store(database_url) as accounts:
         events = accounts.audit_events(tenant, limit)
     answer = audit_out(events)

@@ -3,6 +3,7 @@ database directly like om audit (--database-url, else OM_DATABASE_URL)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -13,7 +14,6 @@ from om_api.server.usage_wire import usage_report_out
 from om_core.errors import InvalidUsageWindowError
 from om_core.policy.usage import usage_window
 from om_workers.config import get_settings
-from om_workers.store.unit_of_work import utc_now
 
 DayOption = Annotated[str | None, typer.Option(metavar="YYYY-MM-DD", help="A UTC day.")]
 
@@ -29,7 +29,7 @@ def usage(
     cost at OM_PRICES. --until defaults to today, --since to 29 days before it (at most 366
     days). Exit 2 for bad days, 1 for an unknown tenant."""
     try:
-        first, last = usage_window(since, until, utc_now().date())
+        first, last = usage_window(since, until, datetime.now(UTC).date())
     except InvalidUsageWindowError as exc:
         fail(str(exc), 2)
     if tenant is not None:

@@ -19,7 +19,7 @@ from om_api.schemas import (
     WebhookDeliveryOut,
     WebhookEndpointsOut,
 )
-from om_api.server.routes.admin_webhooks import delivery_out, endpoint_out
+from om_api.server.webhook_wire import delivery_out, endpoint_out
 from om_core.policy.webhooks import EVENT_TYPES, EventType
 from om_workers.config import get_settings
 

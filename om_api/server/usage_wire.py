@@ -4,10 +4,13 @@ its cost at the configured prices (no I/O)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from om_api.schemas import DailyUsageOut, JobUsageOut, ModelUsageOut, UsageReportOut
 from om_core.policy.usage import ModelPrice, cost_of
-from om_workers.store import DailyUsage, ModelUsage
+
+if TYPE_CHECKING:
+    from om_workers.store import DailyUsage, ModelUsage
 
 
 def job_usage_out(usage: Sequence[ModelUsage], prices: Mapping[str, ModelPrice]) -> JobUsageOut:

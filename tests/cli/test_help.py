@@ -5,6 +5,8 @@ and spelled the same wherever the same argument appears."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import typer
@@ -66,3 +68,20 @@ def test_boolean_options_take_no_value() -> None:
     result = runner.invoke(app, ["view", "--help"], env={"COLUMNS": "100"})
     assert re.search(r"^\s+--full\s+All active memory", result.output, re.MULTILINE), result.output
     assert re.search(r"^\s+--json\s+Print the API", result.output, re.MULTILINE), result.output
+
+
+SERVER_LIBRARIES = ("alembic", "celery", "fastapi", "mcp", "redis", "sqlalchemy", "uvicorn")
+
+
+def test_the_command_line_loads_no_server_library_until_a_command_needs_it() -> None:
+    """Every ``om`` call (``--help``, a client command) pays for what the command line loads
+    before it runs anything; the web framework, the database and Redis libraries, Celery and
+    the migrations come with the commands that use them."""
+    probe = (
+        "import sys, om_api.cli.commands; "
+        f"print(' '.join(m for m in {SERVER_LIBRARIES!r} if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert loaded == []

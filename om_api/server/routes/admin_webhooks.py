@@ -27,8 +27,8 @@ from om_api.schemas import (
 from om_api.server.auth import Admin
 from om_api.server.routes import TenantPath, error_answers
 from om_api.server.state import State
+from om_api.server.webhook_wire import delivery_out, endpoint_out
 from om_workers.jobs.webhook_endpoints import register_endpoint
-from om_workers.store.repositories.webhooks import WebhookDelivery, WebhookEndpoint
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/admin/tenants/{tenant_id}/webhooks", tags=["admin", "webhooks"])
@@ -37,36 +37,6 @@ EndpointPath = Annotated[str, Path(pattern=PATH_ID_PATTERN, description="Endpoin
 DeliveryPath = Annotated[
     str, Path(pattern=PATH_ID_PATTERN, description="Delivery id (its webhook-id).")
 ]
-
-
-def endpoint_out(endpoint: WebhookEndpoint) -> WebhookEndpointOut:
-    """An endpoint on the wire; its secret only when the endpoint carries it (creation)."""
-    return WebhookEndpointOut(
-        id=endpoint.id,
-        tenant_id=endpoint.tenant_id,
-        url=endpoint.url,
-        event_types=list(endpoint.event_types),
-        enabled=endpoint.enabled,
-        created_at=endpoint.created_at,
-        secret=endpoint.secret,
-    )
-
-
-def delivery_out(delivery: WebhookDelivery) -> WebhookDeliveryOut:
-    """A delivery on the wire (never its payload)."""
-    return WebhookDeliveryOut(
-        id=delivery.id,
-        endpoint_id=delivery.endpoint_id,
-        event_type=delivery.event_type,
-        session_id=delivery.session_id,
-        state=delivery.state,
-        attempts=delivery.attempts,
-        last_status=delivery.last_status,
-        last_error=delivery.last_error,
-        next_attempt_at=delivery.next_attempt_at,
-        created_at=delivery.created_at,
-        delivered_at=delivery.delivered_at,
-    )
 
 
 @router.post("", status_code=201, response_model=WebhookEndpointOut, responses=ERRORS)
