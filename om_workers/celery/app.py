@@ -21,6 +21,7 @@ from om_workers.celery.healing import reconcile_on_reconnect
 from om_workers.celery.limits import broker_of, broker_url, time_limits
 from om_workers.celery.tasks import RECONCILE_TASK, RETENTION_TASK, publisher, register
 from om_workers.celery.webhooks import register_webhooks
+from om_workers.celery.wakeup import WakeForShutdown
 from om_workers.config import get_settings
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
@@ -69,6 +70,7 @@ def get_app() -> Any:
     register(app, worker_deps)
     register_webhooks(app, worker_deps)
     app.steps["consumer"].add(reconcile_on_reconnect(lambda: worker_deps().redis))
+    app.steps["consumer"].add(WakeForShutdown)
     startup.connect(worker_deps)
     return app
 

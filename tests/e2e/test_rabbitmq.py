@@ -43,7 +43,7 @@ from tests.e2e.support import (
     fully_observed,
     wait_for,
 )
-from tests.e2e.workers import FINAL, StartWorker, Worker, runs_of, settled, worker_env
+from tests.e2e.workers import StartWorker, Worker, runs_of, settled, worker_env
 
 LIMITS = TimeLimits(60, 70, 80, 90)
 AMQP = "amqp://guest:guest@127.0.0.1:5672/om"
@@ -284,7 +284,7 @@ def test_flushes_through_a_rabbitmq_brokered_worker_finish(
 @needs_rabbitmq
 def test_worker_killed_mid_flush_is_served_again_at_once(
     amqp_url: str, amqp_app: Any, start_amqp_worker: StartWorker, store: SqlStore,
-    client: redis.Redis, tenant: str, capsys: pytest.CaptureFixture[str],
+    client: redis.Redis, tenant: str, database_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     store.create_session(tenant, "crash")
     messages = add_chat(store, tenant, "crash", 200)  # 400 messages: four observer chunks
@@ -302,29 +302,40 @@ def test_worker_killed_mid_flush_is_served_again_at_once(
     killed_at = time.monotonic()
     partial = covered_sources(store, tenant, "crash")
     assert 0 < len(set(partial)) < len(messages), "the kill did not land mid-flush"
+
+    # Two paths serve the session again, whichever comes first: RabbitMQ redelivers the
+    # message at once (it waits at the dead worker's lock until that worker's liveness key is
+    # gone), and the lost-run watch fails the job once the liveness key is gone and requests
+    # the session again.
+    def served_again() -> bool:
+        return any(
+            run.attempts >= 2 or (run.id != job and run.started_at is not None)
+            for run in runs_of(database_url, "crash")
+        )
+
     wait_for(
-        lambda: store.get_job(tenant, job).attempts >= 2,
+        served_again,
         SERVED_AGAIN_BOUND_S,
-        "the redelivered message to start the job again",
-        lambda: (store.get_job(tenant, job), rescuer.tail()),
+        "the session to be served again",
+        lambda: (runs_of(database_url, "crash"), rescuer.tail()),
     )
     served_again_s = time.monotonic() - killed_at
     wait_for(
-        lambda: store.get_job(tenant, job).state in FINAL,
+        lambda: settled(database_url, "crash"),
         SERVED_AGAIN_BOUND_S,
-        "the second attempt to finish",
+        "the session's jobs to finish",
         rescuer.tail,
     )
     finished_s = time.monotonic() - killed_at
-    run = store.get_job(tenant, job)
-    assert run.state == "succeeded" and run.attempts == 2, run
+    runs = runs_of(database_url, "crash")
+    assert runs[-1].state == "succeeded", runs
     assert_observed_once(store, tenant, "crash", messages)
     assert queue_facts(amqp_url, QUEUE).messages == 0
-    waited_for_lock = "Retry in" in rescuer.log.read_text(errors="replace")
+    redelivered = store.get_job(tenant, job).attempts >= 2
+    by = "the redelivered message" if redelivered else "the lost-run watch"
     with capsys.disabled():
         print(
             f"\nRabbitMQ: SIGKILL -> session served again by another worker in "
-            f"{served_again_s:.2f} s (goal <= 10 s), job finished {finished_s:.2f} s after the "
-            f"kill; the redelivery waited for the dead worker's liveness key: {waited_for_lock}"
+            f"{served_again_s:.2f} s (goal <= 10 s), its jobs finished {finished_s:.2f} s after "
+            f"the kill; served by {by}"
         )
-    assert served_again_s < SERVED_AGAIN_BOUND_S
