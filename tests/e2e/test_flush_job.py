@@ -21,6 +21,7 @@ from om_workers.jobs.flush import run_flush_job
 from om_workers.jobs.requests import request_flush
 from om_workers.providers.setup import load_provider
 from om_workers.store import SqlStore
+from om_workers.store.console_queries import session_jobs
 from tests.e2e.support import LOW, add_chat, covered_sources, fully_observed
 from tests.store.test_flush_cost import recorded
 
@@ -239,6 +240,32 @@ def test_lost_lock_stops_the_write(
     plain = dataclasses.replace(deps, provider=ExtractiveProvider)
     assert run_flush_job(plain, tenant, "s1", again, False).outcome == "succeeded"
     assert fully_observed(store, tenant, "s1", chat)
+
+
+def test_a_lost_job_asks_again_with_its_options_and_an_ask_that_fails_changes_no_outcome(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    class LockStolen(ExtractiveProvider):
+        def generate(self, request: ProviderRequest) -> ProviderResponse:
+            client.delete(keys.lock_key(tenant, "s1"))
+            time.sleep(0.5)
+            return super().generate(request)
+
+    def publish(tenant_id: str, session_id: str, job_id: str) -> None:
+        if published:  # the broker is gone by the time the job asks again
+            raise ConnectionError("broker unreachable")
+        published.append((tenant_id, session_id, job_id))
+
+    deps = dataclasses.replace(
+        deps_for(store, client, published, provider=LockStolen, lock_ttl_s=0.3), publish=publish
+    )
+    job = request_flush(store, client, tenant, "s1", publish=publish, force=True).job_id
+    outcome = run_flush_job(deps, tenant, "s1", job, False)
+    assert outcome.outcome == "failed" and outcome.error is not None
+    assert "no longer held" in outcome.error
+    asked = [run for run in session_jobs(store, tenant, "s1", 10) if run.id != job]
+    assert len(asked) == 1 and asked[0].force  # the reconciler finds the session later
+    assert asked[0].state == "failed" and "broker unreachable" in (asked[0].error or "")
 
 
 def test_poison_message_fails_the_job_after_the_limit(
