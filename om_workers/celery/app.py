@@ -20,8 +20,8 @@ from om_workers.celery.config import create_celery_app
 from om_workers.celery.healing import reconcile_on_reconnect
 from om_workers.celery.limits import broker_of, broker_url, time_limits
 from om_workers.celery.tasks import RECONCILE_TASK, RETENTION_TASK, publisher, register
-from om_workers.celery.webhooks import register_webhooks
 from om_workers.celery.wakeup import WakeForShutdown
+from om_workers.celery.webhooks import register_webhooks
 from om_workers.config import get_settings
 from om_workers.coordination.coalesce import ServingJob
 from om_workers.coordination.fairness import FairPublisher, FairQueue
