@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from tests.e2e.otlp_receiver import OtlpReceiver
+from tests.threads import SHUTDOWN_POLL_S
 
 from .bench_turns import Load, drive, om_stack
 from .common import Section
@@ -38,7 +39,9 @@ QUICK_LEVEL_S: Final = 4.0
 def _serve_receiver(conn: Connection) -> None:
     receiver = OtlpReceiver()
     conn.send(receiver.url)
-    thread = threading.Thread(target=receiver.httpd.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=receiver.httpd.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
+    )
     thread.start()
     conn.recv()  # until the benchmark is done
     receiver.httpd.shutdown()

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Literal, Self, get_args
 
 from tests.e2e.llm_server import _answer
+from tests.threads import SHUTDOWN_POLL_S
 
 Mode = Literal["ok", "error_500", "rate_limit_429", "timeout", "malformed", "echo_key"]
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
@@ -51,7 +52,10 @@ class ProviderServer:
 
     def start(self) -> Self:
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="chaos-provider", daemon=True
+            target=self.httpd.serve_forever,
+            args=(SHUTDOWN_POLL_S,),
+            name="chaos-provider",
+            daemon=True,
         )
         self._thread.start()
         return self

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import threading
 import time
 from collections.abc import Iterator
 
@@ -12,6 +11,7 @@ import pytest
 
 from tests.chaos.proxy import FaultProxy
 from tests.redis.helpers import wait_until
+from tests.threads import serving
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -28,11 +28,8 @@ class _EchoServer(socketserver.ThreadingTCPServer):
 @pytest.fixture
 def echo() -> Iterator[int]:
     server = _EchoServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server.server_address[1]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from om_api.schemas import EntryIn, MessageWire
 from om_workers.coordination.embedded import free_port
 from tests.api.server import ADMIN_TOKEN, METRICS_TOKEN
 from tests.cli.conftest import Tenant
+from tests.threads import serving
 
 FAST = RetryPolicy(attempts=4, base_s=0.01, cap_s=0.05)
 
@@ -169,13 +169,8 @@ def flaky_server(failures: int, retry_after: str) -> Iterator[tuple[str, list[fl
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield f"http://127.0.0.1:{server.server_address[1]}", arrivals
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_retries_503_honouring_retry_after() -> None:

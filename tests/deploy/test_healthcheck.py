@@ -7,7 +7,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import ModuleType
@@ -15,6 +14,7 @@ from types import ModuleType
 import pytest
 
 from tests.deploy.topology import DEPLOY
+from tests.threads import serving
 
 
 def _load() -> ModuleType:
@@ -64,13 +64,8 @@ class _Healthz(BaseHTTPRequestHandler):
 @pytest.fixture
 def healthz_port() -> Iterator[int]:
     server = HTTPServer(("127.0.0.1", 0), _Healthz)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_api_check_reads_the_port_from_the_process_command_line(healthz_port: int) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.threads import serving
 
 DIMENSION = 64
 
@@ -69,11 +70,5 @@ class EmbeddingsServer:
 @contextmanager
 def running() -> Iterator[EmbeddingsServer]:
     server = EmbeddingsServer()
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server.httpd):
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        thread.join(5)

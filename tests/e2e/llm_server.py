@@ -29,6 +29,7 @@ from typing import Any
 from om_core.flush.extractive import ExtractiveProvider
 from om_core.flush.provider import ProviderRequest, ToolSpec
 from om_core.ledger.models import Message
+from tests.threads import serving
 
 FAULTS = ("timeout", "ratelimit", "servererror", "malformed")
 HANG_S = 3.0
@@ -155,12 +156,8 @@ class LlmServer:
 @contextmanager
 def running() -> Iterator[LlmServer]:
     server = LlmServer()
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server._stop.set()
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        thread.join(5)
+    with serving(server.httpd):
+        try:
+            yield server
+        finally:
+            server._stop.set()

@@ -17,6 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from tests.threads import serving
+
 
 @dataclass(frozen=True)
 class ReceivedSpan:
@@ -99,11 +101,5 @@ class OtlpReceiver:
 def receiving() -> Iterator[OtlpReceiver]:
     """A running receiver until the block ends."""
     receiver = OtlpReceiver()
-    thread = threading.Thread(target=receiver.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(receiver.httpd):
         yield receiver
-    finally:
-        receiver.httpd.shutdown()
-        receiver.httpd.server_close()
-        thread.join(5)

@@ -6,7 +6,6 @@ failure is named with its fix; the exit code says whether anything failed."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,7 @@ from om_workers.coordination.clock import last_reconcile_pass
 from om_workers.coordination.embedded import EmbeddedRedis, free_port
 from tests.e2e.support import wait_for
 from tests.e2e.workers import StartWorker
+from tests.threads import serving
 
 KEY = "sk-doctor-0123456789abcdef"
 
@@ -45,14 +45,8 @@ def models_server() -> Iterator[str]:
             self.wfile.write(body.encode())
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(httpd):
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 @pytest.fixture

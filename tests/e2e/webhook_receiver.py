@@ -15,6 +15,8 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tests.threads import serving
+
 
 @dataclass
 class Received:
@@ -81,14 +83,8 @@ def serve_receiver(secret: str) -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/om"
-    thread = threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True)
-    thread.start()
-    try:
+    with serving(server, name="webhook-receiver"):
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def body_of(received: Received) -> dict[str, Any]:

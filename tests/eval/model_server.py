@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.threads import serving as serving_thread
 
 _JUDGE = re.compile(r"Question: (.*)\nGold answer: (.*)\nGenerated answer: (.*)\n")
 
@@ -56,11 +57,5 @@ def serving(answers: Mapping[str, str]) -> Iterator[tuple[str, list[dict[str, An
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving_thread(httpd):
         yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)

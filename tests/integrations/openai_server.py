@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
+from tests.threads import SHUTDOWN_POLL_S
+
 Reply = Callable[[dict[str, Any]], "str | dict[str, Any]"]
 
 
@@ -78,7 +80,9 @@ class ChatServer:
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
+        )
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def __enter__(self) -> Self:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.threads import serving
+
 
 @dataclass
 class Reply:
@@ -76,12 +78,8 @@ class WireServer:
 @contextmanager
 def running() -> Iterator[WireServer]:
     server = WireServer()
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        thread.join(5)
+    with serving(server.httpd):
+        try:
+            yield server
+        finally:
+            server.release.set()
