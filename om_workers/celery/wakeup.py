@@ -4,8 +4,8 @@ Celery's event loop (kombu's hub) sleeps in ``epoll`` until its next timer, up t
 longest interval Celery gives the loop's timer). The SIGTERM handler only sets a flag, and
 Python resumes an interrupted ``epoll``, so an idle worker on RabbitMQ could take 10 s to
 begin its warm shutdown (the Redis transport wakes the loop every second by itself). A
-consumer bootstep keeps a timer of :data:`WAKE_INTERVAL_S` on
-the hub, so the loop looks at the flag that often.
+consumer bootstep keeps a timer of :data:`WAKE_INTERVAL_S` on the hub, so the loop looks at
+the flag that often.
 """
 
 from __future__ import annotations

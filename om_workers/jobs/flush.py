@@ -13,7 +13,8 @@ The order of a job (``docs/architecture.md``, "A flush request, end to end"):
    from that view, with appends that check the lock and commit fenced (only while the epoch
    is still ours);
 5. record the outcome with counts and a redacted error, release the lock and publish the job
-   that was requested meanwhile.
+   that was requested meanwhile; a job fenced out because its lock was lost (a Redis
+   restart) requests its session again.
 
 Duplicates are told apart by the durable job row, not by the ``pending`` marker: a message
 redelivered after its worker crashed finds its marker already claimed, yet its job never
