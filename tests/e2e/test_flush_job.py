@@ -217,16 +217,22 @@ def test_stale_epoch_stops_the_write(
     assert published == [(tenant, "s1", job)]
 
 
-def test_lost_lock_stops_the_write(
-    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
-) -> None:
+def _lock_stolen(client: redis.Redis, tenant: str) -> type[Provider]:
+    """A provider whose first call finds the session lock of s1 gone (a Redis restart)."""
+
     class LockStolen(ExtractiveProvider):
         def generate(self, request: ProviderRequest) -> ProviderResponse:
             client.delete(keys.lock_key(tenant, "s1"))
             time.sleep(0.5)  # several heartbeats (every 0.1 s) find the lock gone
             return super().generate(request)
 
-    deps = deps_for(store, client, published, provider=LockStolen, lock_ttl_s=0.3)
+    return LockStolen
+
+
+def test_lost_lock_stops_the_write(
+    store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
+) -> None:
+    deps = deps_for(store, client, published, provider=_lock_stolen(client, tenant), lock_ttl_s=0.3)
     job = enqueue(deps, tenant, "s1")
     outcome = run_flush_job(deps, tenant, "s1", job, False)
     assert outcome.outcome == "failed" and outcome.error is not None
@@ -245,19 +251,14 @@ def test_lost_lock_stops_the_write(
 def test_a_lost_job_asks_again_with_its_options_and_an_ask_that_fails_changes_no_outcome(
     store: SqlStore, client: redis.Redis, tenant: str, chat: list[str], published: Published
 ) -> None:
-    class LockStolen(ExtractiveProvider):
-        def generate(self, request: ProviderRequest) -> ProviderResponse:
-            client.delete(keys.lock_key(tenant, "s1"))
-            time.sleep(0.5)
-            return super().generate(request)
-
     def publish(tenant_id: str, session_id: str, job_id: str) -> None:
         if published:  # the broker is gone by the time the job asks again
             raise ConnectionError("broker unreachable")
         published.append((tenant_id, session_id, job_id))
 
     deps = dataclasses.replace(
-        deps_for(store, client, published, provider=LockStolen, lock_ttl_s=0.3), publish=publish
+        deps_for(store, client, published, provider=_lock_stolen(client, tenant), lock_ttl_s=0.3),
+        publish=publish,
     )
     job = request_flush(store, client, tenant, "s1", publish=publish, force=True).job_id
     outcome = run_flush_job(deps, tenant, "s1", job, False)
