@@ -66,8 +66,9 @@ class FlushOutcome:
     job's when it served that job's request, ``None`` when it touched no row); ``error`` the
     redacted reason of a failed job (also stored on its row); ``reason`` why a job that
     recorded nothing did nothing; ``deliveries`` the webhook deliveries its finish wrote, to
-    publish (``None``: not known, read them back by the job's id); ``lost_lock`` whether the
-    job was fenced out because its session lock was lost (its session was requested again).
+    publish (``None``: not known, read them back by the job's id); ``lost_lock`` the job as it
+    ran when it was fenced out because its session lock was lost (its session is requested
+    again with its options once the lock is released), else ``None``.
     """
 
     outcome: Outcome
@@ -77,7 +78,7 @@ class FlushOutcome:
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
     deliveries: tuple[str, ...] | None = None
-    lost_lock: bool = False
+    lost_lock: FlushJob | None = None
 
 
 def run_flush_job(
@@ -173,8 +174,8 @@ def _run(
                 lambda: release_and_republish(lock, publish),
                 timing.redis_retry_deadline_s(deps.lock_ttl_s),
             )
-        if ended is not None and ended.lost_lock and ended.ran_job_id is not None:
-            _request_again(deps, tenant_id, ended.ran_job_id)
+        if ended is not None and ended.lost_lock is not None:
+            _request_again(deps, ended.lost_lock)
 
 
 def _run_locked(
@@ -268,10 +269,10 @@ def _execute(deps: FlushDeps, lock: SessionLock, started: StartedJob) -> FlushOu
             reason=result.note,
             version=runtime.prompt_version,
         )
-    return _outcome(job.id, finished, lost_lock=running.lost_lock)
+    return _outcome(job.id, finished, lost_lock=job if running.lost_lock else None)
 
 
-def _request_again(deps: FlushDeps, tenant_id: str, job_id: str) -> None:
+def _request_again(deps: FlushDeps, job: FlushJob) -> None:
     """Request the session of a job that lost its lock again, with the job's options, once
     the lock is released (so the release does not publish the new job a second time).
 
@@ -283,7 +284,6 @@ def _request_again(deps: FlushDeps, tenant_id: str, job_id: str) -> None:
     still out, the reconciler's passes find the session later.
     """
     try:
-        job = deps.store.get_job(tenant_id, job_id)
         request_flush(
             deps.store,
             deps.redis,
@@ -295,7 +295,7 @@ def _request_again(deps: FlushDeps, tenant_id: str, job_id: str) -> None:
         )
     except Exception as exc:  # the reconciler finds the session: never fail the job's finish
         log.warning(
-            "flush job %s lost its lock; requesting its session again failed: %s", job_id, exc
+            "flush job %s lost its lock; requesting its session again failed: %s", job.id, exc
         )
 
 
@@ -320,7 +320,11 @@ def _runtime(deps: FlushDeps, running: RunningJob) -> ObservationalMemoryRuntime
 
 
 def _outcome(
-    job_id: str, finished: Finished, *, outcome: Outcome | None = None, lost_lock: bool = False
+    job_id: str,
+    finished: Finished,
+    *,
+    outcome: Outcome | None = None,
+    lost_lock: FlushJob | None = None,
 ) -> FlushOutcome:
     return FlushOutcome(
         outcome or finished.state,
