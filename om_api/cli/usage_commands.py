@@ -3,7 +3,6 @@ database directly like om audit (--database-url, else OM_DATABASE_URL)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -28,8 +27,10 @@ def usage(
     """Model tokens per tenant, UTC day and model as the providers reported them, and their
     cost at OM_PRICES. --until defaults to today, --since to 29 days before it (at most 366
     days). Exit 2 for bad days, 1 for an unknown tenant."""
+    from om_workers.store.unit_of_work import utc_now  # the store's clock, loaded with it
+
     try:
-        first, last = usage_window(since, until, datetime.now(UTC).date())
+        first, last = usage_window(since, until, utc_now().date())
     except InvalidUsageWindowError as exc:
         fail(str(exc), 2)
     if tenant is not None:
