@@ -27,6 +27,7 @@ def test_the_loop_of_a_running_consumer_sleeps_at_most_the_wake_interval() -> No
         step = WakeForShutdown(consumer)
         step.start(consumer)
         step.start(consumer)  # a consumer restarted without a stop keeps one timer
+        assert len(hub.timer.queue) == 2  # the far timer and the step's
         assert 0 < hub.fire_timers() <= WAKE_INTERVAL_S
         entry = step.entry
         step.stop(consumer)
