@@ -274,8 +274,9 @@ def _load_tenants(store: SqlStore) -> tuple[str, str]:
 def _tenant_p99s(store: SqlStore, tenants: tuple[str, str], seed: int = 13) -> tuple[_P99, _P99]:
     """The tenant-wide search p99 of the large and of the small tenant."""
     big, small_tenant = tenants
-    return _tenant_p99(store, big, random.Random(seed)), _tenant_p99(
-        store, small_tenant, random.Random(seed)
+    return (
+        _tenant_p99(store, big, random.Random(seed)),
+        _tenant_p99(store, small_tenant, random.Random(seed)),
     )
 
 
