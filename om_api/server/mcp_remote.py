@@ -17,34 +17,41 @@ One deployment serves every MCP host of every tenant:
 
 Protocol messages that call no tool (``initialize``, ``tools/list``, pings) are authenticated
 but spend no rate limit, like ``/healthz``.
+
+The SDK is imported, built and started on the first authenticated ``/mcp`` request
+(:class:`LazySdk`), not with the app: its import is about half a second of an API process's
+start, and most processes never serve MCP.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import anyio
+import anyio.abc
 import anyio.to_thread
 import httpx
 from fastapi import FastAPI
 from fastapi.security.utils import get_authorization_scheme_param
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from om_api.client import AsyncOMClient
-from om_api.integrations.mcp_server import Caller, build_server
 from om_api.server.auth import resolve_key
 from om_api.server.errors import ApiError, error_response
 from om_api.server.logging import bind_log_context
 from om_api.server.state import ApiState
 from om_core.policy.backoff import RetryPolicy
-from om_workers.logs import configure_json_logging
+from om_workers.logs import JsonFormatter, configure_json_logging
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context, MCPServer
+
+    from om_api.integrations.mcp_server import Caller
 
 MCP_PATH: Final = "/mcp"
 INTERNAL_URL: Final = "http://om-api.internal"
@@ -71,6 +78,10 @@ class CallerClients:
     async def open(self, ctx: Context) -> AsyncIterator[Caller]:
         """The caller's client. Raises :class:`ToolError` when the call has no bearer key
         (only a call that bypassed :class:`McpGate` can)."""
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from om_api.integrations.mcp_server import Caller
+
         key = bearer_token(ctx.headers or {})
         if key is None:
             raise ToolError("unauthorized: no bearer API key")
@@ -106,32 +117,103 @@ class McpGate:
 
 
 @contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """Undo what the SDK's server does to the root logger when built (``basicConfig`` with a
-    rich console handler): every other library's records would bypass the API's redacted JSON
-    log."""
+def _root_logging_kept(secrets: Callable[[], Iterable[str]]) -> Iterator[None]:
+    """Keep the SDK's server build off the root logger.
+
+    The build calls ``logging.basicConfig`` with a rich console handler, which would send
+    every other library's records past the API's redacted JSON log; ``basicConfig`` does
+    nothing when the root logger has a handler. The build runs while other requests are
+    served, so for its duration the root logger gets one: what Python's last-resort handler
+    would print (WARNING and above), as redacted JSON."""
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    if root.handlers:
+        yield
+        return
+    guard = logging.StreamHandler()
+    guard.setFormatter(JsonFormatter(secrets))
+    guard.setLevel(logging.WARNING)
+    root.addHandler(guard)
     try:
         yield
     finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
+        root.removeHandler(guard)
+
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class LazySdk:
+    """The SDK's endpoint, built and started on its first request.
+
+    :meth:`running` (entered by the app's lifespan) holds a task group; the first request
+    imports and builds the server and starts its session manager in that group, where it runs
+    until the lifespan ends. A request outside the lifespan (an app served without one) raises
+    :class:`RuntimeError`, a 500."""
+
+    def __init__(self, build: Callable[[], MCPServer[Any]]) -> None:
+        self._build = build
+        self._group: anyio.abc.TaskGroup | None = None
+        self._handle: Handler | None = None
+        self._starting: anyio.Lock | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The span in which requests are served: each start of the app gets a new manager
+        (a session manager runs once)."""
+        async with anyio.create_task_group() as group:
+            # Made here, on the loop that serves: an app may be started again on another.
+            self._group, self._starting = group, anyio.Lock()
+            try:
+                yield
+            finally:
+                self._group, self._handle, self._starting = None, None, None
+                group.cancel_scope.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handle = self._handle or await self._start()
+        await handle(scope, receive, send)
+
+    async def _start(self) -> Handler:
+        starting, group = self._starting, self._group
+        if starting is None or group is None:
+            raise RuntimeError("/mcp was called outside the app's lifespan")
+        async with starting:
+            if self._handle is None:
+                # The import and build take a while: off the event loop.
+                server = await anyio.to_thread.run_sync(self._build)
+                await group.start(self._serve, server)
+                self._handle = server.session_manager.handle_request
+            return self._handle
+
+    @staticmethod
+    async def _serve(server: MCPServer[Any], *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with server.session_manager.run():
+            task_status.started()
+            await anyio.sleep_forever()
 
 
 def mount_mcp(app: FastAPI, state: ApiState) -> None:
-    """Serve the MCP tools at :data:`MCP_PATH` of ``app`` and run the SDK's session manager
-    in ``app``'s lifespan (around the lifespan it had). Requests reaching ``/mcp`` before the
-    lifespan started (an app served without one) fail with a 500."""
-    with _root_logging_kept():
-        server = build_server(CallerClients(app))
-    # The SDK's own warnings (a crashed request) as the API's redacted JSON lines; its INFO
-    # lines (every stateless request's start and end) are noise in the API's log.
-    configure_json_logging(("mcp",), "WARNING", state.registry.values)
+    """Serve the MCP tools at :data:`MCP_PATH` of ``app``; the SDK is built on the first
+    request (:class:`LazySdk`) and runs in ``app``'s lifespan (around the lifespan it had)."""
 
-    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
-        await server.session_manager.handle_request(scope, receive, send)
+    def build() -> MCPServer[Any]:
+        from om_api.integrations.mcp_server import build_server
 
+        with _root_logging_kept(state.registry.values):
+            server = build_server(CallerClients(app))
+        # The SDK's own warnings (a crashed request) as the API's redacted JSON lines; its
+        # INFO lines (every stateless request's start and end) are noise in the API's log.
+        configure_json_logging(("mcp",), "WARNING", state.registry.values)
+        return server
+
+    sdk = LazySdk(build)
     # POST only: stateless, the server has nothing to stream on a GET and no session a
     # DELETE could end; a GET would hold a connection open for nothing.
     gate = McpGate(sdk, state)
@@ -140,13 +222,7 @@ def mount_mcp(app: FastAPI, state: ApiState) -> None:
 
     @asynccontextmanager
     async def lifespan(served: Any) -> AsyncIterator[Any]:
-        # A session manager runs once: each start of the app gets a new one.
-        server.streamable_http_app(
-            stateless_http=True,
-            json_response=True,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        async with server.session_manager.run(), outer(served) as inner:
+        async with sdk.running(), outer(served) as inner:
             yield inner
 
     app.router.lifespan_context = lifespan

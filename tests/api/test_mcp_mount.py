@@ -1,19 +1,25 @@
 """The ``/mcp`` mount of the app, in process (``httpx.ASGITransport``, real SQLite and Redis):
-the app starts and stops more than once with MCP served each time, and ``OM_MCP_ENABLED=false``
-leaves ``/mcp`` unserved. The remote endpoint end to end is ``tests/integrations``'s."""
+the app starts and stops more than once with MCP served each time, the SDK is loaded by the
+first ``/mcp`` request (not by the app), and ``OM_MCP_ENABLED=false`` leaves ``/mcp``
+unserved. The remote endpoint end to end is ``tests/integrations``'s."""
 
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+import pytest
 import redis
 
 from om_api.server.app import create_app
+from om_api.server.mcp_remote import _root_logging_kept
 from om_workers.config import Settings
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
@@ -92,3 +98,68 @@ def test_mcp_can_be_turned_off(tmp_path: Path, api_redis_server: EmbeddedRedis) 
 
     with opened:
         assert anyio.run(scenario) == 404
+
+
+# Run in a fresh interpreter: this one has imported the SDK already.
+_PROBE = """
+import json, sys
+import anyio
+from tests.api.test_mcp_mount import INITIALIZE, LIST_TOOLS, _app, _post
+
+app, key, opened = _app(__import__("pathlib").Path(sys.argv[1]), sys.argv[2])
+loaded = {"built": "mcp" in sys.modules}
+
+async def scenario():
+    async with app.router.lifespan_context(app):
+        loaded["started"] = "mcp" in sys.modules
+        # Two first requests at once: one build serves both.
+        codes = []
+        async def one(body):
+            codes.append((await _post(app, body, key)).status_code)
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, INITIALIZE)
+            group.start_soon(one, LIST_TOOLS)
+        loaded["codes"] = sorted(codes)
+        loaded["served"] = "mcp" in sys.modules
+
+with opened:
+    anyio.run(scenario)
+print(json.dumps(loaded))
+"""
+
+
+def test_the_sdk_is_loaded_by_the_first_mcp_request_not_by_the_app(
+    tmp_path: Path, api_redis_server: EmbeddedRedis
+) -> None:
+    """Its import is about half a second of every API process's start."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(tmp_path), api_redis_server.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert loaded == {"built": False, "started": False, "codes": [200, 200], "served": True}
+
+
+def test_the_sdk_build_leaves_the_root_logger_to_the_apis_redacted_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The build configures the root logger (``basicConfig``) while other requests log: a
+    record reaching the root logger meanwhile is redacted JSON, and nothing stays behind."""
+    secret = "sk-build-window-0123456789"
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers.clear()  # an API process's root logger has none; pytest's are put back below
+    try:
+        with _root_logging_kept(lambda: (secret,)):
+            logging.basicConfig(level="INFO", handlers=[logging.StreamHandler()])
+            logging.getLogger("om_workers.elsewhere").warning("upstream said %s", secret)
+            logging.getLogger("om_workers.elsewhere").info("below the last resort's level")
+        left = root.handlers[:]
+    finally:
+        root.handlers[:] = saved
+    assert left == []
+    lines = capsys.readouterr().err.splitlines()
+    assert [json.loads(line)["logger"] for line in lines] == ["om_workers.elsewhere"]
+    assert secret not in lines[0] and "upstream said" in lines[0]
