@@ -61,10 +61,18 @@ class SecretRegistry:
 
 
 def configure_logging(registry: SecretRegistry, level: str = "INFO") -> logging.Handler:
-    """Send ``om_api`` and ``uvicorn`` records to stderr as redacted JSON (the shape every
-    ``om`` process writes, :mod:`om_workers.logs`); returns the handler. Idempotent."""
+    """Send the service's own records (``om_api``, and ``om_workers`` and ``om_core``, whose
+    store and Redis code the API runs) and ``uvicorn``'s to stderr as redacted JSON at
+    ``level`` (the shape every ``om`` process writes, :mod:`om_workers.logs`), and every
+    other library's warnings the same way; returns the handler. Idempotent.
+
+    Without the root logger's handler a library's warning (or one of ours not named here)
+    would reach Python's last-resort handler: plain text, and never redacted."""
+    configure_json_logging([None], "WARNING", registry.values)
     handler = configure_json_logging(
-        ("om_api", "uvicorn", "uvicorn.error", "uvicorn.access"), level, registry.values
+        ("om_api", "om_workers", "om_core", "uvicorn", "uvicorn.error", "uvicorn.access"),
+        level,
+        registry.values,
     )
     # Our request log replaces uvicorn's access log, which would log raw paths twice.
     logging.getLogger("uvicorn.access").disabled = True

@@ -11,6 +11,8 @@ import contextvars
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -233,3 +235,34 @@ def test_a_field_bound_in_a_copied_context_reaches_its_block_and_no_further(
     inside, after = (json.loads(line) for line in capsys.readouterr().err.splitlines())
     assert (inside.get("request_id"), inside.get("tenant_id")) == ("r1", "t1")
     assert "request_id" not in after and "tenant_id" not in after
+
+
+# In a child interpreter: configuring the API's logging replaces this process's handlers.
+_EVERY_LOGGER = """
+import logging
+from om_api.server.logging import SecretRegistry, configure_logging
+
+secret = "sk-api-log-secret-0123456789"
+configure_logging(SecretRegistry([secret]), "INFO")
+logging.getLogger("om_workers.store.sessions").warning("store said %s", secret)
+logging.getLogger("om_core.flush").info("core at the API's level")
+logging.getLogger("sqlalchemy.pool").warning("a library's warning with %s", secret)
+logging.getLogger("sqlalchemy.pool").info("a library's info")
+"""
+
+
+def test_every_record_of_the_api_process_is_redacted_json() -> None:
+    """The store's and Redis code's records (``om_workers``, ``om_core``) at the API's level,
+    and any library's warnings, go out as redacted JSON, not through Python's plain
+    last-resort handler."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EVERY_LOGGER], capture_output=True, text=True, check=True
+    )
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(r["logger"], r["level"]) for r in records] == [
+        ("om_workers.store.sessions", "warning"),
+        ("om_core.flush", "info"),
+        ("sqlalchemy.pool", "warning"),
+    ]
+    assert "sk-api-log-secret-0123456789" not in done.stderr
+    assert records[0]["message"].startswith("store said ")
