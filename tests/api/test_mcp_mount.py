@@ -154,12 +154,13 @@ def test_the_sdk_build_leaves_the_root_logger_to_the_apis_redacted_log(
     try:
         with _root_logging_kept(lambda: (secret,)):
             logging.basicConfig(level="INFO", handlers=[logging.StreamHandler()])
-            logging.getLogger("om_workers.elsewhere").warning("upstream said %s", secret)
-            logging.getLogger("om_workers.elsewhere").info("below the last resort's level")
+            # A library's logger: no handler of its own, its records go to the root logger's.
+            logging.getLogger("some_library.client").warning("upstream said %s", secret)
+            logging.getLogger("some_library.client").info("below the last resort's level")
         left = root.handlers[:]
     finally:
         root.handlers[:] = saved
     assert left == []
     lines = capsys.readouterr().err.splitlines()
-    assert [json.loads(line)["logger"] for line in lines] == ["om_workers.elsewhere"]
+    assert [json.loads(line)["logger"] for line in lines] == ["some_library.client"]
     assert secret not in lines[0] and "upstream said" in lines[0]
