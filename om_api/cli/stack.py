@@ -367,7 +367,8 @@ def _worker_answers(broker_url: str) -> bool:
 
     app: Any = Celery("om-stack-probe", broker=broker_url, set_as_current=False)
     try:
-        replies = app.control.ping(timeout=1.0)
+        # The first reply ends the wait; without a limit every ping waits out its timeout.
+        replies = app.control.ping(timeout=1.0, limit=1)
     except Exception:  # any broker hiccup while starting means "not yet"
         return False
     finally:
