@@ -25,9 +25,8 @@ start, and most processes never serve MCP.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -46,7 +45,7 @@ from om_api.server.errors import ApiError, error_response
 from om_api.server.logging import bind_log_context
 from om_api.server.state import ApiState
 from om_core.policy.backoff import RetryPolicy
-from om_workers.logs import JsonFormatter, configure_json_logging
+from om_workers.logs import configure_json_logging
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context, MCPServer
@@ -116,29 +115,6 @@ class McpGate:
         await self._app(scope, receive, send)
 
 
-@contextmanager
-def _root_logging_kept(secrets: Callable[[], Iterable[str]]) -> Iterator[None]:
-    """Keep the SDK's server build off the root logger.
-
-    The build calls ``logging.basicConfig`` with a rich console handler, which would send
-    every other library's records past the API's redacted JSON log; ``basicConfig`` does
-    nothing when the root logger has a handler. The build runs while other requests are
-    served, so for its duration the root logger gets one: what Python's last-resort handler
-    would print (WARNING and above), as redacted JSON."""
-    root = logging.getLogger()
-    if root.handlers:
-        yield
-        return
-    guard = logging.StreamHandler()
-    guard.setFormatter(JsonFormatter(secrets))
-    guard.setLevel(logging.WARNING)
-    root.addHandler(guard)
-    try:
-        yield
-    finally:
-        root.removeHandler(guard)
-
-
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -206,8 +182,9 @@ def mount_mcp(app: FastAPI, state: ApiState) -> None:
     def build() -> MCPServer[Any]:
         from om_api.integrations.mcp_server import build_server
 
-        with _root_logging_kept(state.registry.values):
-            server = build_server(CallerClients(app))
+        # The SDK's build calls logging.basicConfig, which does nothing here: the app's
+        # logging gave the root logger its redacting handler (configure_logging).
+        server = build_server(CallerClients(app))
         # The SDK's own warnings (a crashed request) as the API's redacted JSON lines; its
         # INFO lines (every stateless request's start and end) are noise in the API's log.
         configure_json_logging(("mcp",), "WARNING", state.registry.values)
