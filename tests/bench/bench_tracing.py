@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import multiprocessing
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from tests.e2e.otlp_receiver import OtlpReceiver
-from tests.threads import SHUTDOWN_POLL_S
+from tests.threads import serving
 
 from .bench_turns import Load, drive, om_stack
 from .common import Section
@@ -39,12 +38,8 @@ QUICK_LEVEL_S: Final = 4.0
 def _serve_receiver(conn: Connection) -> None:
     receiver = OtlpReceiver()
     conn.send(receiver.url)
-    thread = threading.Thread(
-        target=receiver.httpd.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
-    )
-    thread.start()
-    conn.recv()  # until the benchmark is done
-    receiver.httpd.shutdown()
+    with serving(receiver.httpd):
+        conn.recv()  # until the benchmark is done
     conn.send(len(receiver.spans))
 
 
