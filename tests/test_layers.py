@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# snowballstemmer: pure Python (the search terms' Porter stemmer), no I/O.
+# snowballstemmer: the search terms' Porter stemmer (pure Python, or PyStemmer's C where the
+# server installs it), no I/O.
 CORE_ALLOWED = {"pydantic", "pydantic_core", "typing_extensions", "snowballstemmer", "om_core"}
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from snowballstemmer.porter_stemmer import PorterStemmer  # type: ignore[import-untyped]
 
 from om_core.read import search_terms
 from om_core.read.search import SearchKey
@@ -50,6 +53,32 @@ from om_core.read.search_terms import (
 )
 def test_stems_are_lowercase_porter_stems_of_words(text: str, expected: list[str]) -> None:
     assert stems(text) == expected
+
+
+def _stemmer_sample() -> list[str]:
+    """Every word of the docs, and suffixed made-up words that walk the Porter rules' steps."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    words = {w for f in docs.glob("*.md") for w in search_terms._words(f.read_text("utf-8"))}
+    rng = random.Random(7)
+    suffixes = ("", "s", "es", "ies", "sses", "ed", "eed", "ing", "ly", "y", "e", "ational",
+                "tional", "ization", "fulness", "ousness", "iveness", "ement", "ence", "able",
+                "ism", "ate", "iti", "biliti", "alli", "entli", "ousli", "ator", "ion")  # fmt: skip
+    for _ in range(20_000):
+        root = "".join(rng.choice("bcdfghlmnprstvwaeiouy") for _ in range(rng.randint(1, 9)))
+        words.add(root + rng.choice(suffixes))
+    return sorted(words)
+
+
+def test_the_c_stemmer_gives_the_pure_python_stems() -> None:
+    # The server's install has PyStemmer, which snowballstemmer then uses in place of its own
+    # pure-Python stemmers; an index written without it must be searchable with it.
+    c_stemmer = pytest.importorskip("Stemmer", reason="PyStemmer is not installed").Stemmer
+    assert type(search_terms._STEMMER) is c_stemmer
+    python = PorterStemmer()
+    words = _stemmer_sample()
+    differ = [w for w in words if search_terms._STEMMER.stemWord(w) != python.stemWord(w)]
+    assert len(words) > 20_000
+    assert differ == []
 
 
 @given(st.text(max_size=60))
