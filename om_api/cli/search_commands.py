@@ -48,14 +48,30 @@ def query(
         str | None,
         typer.Option("--mode", help="lexical (default) or hybrid."),
     ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata",
+            metavar="KEY:VALUE",
+            help="Only sessions whose metadata holds KEY with this string value (repeatable).",
+        ),
+    ] = None,
     as_json: JsonOutput = False,
     api_url: ApiUrl = None,
     key: ApiKey = None,
 ) -> None:
     """Search the messages and memory of the key's tenant (or one session), best first. Any
     word matches; recall a memory hit by id (om recall) for its exact sources."""
+    narrowing = {}
+    for pair in metadata or ():
+        name, colon, value = pair.partition(":")
+        if not colon or name in narrowing:
+            fail("each --metadata takes KEY:VALUE, each KEY once", 2)
+        narrowing[name] = value
     with api_client(api_url, key) as client:
-        page = client.search(text, session_id=session, limit=limit, cursor=cursor, mode=mode)
+        page = client.search(
+            text, session_id=session, limit=limit, cursor=cursor, mode=mode, metadata=narrowing
+        )
     show(page, as_json, show_hits)
 
 

@@ -249,13 +249,16 @@ def search(
     limit: int = 20,
     cursor: str | None = None,
     mode: str | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Call[SearchPage]:
     """Full-text search of one session's messages and memory, or of every session of the
     tenant (no ``session_id``): hits best first, ``next_cursor`` for the next page. Any word
     of ``q`` matches; quotes and operators are plain text. ``mode`` ``lexical`` or ``hybrid``
     (full text and vectors fused; the server's embeddings must be on); unset: lexical.
-    :class:`InvalidRequest` for an empty ``q``, one over ``MAX_QUERY_CHARS`` characters, a
-    ``limit`` outside ``1..MAX_SEARCH_LIMIT`` or another ``mode``."""
+    ``metadata`` narrows a tenant-wide search to the sessions whose metadata holds each key
+    with exactly that string value. :class:`InvalidRequest` for an empty ``q``, one over
+    ``MAX_QUERY_CHARS`` characters, a ``limit`` outside ``1..MAX_SEARCH_LIMIT``, another
+    ``mode``, or ``metadata`` that is not strings or comes with a ``session_id``."""
     if not isinstance(q, str) or not q.strip():
         raise refused("q", "the search query is empty")
     if len(q) > MAX_QUERY_CHARS:
@@ -267,6 +270,12 @@ def search(
         if mode not in ("lexical", "hybrid"):
             raise refused("mode", "lexical or hybrid")
         params["mode"] = mode
+    if metadata:
+        if session_id is not None:
+            raise refused("metadata", "narrows a tenant-wide search, not a session's")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise refused("metadata", "keys and values must be strings")
+        params["metadata"] = [f"{key}:{value}" for key, value in metadata.items()]
     path = f"{_session(session_id)}/search" if session_id is not None else "/v1/search"
     return Call("GET", path, SearchPage, params=params)
 

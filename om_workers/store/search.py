@@ -9,9 +9,12 @@ reflection resting on a withheld observation), and snippets are cut from redacte
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from om_core.errors import InvalidSearchQueryError
 from om_core.ledger.models import SessionEntry
 from om_core.read.fusion import fuse
 from om_core.read.search import (
@@ -26,6 +29,7 @@ from om_core.read.search import (
     parse_query,
     snippet,
 )
+from om_core.read.search_narrowing import MAX_NARROWED_SESSIONS, MetadataNarrowing
 from om_workers.store.repositories.search import SearchRow
 from om_workers.store.repositories.search_sql import ROW_SHIFT
 from om_workers.store.repositories.tombstones import tombstone_scope
@@ -113,18 +117,66 @@ class Semantic:
     model: str
 
 
+def _scope(
+    uow: SqlReadUnitOfWork,
+    tenant_id: str,
+    session_id: str | None,
+    narrowing: MetadataNarrowing | None,
+) -> tuple[int, ...] | None:
+    """The keys of the sessions a search covers, ``None`` for every session of the tenant."""
+    if session_id is not None:
+        return (uow.sessions.head(tenant_id, session_id).pk,)
+    if narrowing is None:
+        return None
+    pks = uow.sessions.matching(tenant_id, narrowing, MAX_NARROWED_SESSIONS + 1)
+    if len(pks) > MAX_NARROWED_SESSIONS:
+        raise InvalidSearchQueryError(
+            f"the metadata matches more than {MAX_NARROWED_SESSIONS} sessions: narrow it "
+            "further, or search the whole tenant without it"
+        )
+    return tuple(pks)
+
+
+def _lexical(
+    uow: SqlReadUnitOfWork,
+    tenant_id: str,
+    query: SearchQuery,
+    pks: tuple[int, ...] | None,
+    after: SearchKey | None,
+    limit: int,
+) -> list[SearchRow]:
+    """Up to ``limit`` full-text candidates after ``after`` in the sessions ``pks`` (``None``:
+    the tenant's), best first: each session's page, merged by key (a key is the same in
+    whatever scope its row was found)."""
+    if pks is None:
+        return list(
+            uow.search.candidates(tenant_id, query, session_pk=None, after=after, limit=limit)
+        )
+    rows = [
+        row
+        for pk in pks
+        for row in uow.search.candidates(tenant_id, query, session_pk=pk, after=after, limit=limit)
+    ]
+    return heapq.nsmallest(limit, rows, key=lambda row: row.key)
+
+
 def _fused(
     uow: SqlReadUnitOfWork,
     tenant_id: str,
     query: SearchQuery,
-    pk: int | None,
+    pks: tuple[int, ...] | None,
     semantic: Semantic,
     after: SearchKey | None,
 ) -> list[SearchRow]:
     """The fused candidates after ``after``, best first, each keyed by its fused score; a
     vector of a tombstoned entry is dropped here (the full-text side filters them in SQL)."""
-    lexical = uow.search.candidates(tenant_id, query, session_pk=pk, after=None, limit=FUSION_DEPTH)
-    scanned = uow.vectors.scan(tenant_id, semantic.model, pk)
+    lexical = _lexical(uow, tenant_id, query, pks, None, FUSION_DEPTH)
+    model = semantic.model
+    scanned = (
+        uow.vectors.scan(tenant_id, model, None)
+        if pks is None
+        else itertools.chain.from_iterable(uow.vectors.scan(tenant_id, model, pk) for pk in pks)
+    )
     nearest = uow.vectors.rows(top_by_cosine(scanned, semantic.vector, FUSION_DEPTH))
     withheld = _Withheld(uow, tenant_id)
     nearest = [r for r in nearest if r.key.source != 0 or not withheld.entry(r)]
@@ -151,8 +203,10 @@ class SearchService(Service):
         cursor: str | None = None,
         secrets: Iterable[str] = (),
         semantic: Semantic | None = None,
+        narrowing: MetadataNarrowing | None = None,
     ) -> SearchPage:
-        """One page of hits for ``q`` in the tenant's sessions, or in ``session_id`` alone.
+        """One page of hits for ``q`` in the tenant's sessions (those whose metadata holds
+        ``narrowing``'s pairs, with one), or in ``session_id`` alone.
 
         With ``semantic`` (the query's vector and its model) the search is hybrid: the best
         :data:`FUSION_DEPTH` full-text candidates and the :data:`FUSION_DEPTH` nearest vectors
@@ -162,23 +216,25 @@ class SearchService(Service):
         Messages of every branch of a session and the memory of its current branch are
         searched; tombstoned entries and revoked memory are never hits; snippets are redacted
         of ``secrets``. Raises :class:`~om_core.errors.InvalidSearchQueryError` for an empty,
-        word-less or too long query, a limit outside ``1..MAX_SEARCH_LIMIT`` or a foreign
-        cursor, and :class:`~om_workers.errors.SessionNotFoundError` for a session the
-        tenant does not have.
+        word-less or too long query, a limit outside ``1..MAX_SEARCH_LIMIT``, a foreign
+        cursor, a ``narrowing`` of one session's search or one that matches more than
+        :data:`~om_core.read.search_narrowing.MAX_NARROWED_SESSIONS` sessions, and
+        :class:`~om_workers.errors.SessionNotFoundError` for a session the tenant does not
+        have.
         """
         query = parse_query(q)
         check_limit(limit)
         after = decode_cursor(cursor)
+        if narrowing is not None and session_id is not None:
+            raise InvalidSearchQueryError("metadata narrows a tenant-wide search, not a session's")
         with self._units.read() as uow:
             uow.plan_for_search()
-            pk = uow.sessions.head(tenant_id, session_id).pk if session_id is not None else None
+            pks = _scope(uow, tenant_id, session_id, narrowing)
             rows: Sequence[SearchRow]
             if semantic is not None:
-                rows = _fused(uow, tenant_id, query, pk, semantic, after)[: limit + 1]
+                rows = _fused(uow, tenant_id, query, pks, semantic, after)[: limit + 1]
             else:
-                rows = uow.search.candidates(
-                    tenant_id, query, session_pk=pk, after=after, limit=limit + 1
-                )
+                rows = _lexical(uow, tenant_id, query, pks, after, limit + 1)
             page = rows[:limit]
             withheld = _Withheld(uow, tenant_id)
             visible = [r for r in page if r.key.source == 0 or not withheld.memory(r)]

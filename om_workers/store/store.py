@@ -19,6 +19,7 @@ from om_core.flush.unit_of_work import MemoryView
 from om_core.ledger.models import SessionEntry
 from om_core.portability import EntryCheck
 from om_core.read.search import SearchPage
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.config import Settings, get_settings
 from om_workers.store.engine import create_store_engine, in_memory_sqlite
 from om_workers.store.erasure import ErasureService
@@ -422,10 +423,11 @@ class SqlStore:
         cursor: str | None = None,
         secrets: Iterable[str] = (),
         semantic: Semantic | None = None,
+        narrowing: MetadataNarrowing | None = None,
     ) -> SearchPage:
-        """Full-text (or, with ``semantic``, hybrid) search of the tenant's sessions, or of
-        ``session_id`` alone (see :meth:`~om_workers.store.search.SearchService.search` for
-        the rules and errors)."""
+        """Full-text (or, with ``semantic``, hybrid) search of the tenant's sessions (those
+        whose metadata holds ``narrowing``, with one), or of ``session_id`` alone (see
+        :meth:`~om_workers.store.search.SearchService.search` for the rules and errors)."""
         return self._search.search(
             tenant_id,
             q,
@@ -434,6 +436,7 @@ class SqlStore:
             cursor=cursor,
             secrets=secrets,
             semantic=semantic,
+            narrowing=narrowing,
         )
 
     # Flush jobs -------------------------------------------------------------------------

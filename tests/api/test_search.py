@@ -8,6 +8,7 @@ import uuid
 import httpx
 import pytest
 
+from om_api.client import InvalidRequest, OMClient
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 from tests.api.seed import OBS2_ID, OBS_ID, REF_ID, message, seeded_session
 from tests.api.server import LiveApi
@@ -74,6 +75,59 @@ def test_tenant_search_spans_sessions_and_never_another_tenant(backend_api: Live
     for path in ("/v1/sessions/one/search", "/v1/sessions/nowhere/search"):
         answer = b.get(path, params={"q": "blue-green"})
         assert answer.status_code == 404 and answer.json()["error"] == "not_found"
+
+
+def test_tenant_search_narrowed_by_session_metadata(backend_api: LiveApi) -> None:
+    _, client = backend_api.tenant()
+    prefix = _prefix()
+    for session, metadata in (
+        ("alice", {"customer": "acme", "subject": "alice"}),
+        ("bob", {"customer": "acme", "subject": "bob"}),
+        ("carol", {"customer": "globex"}),
+    ):
+        answer = client.post("/v1/sessions", json={"id": session, "metadata": metadata})
+        assert answer.status_code == 201, answer.text
+        entries = [message(f"{prefix}{session}", "user", "the invoice is overdue")]
+        answer = client.post(f"/v1/sessions/{session}/entries", json={"entries": entries})
+        assert answer.status_code == 201, answer.text
+
+    def sessions(*pairs: str) -> set[str]:
+        answer = client.get("/v1/search", params={"q": "invoice", "metadata": list(pairs)})
+        assert answer.status_code == 200, answer.text
+        return {hit["session_id"] for hit in answer.json()["hits"]}
+
+    assert sessions() == {"alice", "bob", "carol"}
+    assert sessions("customer:acme") == {"alice", "bob"}
+    assert sessions("customer:acme", "subject:bob") == {"bob"}
+    assert sessions("customer:initech") == set()
+    key = client.headers["Authorization"].removeprefix("Bearer ")
+    with OMClient(backend_api.url, key) as om:
+        found = om.search("invoice overdue", metadata={"subject": "alice"})
+        assert [(h.session_id, h.id) for h in found.hits] == [("alice", f"{prefix}alice")]
+        with pytest.raises(InvalidRequest, match="tenant-wide"):
+            om.search("invoice", session_id="alice", metadata={"subject": "alice"})
+        with pytest.raises(InvalidRequest, match="at most 8 key:value pairs"):
+            om.search("invoice", metadata={f"k{n}": "v" for n in range(9)})
+
+
+@pytest.mark.parametrize(
+    ("pairs", "reason"),
+    [
+        (["customer"], "metadata pair 1 is not key:value"),
+        (["a:b", "we ird:x"], "metadata pair 2: a key is"),
+        (["k:a", "k:b"], "names a key given before"),
+        (["k:" + "v" * 257], "at most 256 characters"),
+        ([f"k{n}:v" for n in range(9)], "at most 8 key:value pairs"),
+        (["k:a\x00b"], "holds NUL"),
+    ],
+)
+def test_a_malformed_metadata_narrowing_is_422_with_a_reason(
+    backend_api: LiveApi, pairs: list[str], reason: str
+) -> None:
+    _, client = backend_api.tenant()
+    answer = client.get("/v1/search", params={"q": "invoice", "metadata": pairs})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "invalid_input" and reason in answer.json()["detail"]
 
 
 def test_revoked_entries_and_their_memory_are_never_hits(backend_api: LiveApi) -> None:

@@ -96,6 +96,39 @@ def test_hybrid_finds_what_lexical_does_not_and_lexical_stays_the_default(
     assert _ids(client.get("/v1/search", params={**params, "mode": "hybrid"}))[0] == f"{prefix}0"
 
 
+def test_a_hybrid_search_narrowed_by_metadata_fuses_those_sessions_only(
+    hybrid_api: LiveApi, embedding_server: EmbeddingsServer
+) -> None:
+    tenant, client = hybrid_api.tenant()
+    prefix = f"h{uuid.uuid4().hex[:8]}-"
+    embedder = OpenAIEmbedder(base_url=embedding_server.url, model="bow", api_key=KEY)
+    for session, customer, texts in (
+        ("a", "acme", ["rent contract terminates April"]),
+        ("g", "globex", ["pasta lunch today", "the rent is due"]),
+    ):
+        answer = client.post(
+            "/v1/sessions", json={"id": session, "metadata": {"customer": customer}}
+        )
+        assert answer.status_code == 201, answer.text
+        entries = [message(f"{prefix}{session}{n}", "user", t) for n, t in enumerate(texts)]
+        answer = client.post(f"/v1/sessions/{session}/entries", json={"entries": entries})
+        assert answer.status_code == 201, answer.text
+        outcome = run_embed_job(hybrid_api.store, embedder, tenant, session, batch_size=8)
+        assert outcome.outcome == "succeeded"
+    embedder.close()
+    hybrid = {"q": "Contract, rent?", "mode": "hybrid"}
+    assert set(_ids(client.get("/v1/search", params=hybrid))) == {
+        f"{prefix}a0",
+        f"{prefix}g0",
+        f"{prefix}g1",
+    }
+    acme = _ids(client.get("/v1/search", params={**hybrid, "metadata": "customer:acme"}))
+    assert acme == [f"{prefix}a0"]
+    # The vector side is narrowed too: the lunch shares no word with the query.
+    globex = _ids(client.get("/v1/search", params={**hybrid, "metadata": "customer:globex"}))
+    assert globex[0] == f"{prefix}g1" and set(globex) == {f"{prefix}g0", f"{prefix}g1"}
+
+
 def test_tombstoned_entries_and_other_tenants_stay_hidden_in_hybrid(
     hybrid_api: LiveApi, embedding_server: EmbeddingsServer
 ) -> None:

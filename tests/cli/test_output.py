@@ -136,3 +136,24 @@ def test_keys_list_and_revoke(tenant: Tenant) -> None:
     assert unknown.exit_code == 1 and "no API key" in unknown.output
     bad = runner.invoke(app, ["keys", "create", "--tenant", "..", "--database-url", url])
     assert bad.exit_code == 2 and "--tenant" in bad.output
+
+
+def test_search_query_narrowed_by_metadata_prints_those_sessions_hits(tenant: Tenant) -> None:
+    with _http(tenant) as client:
+        for session, customer in (("s-acme", "acme"), ("s-globex", "globex")):
+            body = {"id": session, "metadata": {"customer": customer}}
+            assert client.post("/v1/sessions", json=body).status_code == 201
+            entry = {
+                "id": f"{tenant.tenant_id}-{session}",
+                "kind": "message",
+                "message": {"role": "user", "content": "the invoice is overdue"},
+            }
+            answer = client.post(f"/v1/sessions/{session}/entries", json={"entries": [entry]})
+            assert answer.status_code == 201, answer.text
+    both = run(tenant, "search", "query", "invoice", "--json").stdout
+    assert {hit["session_id"] for hit in json.loads(both)["hits"]} == {"s-acme", "s-globex"}
+    narrowed = run(tenant, "search", "query", "invoice", "--metadata", "customer:acme").stdout
+    assert f"s-acme/{tenant.tenant_id}-s-acme" in narrowed and "s-globex" not in narrowed
+    target = ["--api", tenant.api.url, "--key", tenant.key]
+    refused = CliRunner().invoke(app, ["search", "query", "invoice", "--metadata", "acme", *target])
+    assert refused.exit_code == 2 and "KEY:VALUE" in refused.output

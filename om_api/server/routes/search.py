@@ -20,6 +20,12 @@ from om_api.server.state import ApiState, State
 from om_core.policy.redaction import redact
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, parse_query
 from om_core.read.search import SearchPage as CorePage
+from om_core.read.search_narrowing import (
+    MAX_NARROWED_SESSIONS,
+    MAX_NARROWING_PAIRS,
+    MetadataNarrowing,
+    parse_narrowing,
+)
 from om_workers.embeddings import EmbeddingsOffError
 from om_workers.store.search import Semantic
 
@@ -47,6 +53,16 @@ SearchMode = Annotated[
 ]
 
 
+SearchMetadata = Annotated[
+    list[str] | None,
+    Query(
+        description=f"`key:value`, repeatable (at most {MAX_NARROWING_PAIRS}): only the "
+        "sessions whose metadata holds every key with exactly that string value (at most "
+        f"{MAX_NARROWED_SESSIONS} sessions); keys are letters, digits, `_`, `.` and `-`."
+    ),
+]
+
+
 def _semantic(state: ApiState, q: str | None, mode: str | None) -> Semantic | None:
     """The query's vector for a hybrid search (``None``: lexical). The query is checked
     first, so a bad one costs no model call, and embedded with the known secrets redacted."""
@@ -70,6 +86,7 @@ def _page(
     limit: int,
     cursor: str | None,
     mode: str | None = None,
+    narrowing: MetadataNarrowing | None = None,
 ) -> SearchPage:
     found: CorePage = state.store.search(
         tenant_id,
@@ -79,6 +96,7 @@ def _page(
         cursor=cursor,
         secrets=state.secrets,
         semantic=_semantic(state, q, mode),
+        narrowing=narrowing,
     )
     hits = [
         SearchHitOut(
@@ -121,7 +139,10 @@ def search_tenant(
     limit: SearchLimit = 20,
     cursor: SearchCursor = None,
     mode: SearchMode = None,
+    metadata: SearchMetadata = None,
 ) -> SearchPage:
     """Search every session of the tenant, as the session search does (same rules, same
-    422s)."""
-    return _page(state, tenant_id, None, q, limit, cursor, mode)
+    422s), or with `metadata` only the sessions whose metadata holds those values. 422 also
+    for a malformed `metadata` pair, or one matching more sessions than the limit."""
+    narrowing = parse_narrowing(metadata)
+    return _page(state, tenant_id, None, q, limit, cursor, mode, narrowing)

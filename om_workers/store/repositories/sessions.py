@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, Connection, bindparam, func, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
@@ -233,6 +234,28 @@ class SessionRepository:
             snapshot=joined_snapshot(first),
             withheld=frozenset(first.withheld or ()),  # no row: SQL's aggregate gives NULL
         )
+
+    def matching(self, tenant_id: str, narrowing: MetadataNarrowing, limit: int) -> list[int]:
+        """The keys of the tenant's sessions (not being erased) whose metadata holds every
+        pair of ``narrowing``, in key order, at most ``limit``. Reads the tenant's sessions
+        (no index on metadata), not their entries."""
+        statement = (
+            select(sessions.c.pk, sessions.c.meta)
+            .where(
+                sessions.c.tenant_id == tenant_id,
+                sessions.c.erased_at.is_(None),
+                *(sessions.c.meta[key].as_string() == value for key, value in narrowing.pairs),
+            )
+            .order_by(sessions.c.pk)
+        )
+        found: list[int] = []
+        for row in self._connection.execute(statement):
+            # PostgreSQL's ->> also gives a number's text: only a string value matches.
+            if isinstance(row.meta, dict) and narrowing.holds(row.meta):
+                found.append(int(row.pk))
+                if len(found) >= limit:
+                    break
+        return found
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""

@@ -1,0 +1,88 @@
+"""Narrowing a tenant-wide search to the sessions whose metadata holds given values.
+
+``GET /v1/search?q=...&metadata=customer:acme&metadata=subject:alice`` searches only the
+tenant's sessions whose metadata holds, for every pair, the top-level ``key`` with exactly
+the string ``value`` (a number, a list or another JSON value never matches, so both stores
+agree). The sessions are found first, at most :data:`MAX_NARROWED_SESSIONS` of them, and each
+is searched; a hit's key does not depend on the scope it was found in (terms are weighed by
+the whole index's counts), so merging their pages by key gives the tenant-wide ranking
+restricted to those sessions, and cursors chain as they do without narrowing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from om_core.errors import InvalidSearchQueryError
+
+MAX_NARROWING_PAIRS = 8
+"""Most ``key:value`` pairs one search narrows by."""
+MAX_NARROWING_VALUE_CHARS = 256
+"""Longest value of a pair, in characters."""
+MAX_NARROWED_SESSIONS = 100
+"""Most sessions a narrowed search may match: each is searched in turn, so more would cost
+a search per session (a search without narrowing covers the whole tenant at once)."""
+
+_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+"""A key: letters, digits, ``_``, ``.`` and ``-``, 1-128 of them (it names a JSON member in
+the statement's path, so nothing there may quote or escape)."""
+
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+"""What no stored metadata holds (a request body with it is refused), and PostgreSQL would
+refuse as a parameter."""
+
+
+@dataclass(frozen=True)
+class MetadataNarrowing:
+    """The ``(key, value)`` pairs a session's metadata must all hold, keys distinct."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def holds(self, metadata: Mapping[str, object]) -> bool:
+        """Whether ``metadata`` holds every pair (each value as a string, exactly)."""
+        return all(
+            isinstance(held := metadata.get(key), str) and held == value
+            for key, value in self.pairs
+        )
+
+
+def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
+    """The narrowing ``values`` ask for (each ``key:value``, split at the first colon), or
+    ``None`` for none.
+
+    Raises :class:`InvalidSearchQueryError` for a value without a colon, a key outside
+    ``[A-Za-z0-9_.-]{1,128}``, a value over :data:`MAX_NARROWING_VALUE_CHARS` characters or
+    holding NUL or a lone surrogate, a key given twice, or more than
+    :data:`MAX_NARROWING_PAIRS` pairs. The errors name the pair by its position, never its
+    text (a value may be anything a client stored).
+    """
+    if not values:
+        return None
+    if len(values) > MAX_NARROWING_PAIRS:
+        raise InvalidSearchQueryError(
+            f"metadata narrows by at most {MAX_NARROWING_PAIRS} key:value pairs, not {len(values)}"
+        )
+    pairs: dict[str, str] = {}
+    for number, raw in enumerate(values, start=1):
+        key, colon, value = raw.partition(":")
+        if not colon:
+            raise InvalidSearchQueryError(f"metadata pair {number} is not key:value")
+        if _KEY.fullmatch(key) is None:
+            raise InvalidSearchQueryError(
+                f"metadata pair {number}: a key is 1-128 letters, digits, '_', '.' or '-'"
+            )
+        if _UNSTORABLE.search(value) is not None:
+            raise InvalidSearchQueryError(
+                f"metadata pair {number}: a value holds NUL or a lone surrogate, which no "
+                "session's metadata can"
+            )
+        if len(value) > MAX_NARROWING_VALUE_CHARS:
+            raise InvalidSearchQueryError(
+                f"metadata pair {number}: a value is at most {MAX_NARROWING_VALUE_CHARS} characters"
+            )
+        if key in pairs:
+            raise InvalidSearchQueryError(f"metadata pair {number} names a key given before")
+        pairs[key] = value
+    return MetadataNarrowing(tuple(pairs.items()))
