@@ -9,7 +9,6 @@ reflection resting on a withheld observation), and snippets are cut from redacte
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -137,29 +136,6 @@ def _scope(
     return tuple(pks)
 
 
-def _lexical(
-    uow: SqlReadUnitOfWork,
-    tenant_id: str,
-    query: SearchQuery,
-    pks: tuple[int, ...] | None,
-    after: SearchKey | None,
-    limit: int,
-) -> list[SearchRow]:
-    """Up to ``limit`` full-text candidates after ``after`` in the sessions ``pks`` (``None``:
-    the tenant's), best first: each session's page, merged by key (a key is the same in
-    whatever scope its row was found)."""
-    if pks is None:
-        return list(
-            uow.search.candidates(tenant_id, query, session_pk=None, after=after, limit=limit)
-        )
-    rows = [
-        row
-        for pk in pks
-        for row in uow.search.candidates(tenant_id, query, session_pk=pk, after=after, limit=limit)
-    ]
-    return heapq.nsmallest(limit, rows, key=lambda row: row.key)
-
-
 def _fused(
     uow: SqlReadUnitOfWork,
     tenant_id: str,
@@ -170,7 +146,9 @@ def _fused(
 ) -> list[SearchRow]:
     """The fused candidates after ``after``, best first, each keyed by its fused score; a
     vector of a tombstoned entry is dropped here (the full-text side filters them in SQL)."""
-    lexical = _lexical(uow, tenant_id, query, pks, None, FUSION_DEPTH)
+    lexical = uow.search.candidates(
+        tenant_id, query, session_pks=pks, after=None, limit=FUSION_DEPTH
+    )
     model = semantic.model
     scanned = (
         uow.vectors.scan(tenant_id, model, None)
@@ -234,7 +212,9 @@ class SearchService(Service):
             if semantic is not None:
                 rows = _fused(uow, tenant_id, query, pks, semantic, after)[: limit + 1]
             else:
-                rows = _lexical(uow, tenant_id, query, pks, after, limit + 1)
+                rows = uow.search.candidates(
+                    tenant_id, query, session_pks=pks, after=after, limit=limit + 1
+                )
             page = rows[:limit]
             withheld = _Withheld(uow, tenant_id)
             visible = [r for r in page if r.key.source == 0 or not withheld.memory(r)]

@@ -14,6 +14,8 @@ levels first, on either store's index), then the page's rows are read by key.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +25,12 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, text
 
 from om_core.read.search import SearchKey, SearchQuery
-from om_workers.store.repositories.search_levelled import KeyQuery, LevelledIndex, LevelledKeys
+from om_workers.store.repositories.search_levelled import (
+    IndexCounts,
+    KeyQuery,
+    LevelledIndex,
+    LevelledKeys,
+)
 from om_workers.store.repositories.search_postgresql import PostgresIndex
 from om_workers.store.repositories.search_sql import ROWS
 from om_workers.store.repositories.search_sqlite import SqliteIndex
@@ -94,20 +101,40 @@ class SearchRepository:
         tenant_id: str,
         query: SearchQuery,
         *,
-        session_pk: int | None,
+        session_pks: Sequence[int] | None,
         after: SearchKey | None,
         limit: int,
     ) -> Sequence[SearchRow]:
         """Up to ``limit`` visible candidates after ``after``, best first: the tenant's (or
-        one session's, by ``session_pk``) messages and memory items matching any term,
-        tombstoned entries left out."""
+        the sessions' of ``session_pks``) messages and memory items matching any term,
+        tombstoned entries left out.
+
+        Sessions are searched one by one and their keys merged: a key does not depend on the
+        scope its row was found in (stems are weighed by the whole index's counts, learnt
+        once for all of them), so the merge is the tenant's ranking restricted to them. Only
+        the merged page's rows are read."""
+        if session_pks is None:
+            return self._page(self._keys(tenant_id, query, None, after, limit, {}))
+        counts: dict[int, IndexCounts] = {}
+        found = (self._keys(tenant_id, query, pk, after, limit, counts) for pk in session_pks)
+        return self._page(heapq.nsmallest(limit, itertools.chain.from_iterable(found)))
+
+    def _keys(
+        self,
+        tenant_id: str,
+        query: SearchQuery,
+        session_pk: int | None,
+        after: SearchKey | None,
+        limit: int,
+        counts: dict[int, IndexCounts],
+    ) -> list[SearchKey]:
         key_query = KeyQuery(tenant_id, session_pk, after, limit)
         index: LevelledIndex = (
             SqliteIndex(self._connection, key_query)
             if self._connection.dialect.name == "sqlite"
             else PostgresIndex(self._connection, key_query)
         )
-        return self._page(LevelledKeys(index, key_query).best(query))
+        return LevelledKeys(index, key_query, counts).best(query)
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:
         """The stored rows of ``keys``, in key order."""

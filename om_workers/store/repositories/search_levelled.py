@@ -201,10 +201,18 @@ class _Words:
 class LevelledKeys:
     """The best keys of one search (see the module)."""
 
-    def __init__(self, index: LevelledIndex, key_query: KeyQuery) -> None:
+    def __init__(
+        self,
+        index: LevelledIndex,
+        key_query: KeyQuery,
+        counts: dict[int, IndexCounts] | None = None,
+    ) -> None:
         self._index = index
         self._query = key_query
         self._syntax = index.syntax
+        # Each source's counts of the query's stems, shared by the searches of one query in
+        # several scopes (they do not depend on the scope).
+        self._counts = counts if counts is not None else {}
 
     def best(self, query: SearchQuery) -> list[SearchKey]:
         """Up to ``limit`` keys after the cursor's, best first: the scope's messages and
@@ -217,7 +225,9 @@ class LevelledKeys:
     # -- what the index knows of the query's stems
 
     def _words(self, source: int, found: Sequence[str]) -> _Words:
-        counts = self._index.counts(source, found)
+        counts = self._counts.get(source)
+        if counts is None:
+            counts = self._counts[source] = self._index.counts(source, found)
         counted = counts.stems
         held = [stem for stem in found if stem in counted and counted[stem].documents]
         # The rarest stems (highest IDF), kept in the query's order.
