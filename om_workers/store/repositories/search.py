@@ -26,10 +26,10 @@ from sqlalchemy import Connection, bindparam, select, text
 
 from om_core.read.search import SearchKey, SearchQuery
 from om_workers.store.repositories.search_levelled import (
-    IndexCounts,
     KeyQuery,
     LevelledIndex,
     LevelledKeys,
+    QueryFacts,
 )
 from om_workers.store.repositories.search_postgresql import PostgresIndex
 from om_workers.store.repositories.search_sql import ROWS
@@ -111,12 +111,12 @@ class SearchRepository:
 
         Sessions are searched one by one and their keys merged: a key does not depend on the
         scope its row was found in (stems are weighed by the whole index's counts, learnt
-        once for all of them), so the merge is the tenant's ranking restricted to them. Only
-        the merged page's rows are read."""
+        once for all of them, as the query's stems are), so the merge is the tenant's
+        ranking restricted to them. Only the merged page's rows are read."""
         if session_pks is None:
-            return self._page(self._keys(tenant_id, query, None, after, limit, {}))
-        counts: dict[int, IndexCounts] = {}
-        found = (self._keys(tenant_id, query, pk, after, limit, counts) for pk in session_pks)
+            return self._page(self._keys(tenant_id, query, None, after, limit, QueryFacts()))
+        facts = QueryFacts()
+        found = (self._keys(tenant_id, query, pk, after, limit, facts) for pk in session_pks)
         return self._page(heapq.nsmallest(limit, itertools.chain.from_iterable(found)))
 
     def _keys(
@@ -126,7 +126,7 @@ class SearchRepository:
         session_pk: int | None,
         after: SearchKey | None,
         limit: int,
-        counts: dict[int, IndexCounts],
+        facts: QueryFacts,
     ) -> list[SearchKey]:
         key_query = KeyQuery(tenant_id, session_pk, after, limit)
         index: LevelledIndex = (
@@ -134,7 +134,7 @@ class SearchRepository:
             if self._connection.dialect.name == "sqlite"
             else PostgresIndex(self._connection, key_query)
         )
-        return LevelledKeys(index, key_query, counts).best(query)
+        return LevelledKeys(index, key_query, facts).best(query)
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:
         """The stored rows of ``keys``, in key order."""

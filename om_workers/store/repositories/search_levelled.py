@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from om_core.read.search import SearchKey, SearchQuery
@@ -110,6 +110,16 @@ class IndexCounts:
 
     rows: int
     stems: dict[str, Counted]
+
+
+@dataclass
+class QueryFacts:
+    """What the searches of one query in several scopes share, learnt by the first of them
+    (neither depends on the scope): the query's stems as the index stems them, and each
+    source's counts of them."""
+
+    stems: list[str] | None = None
+    counts: dict[int, IndexCounts] = field(default_factory=dict)
 
 
 class MessageStatements(Protocol):
@@ -205,19 +215,20 @@ class LevelledKeys:
         self,
         index: LevelledIndex,
         key_query: KeyQuery,
-        counts: dict[int, IndexCounts] | None = None,
+        facts: QueryFacts | None = None,
     ) -> None:
         self._index = index
         self._query = key_query
         self._syntax = index.syntax
-        # Each source's counts of the query's stems, shared by the searches of one query in
-        # several scopes (they do not depend on the scope).
-        self._counts = counts if counts is not None else {}
+        self._facts = facts if facts is not None else QueryFacts()
 
     def best(self, query: SearchQuery) -> list[SearchKey]:
         """Up to ``limit`` keys after the cursor's, best first: the scope's messages and
         memory items holding any scored stem of ``query``, tombstoned entries left out."""
-        found = self._index.stems(query)
+        facts = self._facts
+        if facts.stems is None:
+            facts.stems = self._index.stems(query)
+        found = facts.stems
         if not found:
             return []
         return self._page_of([*self._memory(found), *self._messages(found)])
@@ -225,9 +236,9 @@ class LevelledKeys:
     # -- what the index knows of the query's stems
 
     def _words(self, source: int, found: Sequence[str]) -> _Words:
-        counts = self._counts.get(source)
+        counts = self._facts.counts.get(source)
         if counts is None:
-            counts = self._counts[source] = self._index.counts(source, found)
+            counts = self._facts.counts[source] = self._index.counts(source, found)
         counted = counts.stems
         held = [stem for stem in found if stem in counted and counted[stem].documents]
         # The rarest stems (highest IDF), kept in the query's order.
