@@ -36,6 +36,7 @@ from sqlalchemy import insert, update
 
 from om_core.ledger.append_plan import wire
 from om_core.ledger.models import Message, SessionEntry
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers import heap
 from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.schema import entries, sessions
@@ -51,6 +52,9 @@ SIZES = (1_000, 100_000)
 BATCH = 1_000
 TENANT_SESSIONS = 1_000
 SESSION_ENTRIES = 1_000
+GROUPS = 100
+"""The tenant's sessions carry ``metadata.group``, one of this many (10 sessions each of the
+1,000): a search narrowed to a group searches 10 sessions."""
 APPEND_ENTRIES = 20_000
 APPEND_BATCH = 100
 TURN_BATCH = 4
@@ -178,6 +182,7 @@ def _latency_postgresql(section: Section) -> None:
             _vacuum(store)
             big, small_tenant = _tenant_p99s(store, tenants, seed=17)
             again, _ = _tenant_p99s(store, tenants, seed=17)
+            narrowed = _narrowed_p99(store, tenants[0], seed=19)
             cache = _server_cache(store)
         finally:
             store.close()
@@ -207,6 +212,13 @@ def _latency_postgresql(section: Section) -> None:
         again.wall,
         "ms",
         "after VACUUM",
+        big.wall,
+    )
+    section.add(
+        f"PostgreSQL: tenant search p99, {_TENANT_ENTRIES}, narrowed to {_GROUP} by metadata",
+        narrowed.wall,
+        "ms",
+        "the whole tenant, after VACUUM",
         big.wall,
     )
     section.notes.append(f"PostgreSQL server: {cache}.")
@@ -244,7 +256,7 @@ def _bulk_tenant(store: SqlStore, tenant: str, count: int, rng: random.Random) -
     now = datetime.now(UTC)
     for n in range(count):
         session_id = f"{tenant}-{n}"
-        store.create_session(tenant, session_id)
+        store.create_session(tenant, session_id, metadata={"group": f"g{n % GROUPS}"})
         rows = []
         with store.engine.begin() as connection:
             pk = connection.execute(
@@ -281,6 +293,16 @@ def _tenant_p99(store: SqlStore, tenant: str, rng: random.Random) -> _P99:
     return _timed_p99(lambda q: store.search(tenant, q, limit=10), rng, QUERIES // 3)
 
 
+def _narrowed_p99(store: SqlStore, tenant: str, seed: int) -> _P99:
+    """The p99 of the tenant's searches narrowed to one group's sessions by metadata."""
+    group = MetadataNarrowing((("group", "g7"),))
+
+    def search(q: str) -> object:
+        return store.search(tenant, q, limit=10, narrowing=group)
+
+    return _timed_p99(search, random.Random(seed), QUERIES // 3)
+
+
 def _load_tenants(store: SqlStore) -> tuple[str, str]:
     """A 1M-entry tenant and a 1k-entry one in ``store``, analysed: their ids."""
     accounts = AccountStore(store.engine)
@@ -303,13 +325,23 @@ def _tenant_p99s(store: SqlStore, tenants: tuple[str, str], seed: int = 13) -> t
 
 _TENANT_ENTRIES = f"{TENANT_SESSIONS * SESSION_ENTRIES:,} entries"
 _TENANT_BASELINE = f"{SESSION_ENTRIES:,}-entry tenant"
+_GROUP = f"{TENANT_SESSIONS // GROUPS} sessions"
 
 
 def _tenant(section: Section, folder: str) -> None:
     store, _ = _store(folder, "tenant.db")
-    large, small = _tenant_p99s(store, _load_tenants(store))
+    tenants = _load_tenants(store)
+    large, small = _tenant_p99s(store, tenants)
+    narrowed = _narrowed_p99(store, tenants[0], seed=13)
     section.add(
         f"tenant search p99, {_TENANT_ENTRIES}", large.wall, "ms", _TENANT_BASELINE, small.wall
+    )
+    section.add(
+        f"tenant search p99, {_TENANT_ENTRIES}, narrowed to {_GROUP} by metadata",
+        narrowed.wall,
+        "ms",
+        "the whole tenant",
+        large.wall,
     )
     section.add(
         f"tenant search p99 (thread CPU), {_TENANT_ENTRIES}",
@@ -470,7 +502,9 @@ def run() -> Section:
         "alternating; goal at most 1.3. Process CPU: the same runs' CPU time, every thread.",
         f"Tenant: {TENANT_SESSIONS:,} sessions of {SESSION_ENTRIES:,} synthetic messages "
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
-        "against a 1-session tenant in the same file.",
+        "against a 1-session tenant in the same file; and narrowed by metadata to the 10 "
+        "sessions of one group (each searched in turn, pages merged by key) against the "
+        "whole tenant.",
         "PostgreSQL: the latency figures' sessions and the tenants on a fresh PostgreSQL "
         "schema (levelled terms in a GIN-indexed column, weighed by the table's statistics), "
         "ANALYZEd after each load, searched at once; wall-clock. The tenant figure is then "
