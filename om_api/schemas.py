@@ -45,6 +45,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from om_core.policy.storable import char_problem
+
 ENTRY_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """Entry ids: 1-128 of ASCII letters, digits and ``. _ : -``.
 
@@ -111,20 +113,7 @@ MAX_JSON_DEPTH: Final = 64
 itself (``{"entries": [{"data": {}}]}`` is 4 deep). Far above any real tool-call argument, and
 far below the depth at which serializing an entry fails (about 255)."""
 
-_UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
-"""NUL and UTF-16 surrogates. A decoded JSON string holds a surrogate only when it was a lone
-one: a valid ``\\ud83d\\ude00`` pair decodes to one astral character."""
-
 JsonPath = tuple[str | int, ...]
-
-
-def _char_problem(text: str) -> str | None:
-    found = _UNSTORABLE_CHAR.search(text)
-    if found is None:
-        return None
-    if found.group() == "\x00":
-        return "U+0000 (NUL)"
-    return f"a lone surrogate (U+{ord(found.group()):04X})"
 
 
 def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPath, str] | None:
@@ -140,7 +129,7 @@ def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPa
     while stack:
         path, item, depth = stack.pop()
         if isinstance(item, str):
-            problem = _char_problem(item)
+            problem = char_problem(item)
             if problem is not None:
                 return path, f"text holds {problem}, which cannot be stored"
         elif isinstance(item, float):
@@ -153,7 +142,7 @@ def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPa
             if isinstance(item, dict):
                 for key, child in item.items():
                     if isinstance(key, str):
-                        problem = _char_problem(key)
+                        problem = char_problem(key)
                         if problem is not None:
                             return path, f"an object key holds {problem}, which cannot be stored"
                     children.append(((*path, key), child, depth + 1))

@@ -16,22 +16,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from om_core.errors import InvalidSearchQueryError
+from om_core.policy.storable import char_problem
 
 MAX_NARROWING_PAIRS = 8
 """Most ``key:value`` pairs one search narrows by."""
+MAX_NARROWING_KEY_CHARS = 128
+"""Longest key of a pair, in characters."""
 MAX_NARROWING_VALUE_CHARS = 256
 """Longest value of a pair, in characters."""
 MAX_NARROWED_SESSIONS = 100
 """Most sessions a narrowed search may match: each is searched in turn, so more would cost
 a search per session (a search without narrowing covers the whole tenant at once)."""
 
-_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-"""A key: letters, digits, ``_``, ``.`` and ``-``, 1-128 of them (it names a JSON member in
-the statement's path, so nothing there may quote or escape)."""
-
-_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
-"""What no stored metadata holds (a request body with it is refused), and PostgreSQL would
-refuse as a parameter."""
+_KEY = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NARROWING_KEY_CHARS}}}")
+"""A key: letters, digits, ``_``, ``.`` and ``-`` (it names a JSON member in the statement's
+path, so nothing there may quote or escape)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +51,11 @@ def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
     """The narrowing ``values`` ask for (each ``key:value``, split at the first colon), or
     ``None`` for none.
 
-    Raises :class:`InvalidSearchQueryError` for a value without a colon, a key outside
-    ``[A-Za-z0-9_.-]{1,128}``, a value over :data:`MAX_NARROWING_VALUE_CHARS` characters or
-    holding NUL or a lone surrogate, a key given twice, or more than
-    :data:`MAX_NARROWING_PAIRS` pairs. The errors name the pair by its position, never its
-    text (a value may be anything a client stored).
+    Raises :class:`InvalidSearchQueryError` for a value without a colon, a key that is not 1
+    to :data:`MAX_NARROWING_KEY_CHARS` of ``[A-Za-z0-9_.-]``, a value over
+    :data:`MAX_NARROWING_VALUE_CHARS` characters or holding NUL or a lone surrogate, a key
+    given twice, or more than :data:`MAX_NARROWING_PAIRS` pairs. The errors name the pair by
+    its position, never its text (a value may be anything a client stored).
     """
     if not values:
         return None
@@ -71,9 +70,10 @@ def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
             raise InvalidSearchQueryError(f"metadata pair {number} is not key:value")
         if _KEY.fullmatch(key) is None:
             raise InvalidSearchQueryError(
-                f"metadata pair {number}: a key is 1-128 letters, digits, '_', '.' or '-'"
+                f"metadata pair {number}: a key is 1-{MAX_NARROWING_KEY_CHARS} letters, "
+                "digits, '_', '.' or '-'"
             )
-        if _UNSTORABLE.search(value) is not None:
+        if char_problem(value) is not None:
             raise InvalidSearchQueryError(
                 f"metadata pair {number}: a value holds NUL or a lone surrogate, which no "
                 "session's metadata can"

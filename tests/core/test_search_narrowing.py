@@ -7,6 +7,7 @@ import pytest
 
 from om_core.errors import InvalidSearchQueryError
 from om_core.read.search_narrowing import (
+    MAX_NARROWING_KEY_CHARS,
     MAX_NARROWING_PAIRS,
     MAX_NARROWING_VALUE_CHARS,
     MetadataNarrowing,
@@ -29,7 +30,7 @@ def test_pairs_split_at_the_first_colon_in_order() -> None:
 def test_each_cap_is_accepted_at_its_limit() -> None:
     pairs = [f"k{n}:v" for n in range(MAX_NARROWING_PAIRS)]
     assert parse_narrowing(pairs) is not None
-    assert parse_narrowing(["k" * 128 + ":v"]) is not None
+    assert parse_narrowing(["k" * MAX_NARROWING_KEY_CHARS + ":v"]) is not None
     assert parse_narrowing(["k:" + "v" * MAX_NARROWING_VALUE_CHARS]) is not None
     assert parse_narrowing(["a.b-c_D9:v"]) is not None
 
@@ -40,7 +41,7 @@ def test_each_cap_is_accepted_at_its_limit() -> None:
         ([f"k{n}:v" for n in range(MAX_NARROWING_PAIRS + 1)], "at most 8 key:value pairs"),
         (["customer"], "pair 1 is not key:value"),
         (["a:b", ":acme"], "pair 2: a key is 1-128"),
-        (["k" * 129 + ":v"], "pair 1: a key is 1-128"),
+        (["k" * (MAX_NARROWING_KEY_CHARS + 1) + ":v"], "pair 1: a key is 1-128"),
         (['cust"omer:acme'], "a key is 1-128 letters"),
         (["k:" + "v" * (MAX_NARROWING_VALUE_CHARS + 1)], "at most 256 characters"),
         (["k:a", "k:b"], "pair 2 names a key given before"),
