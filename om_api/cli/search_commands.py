@@ -16,6 +16,8 @@ import typer
 
 from om_api.cli.common import ApiKey, ApiUrl, DatabaseUrl, JsonOutput, api_client, fail, show
 from om_api.schemas import SearchPage
+from om_core.errors import InvalidSearchQueryError
+from om_core.read.search_narrowing import parse_narrowing
 from om_workers.config import get_settings
 
 search_app = typer.Typer(help="Full-text search of messages and memory.", no_args_is_help=True)
@@ -62,15 +64,14 @@ def query(
 ) -> None:
     """Search the messages and memory of the key's tenant (or one session), best first. Any
     word matches; recall a memory hit by id (om recall) for its exact sources."""
-    narrowing = {}
-    for pair in metadata or ():
-        name, colon, value = pair.partition(":")
-        if not colon or name in narrowing:
-            fail("each --metadata takes KEY:VALUE, each KEY once", 2)
-        narrowing[name] = value
+    try:
+        narrowing = parse_narrowing(metadata)
+    except InvalidSearchQueryError as exc:
+        fail(f"--metadata takes KEY:VALUE: {exc}", 2)
+    pairs = dict(narrowing.pairs) if narrowing is not None else None
     with api_client(api_url, key) as client:
         page = client.search(
-            text, session_id=session, limit=limit, cursor=cursor, mode=mode, metadata=narrowing
+            text, session_id=session, limit=limit, cursor=cursor, mode=mode, metadata=pairs
         )
     show(page, as_json, show_hits)
 
