@@ -60,6 +60,7 @@ from om_api.schemas import (
 )
 from om_core.read.context import MIN_CONTEXT_TOKENS
 from om_core.read.search import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
+from om_core.read.search_narrowing import MAX_NARROWING_PAIRS
 
 SERVER_NAME: Final = "observational-memory"
 INSTRUCTIONS: Final = (
@@ -283,13 +284,24 @@ class _Tools:
                 "meaning, fused (fails when the server's embeddings are off)."
             ),
         ] = "lexical",
+        metadata: Annotated[
+            dict[str, str] | None,
+            Field(
+                max_length=MAX_NARROWING_PAIRS,
+                description="Search only the sessions whose metadata holds each of these keys "
+                "with exactly this string value (without session_id; at most 100 sessions may "
+                "match).",
+            ),
+        ] = None,
     ) -> str:
         """Find past messages and memory by words (mode hybrid: also by meaning), best first:
         each hit names its session and its id (a message id, or an om:/reflection: memory id
         to pass to recall for the exact sources) with a snippet, matches in «». Use it when
         the context does not hold a detail the user refers to."""
         async with self._api(ctx) as client:
-            page = await client.search(query, session_id=session_id, limit=limit, mode=mode)
+            page = await client.search(
+                query, session_id=session_id, limit=limit, mode=mode, metadata=metadata
+            )
         if not page.hits:
             return f"No hits for {query!r}."
         lines: list[str] = []

@@ -27,7 +27,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from om_api.cli.stack import Stack, StackConfig
+from om_api.client import OMClient
 from om_core.policy.rate_limit import RateLimit, RequestClass
+from om_core.read.search_narrowing import MAX_NARROWING_PAIRS
 from om_workers.store import AccountStore, SqlStore
 from tests.conftest import BACKENDS, fresh_database
 from tests.e2e.support import LOW
@@ -188,6 +190,46 @@ def test_each_key_lists_and_reads_its_own_tenant_only(remote: Remote) -> None:
             assert "not found" in refused
             sessions_b = _text(await _call(as_b, "sessions"))
             assert session_b in sessions_b and session_a not in sessions_b
+
+    anyio.run(scenario)
+
+
+def test_search_narrows_to_the_sessions_whose_metadata_matches(remote: Remote) -> None:
+    run = uuid.uuid4().hex[:8]
+    customers = {f"narrow-{run}-{name}": name for name in ("acme", "globex")}
+    with OMClient(remote.mcp_url.removesuffix("/mcp"), remote.key_a) as om:
+        for session_id, customer in customers.items():
+            om.create_session(session_id, metadata={"customer": customer, "run": run})
+            om.append(session_id, [{"role": "user", "content": f"Quasar{run} invoice overdue"}])
+    acme, globex = customers
+    word = f"Quasar{run}"
+
+    async def scenario() -> None:
+        async with _session(remote.mcp_url, remote.key_a) as session:
+            everyone = _text(await _call(session, "search", query=word, limit=100))
+            assert f"in session {acme}:" in everyone and f"in session {globex}:" in everyone
+            narrowed = _text(
+                await _call(
+                    session, "search", query=word, metadata={"customer": "acme", "run": run}
+                )
+            )
+            assert f"in session {acme}:" in narrowed and globex not in narrowed
+            nobody = await _call(session, "search", query=word, metadata={"customer": "initech"})
+            assert _text(nobody) == f"No hits for {word!r}."
+
+            with_session = await _tool_error(
+                session, "search", query=word, session_id=acme, metadata={"run": run}
+            )
+            assert "narrows a tenant-wide search" in with_session, with_session
+            bad_key = await _tool_error(session, "search", query=word, metadata={"a key": "x"})
+            assert "metadata pair 1" in bad_key, bad_key
+            at_cap = {f"k{n}": "v" for n in range(MAX_NARROWING_PAIRS)}
+            assert _text(await _call(session, "search", query=word, metadata=at_cap)).startswith(
+                "No hits"
+            )
+            too_many = {**at_cap, "one-more": "v"}
+            refused = await _tool_error(session, "search", query=word, metadata=too_many)
+            assert "metadata" in refused and "invalid request" not in refused, refused
 
     anyio.run(scenario)
 
