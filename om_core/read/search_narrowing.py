@@ -3,10 +3,12 @@
 ``GET /v1/search?q=...&metadata=customer:acme&metadata=subject:alice`` searches only the
 tenant's sessions whose metadata holds, for every pair, the top-level ``key`` with exactly
 the string ``value`` (a number, a list or another JSON value never matches, so both stores
-agree). The sessions are found first, at most :data:`MAX_NARROWED_SESSIONS` of them, and each
-is searched; a hit's key does not depend on the scope it was found in (terms are weighed by
-the whole index's counts), so merging their pages by key gives the tenant-wide ranking
-restricted to those sessions, and cursors chain as they do without narrowing.
+agree). The sessions are found first, at most :data:`MAX_NARROWED_SESSIONS` of them, through
+an index of each session's :func:`narrowable_pairs` (finding them costs what they are, not
+the tenant's sessions). A hit's key does not depend on the scope it was found in (terms are
+weighed by the whole index's counts), so merging the sessions' best keys gives the
+tenant-wide ranking restricted to those sessions, and cursors chain as they do without
+narrowing.
 """
 
 from __future__ import annotations
@@ -39,12 +41,21 @@ class MetadataNarrowing:
 
     pairs: tuple[tuple[str, str], ...]
 
-    def holds(self, metadata: Mapping[str, object]) -> bool:
-        """Whether ``metadata`` holds every pair (each value as a string, exactly)."""
-        return all(
-            isinstance(held := metadata.get(key), str) and held == value
-            for key, value in self.pairs
-        )
+
+def narrowable_pairs(metadata: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The ``(key, value)`` pairs of a session's ``metadata`` that a narrowing can name, in
+    key order: each top-level key :func:`parse_narrowing` accepts whose value is a string it
+    accepts. A session matches a narrowing exactly when every pair of the narrowing is one of
+    these, so a store indexes them when the session is created (its metadata never changes)."""
+    return sorted(
+        (key, value)
+        for key, value in metadata.items()
+        if isinstance(key, str)
+        and _KEY.fullmatch(key) is not None
+        and isinstance(value, str)
+        and len(value) <= MAX_NARROWING_VALUE_CHARS
+        and char_problem(value) is None
+    )
 
 
 def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:

@@ -47,6 +47,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from om_core.read.search_narrowing import MAX_NARROWING_KEY_CHARS, MAX_NARROWING_VALUE_CHARS
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -139,6 +141,19 @@ sessions = Table(
     Index("ix_sessions_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
     # "Is this session some session's workspace?" (funnels do not chain).
     Index("ix_sessions_tenant_id_workspace_id", "tenant_id", "workspace_id"),
+)
+
+# The metadata pairs a search can be narrowed by (om_core.read.search_narrowing), one row per
+# pair of a live session, written when the session is created and deleted when it is erased:
+# finding a narrowing's sessions reads the matching rows, not the tenant's sessions.
+session_metadata_pairs = Table(
+    "session_metadata_pairs",
+    metadata,
+    Column("tenant_id", String(TENANT_ID_LENGTH), primary_key=True),
+    Column("key", String(MAX_NARROWING_KEY_CHARS), primary_key=True),
+    Column("value", String(MAX_NARROWING_VALUE_CHARS), primary_key=True),
+    session_pk_column(primary_key=True),
+    Index("ix_session_metadata_pairs_session_pk", "session_pk"),
 )
 
 entries = Table(

@@ -11,6 +11,7 @@ from om_core.read.search_narrowing import (
     MAX_NARROWING_PAIRS,
     MAX_NARROWING_VALUE_CHARS,
     MetadataNarrowing,
+    narrowable_pairs,
     parse_narrowing,
 )
 
@@ -56,10 +57,27 @@ def test_malformed_pairs_are_refused_without_quoting_them(values: list[str], rea
     assert "acme" not in str(refused.value) and "vvvv" not in str(refused.value)
 
 
-def test_a_session_matches_when_every_pair_holds_as_a_string() -> None:
-    narrowing = MetadataNarrowing((("customer", "acme"), ("tier", "3")))
-    assert narrowing.holds({"customer": "acme", "tier": "3", "other": 1})
-    assert not narrowing.holds({"customer": "acme", "tier": 3})
-    assert not narrowing.holds({"customer": "acme"})
-    assert not narrowing.holds({"customer": "Acme", "tier": "3"})
-    assert not narrowing.holds({})
+@pytest.mark.parametrize(
+    ("metadata", "pairs"),
+    [
+        ({}, []),
+        ({"tier": "3", "customer": "acme"}, [("customer", "acme"), ("tier", "3")]),
+        # Only a string can match: a number, a list, an object, true or null never does.
+        ({"tier": 3, "tags": ["a"], "nested": {"a": "b"}, "on": True, "none": None}, []),
+        ({"a.b_c-D9": "", "emoji": "café ☕"}, [("a.b_c-D9", ""), ("emoji", "café ☕")]),
+        # Keys a narrowing cannot name.
+        ({"a key": "x", "": "x", "k:v": "x", "ключ": "x"}, []),
+        ({"k" * MAX_NARROWING_KEY_CHARS: "x"}, [("k" * MAX_NARROWING_KEY_CHARS, "x")]),
+        ({"k" * (MAX_NARROWING_KEY_CHARS + 1): "x"}, []),
+        # Values a narrowing cannot give.
+        ({"v": "v" * MAX_NARROWING_VALUE_CHARS}, [("v", "v" * MAX_NARROWING_VALUE_CHARS)]),
+        ({"v": "v" * (MAX_NARROWING_VALUE_CHARS + 1)}, []),
+        ({"nul": "a\x00b", "surrogate": "a\ud800"}, []),
+    ],
+)
+def test_narrowable_pairs_are_those_a_narrowing_can_name(
+    metadata: dict[str, object], pairs: list[tuple[str, str]]
+) -> None:
+    assert narrowable_pairs(metadata) == pairs
+    for key, value in pairs:
+        assert parse_narrowing([f"{key}:{value}"]) == MetadataNarrowing(((key, value),))

@@ -67,13 +67,13 @@ def _erase(store: SqlStore, tenant: str, session_id: str) -> None:
 
 @pytest.fixture
 def funnelled(store: SqlStore, tenant: str) -> None:
-    """A workspace with its own message and memory, a child whose tool output holds the canary,
-    funnelled onto it and observed there, and an unrelated session."""
+    """A workspace with its own message and memory, a child whose metadata and tool output hold
+    the canary, funnelled onto it and observed there, and an unrelated session."""
     store.create_session(tenant, WS)
     store.append_entries(tenant, WS, message("w0", WS, "parent asks for a survey"))
     entry, _ = observations("w-obs", ["w0"], "w0", WS)
     store.append_memory(tenant, WS, entry, store.raise_epoch(tenant, WS))
-    store.create_session(tenant, "child", workspace=WS)
+    store.create_session(tenant, "child", workspace=WS, metadata={"ticket": CANARY})
     store.append_entries(
         tenant,
         "child",

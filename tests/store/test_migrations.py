@@ -5,13 +5,14 @@ from __future__ import annotations
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 from store_factories import message
 
+from om_core.read.search_narrowing import narrowable_pairs
 from om_workers.store import AccountStore, SqlStore, current_revision, head_revision, upgrade
 from om_workers.store.engine import create_store_engine
 from om_workers.store.migrate import VERSION_TABLE, alembic_config
-from om_workers.store.schema import metadata
+from om_workers.store.schema import metadata, session_metadata_pairs, sessions
 from om_workers.store.search_index import is_search_index_object
 
 TABLES = {"tenants", "api_keys", "sessions", "entries", "snapshots", "flush_jobs", "tombstones"}
@@ -200,3 +201,48 @@ def test_search_terms_cover_what_was_stored_before_their_revision(database_url: 
         assert [hit.id for hit in store.search(tenant, "herons").hits] == ["m1"]
     finally:
         store.close()
+
+
+def test_metadata_pairs_of_stored_sessions_are_those_a_new_session_gets(
+    database_url: str,
+) -> None:
+    """The revision's SQL chooses the pairs as the store does when it creates a session."""
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    shapes: list[dict[str, object]] = [
+        {},
+        {"customer": "acme", "tier": 3, "tags": ["a"], "nested": {"k": "v"}, "on": True},
+        {"a.b_c-D9": "", "emoji": "café ☕", "quote": 'say "hi"\\ \n\t', "none": None},
+        {"k" * 128: "x", "k" * 129: "x", "a key": "x", "ключ": "x", "k:v": "x", "": "x"},
+        {"v": "é" * 256, "w": "é" * 257, "subject": "alice"},
+    ]
+    try:
+        tenant = AccountStore(store.engine).create_tenant("t").id
+        for n, metadata in enumerate(shapes):
+            store.create_session(tenant, f"s{n}", metadata=metadata)
+        store.create_session(tenant, "gone", metadata={"customer": "acme"})
+        store.erasure.erase_session(tenant, "gone", None)
+        written = _metadata_pairs(store)
+    finally:
+        store.close()
+    command.downgrade(alembic_config(database_url), "0018")
+    upgrade(database_url)
+    store = SqlStore.from_url(database_url)
+    try:
+        assert _metadata_pairs(store) == written
+    finally:
+        store.close()
+    expected = [
+        (f"s{n}", *pair) for n, metadata in enumerate(shapes) for pair in narrowable_pairs(metadata)
+    ]
+    assert written == sorted(expected)
+
+
+def _metadata_pairs(store: SqlStore) -> list[tuple[str, str, str]]:
+    """Every row of the metadata pairs' index: the session's id, the key and the value."""
+    pairs = session_metadata_pairs
+    statement = select(sessions.c.id, pairs.c.key, pairs.c.value).join(
+        sessions, sessions.c.pk == pairs.c.session_pk
+    )
+    with store.engine.connect() as connection:
+        return sorted((row.id, row.key, row.value) for row in connection.execute(statement))

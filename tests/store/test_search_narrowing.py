@@ -6,13 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from store_factories import message
 
 from om_core.errors import InvalidSearchQueryError
 from om_core.read.search import MAX_SEARCH_LIMIT, SearchHit
-from om_core.read.search_narrowing import MAX_NARROWED_SESSIONS, MetadataNarrowing
+from om_core.read.search_narrowing import (
+    MAX_NARROWED_SESSIONS,
+    MAX_NARROWING_PAIRS,
+    MAX_NARROWING_VALUE_CHARS,
+    MetadataNarrowing,
+    narrowable_pairs,
+)
 from om_workers.store import AccountStore, SqlStore
 from om_workers.store.repositories import search_levelled
+from om_workers.store.schema import session_metadata_pairs, sessions
 
 _SESSIONS: dict[str, dict[str, Any]] = {
     "alice-1": {"customer": "acme", "subject": "alice"},
@@ -102,9 +110,61 @@ def test_another_tenants_and_an_erased_session_are_never_searched(
         "theirs",
         "theirs-m0",
     )
+    bob = _pairs_of(customers, tenant, "bob-1")
+    assert bob == [("customer", "acme"), ("subject", "bob")]
     customers.erasure.erase_session(tenant, "bob-1", None)  # hidden at once
     found = customers.search(tenant, "invoice", limit=100, narrowing=acme).hits
     assert {hit.session_id for hit in found} == {"alice-1", "acme-3"}
+    # Its metadata pairs went with the hiding, before a worker deletes the session's rows.
+    with customers.engine.connect() as connection:
+        held = connection.execute(select(session_metadata_pairs.c.value)).scalars().all()
+    assert "bob" not in held and "alice" in held
+
+
+def _pairs_of(store: SqlStore, tenant: str, session_id: str) -> list[tuple[str, str]]:
+    """The index rows of a session's metadata pairs, in key order."""
+    pairs = session_metadata_pairs
+    statement = (
+        select(pairs.c.key, pairs.c.value)
+        .join(sessions, sessions.c.pk == pairs.c.session_pk)
+        .where(sessions.c.tenant_id == tenant, sessions.c.id == session_id)
+        .order_by(pairs.c.key)
+    )
+    with store.engine.connect() as connection:
+        return [(row.key, row.value) for row in connection.execute(statement)]
+
+
+def test_every_pair_a_narrowing_can_name_is_indexed_and_all_must_hold(
+    store: SqlStore, tenant: str
+) -> None:
+    eight = {f"k{n}": f"v{n}" for n in range(MAX_NARROWING_PAIRS)}
+    longest = "é" * MAX_NARROWING_VALUE_CHARS
+    metadata: dict[str, Any] = {
+        **eight,
+        "long": longest,
+        "too-long": longest + "é",
+        "a key": "x",
+        "n": 3,
+        "nested": {"k0": "v0"},
+    }
+    store.create_session(tenant, "tagged", metadata=metadata)
+    store.create_session(tenant, "seven", metadata={**eight, "k7": "other"})
+    for session_id in ("tagged", "seven"):
+        store.append_entries(
+            tenant, session_id, message(f"{session_id}-m0", session_id, "invoice due")
+        )
+    assert _pairs_of(store, tenant, "tagged") == narrowable_pairs(metadata)
+    assert len(_pairs_of(store, tenant, "tagged")) == MAX_NARROWING_PAIRS + 1
+
+    def found(**pairs: str) -> list[str]:
+        hits = store.search(tenant, "invoice", narrowing=_narrowed(**pairs)).hits
+        return sorted(hit.session_id for hit in hits)
+
+    assert found(**eight) == ["tagged"]
+    assert found(**{**eight, "k7": "other"}) == ["seven"]
+    assert found(k0="v0", k3="v3") == ["seven", "tagged"]
+    assert found(long=longest) == ["tagged"]
+    assert found(k0="v0", n="3") == []
 
 
 def test_the_matching_sessions_are_capped_at_the_boundary(store: SqlStore, tenant: str) -> None:

@@ -26,6 +26,7 @@ from om_workers.store.schema import (
     erasure_jobs,
     erasure_targets,
     flush_jobs,
+    session_metadata_pairs,
     sessions,
     tenants,
     tombstones,
@@ -209,6 +210,11 @@ _HIDE = (
         epoch=sessions.c.epoch + 1,
     )
 )
+# The session's metadata pairs go at once: a narrowed search no longer finds it, and its
+# metadata is left only in the row a worker deletes.
+_DROP_PAIRS = delete(session_metadata_pairs).where(
+    session_metadata_pairs.c.session_pk == bindparam("session")
+)
 _UNLINK_CHILDREN = (
     update(sessions)
     .where(
@@ -300,6 +306,7 @@ class ErasureRepository:
         )
         params = {"session": session_pk, "hidden": hidden_name(session_pk), "now": now}
         connection.execute(_HIDE, params)
+        connection.execute(_DROP_PAIRS, {"session": session_pk})
         connection.execute(_UNLINK_CHILDREN, {"tenant": tenant_id, "workspace": session_id})
         connection.execute(_CANCEL_FLUSHES, {"session": session_pk, "now": now})
         scope = {"tenant": tenant_id, "in_scope": tombstone_scope(session_id)}

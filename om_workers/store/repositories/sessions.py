@@ -11,17 +11,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Connection, bindparam, func, insert, select, true, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Select,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 
 from om_core.ledger.append_plan import AppendTarget
-from om_core.read.search_narrowing import MetadataNarrowing
+from om_core.read.search_narrowing import MAX_NARROWING_PAIRS, MetadataNarrowing, narrowable_pairs
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
 from om_workers.store.memory_view import WITHHELD_IDS
 from om_workers.store.records import SessionInfo, SessionRef, session_info
-from om_workers.store.schema import sessions, snapshots, tenants
+from om_workers.store.schema import session_metadata_pairs, sessions, snapshots, tenants
 from om_workers.store.snapshot import SNAPSHOT_COLUMNS, Snapshot, joined_snapshot
 
 _THIS_SESSION = (
@@ -77,7 +88,54 @@ _LOCK = (
     .where(*_THIS_SESSION)
 )
 _LOCK_FAST = FastStatement(_LOCK, postgresql=_LOCK.with_for_update(of=sessions))
-_INSERT = insert(sessions)
+_INSERTED_COLUMNS = (
+    "tenant_id",
+    "id",
+    "leaf_id",
+    "epoch",
+    "entry_count",
+    "unobserved_tokens",
+    "meta",
+    "created_at",
+    "updated_at",
+    "workspace_id",
+)
+_INSERT = FastStatement(
+    insert(sessions)
+    .values({name: bindparam(name) for name in _INSERTED_COLUMNS})
+    .returning(sessions.c.pk)
+)
+_INSERT_PAIRS = FastStatement(insert(session_metadata_pairs))
+
+
+def _matching_query(count: int) -> Select[int]:
+    """The live sessions holding ``count`` pairs (``k0``/``v0`` ...), in key order: the rows of
+    the first pair, in the index's order, each kept when the other pairs are there too."""
+    pairs = session_metadata_pairs
+    first = pairs.alias("p0")
+
+    def held(alias: Any, n: int) -> tuple[Any, ...]:
+        return (
+            alias.c.tenant_id == bindparam("tenant"),
+            alias.c.key == bindparam(f"k{n}"),
+            alias.c.value == bindparam(f"v{n}"),
+        )
+
+    others = [pairs.alias(f"p{n}") for n in range(1, count)]
+    also = [
+        exists().where(*held(other, n), other.c.session_pk == first.c.session_pk)
+        for n, other in enumerate(others, start=1)
+    ]
+    return (
+        select(first.c.session_pk)
+        .select_from(first.join(sessions, sessions.c.pk == first.c.session_pk))
+        .where(*held(first, 0), *also, sessions.c.erased_at.is_(None))
+        .order_by(first.c.session_pk)
+        .limit(bindparam("limit"))
+    )
+
+
+_MATCHING = {count: _matching_query(count) for count in range(1, MAX_NARROWING_PAIRS + 1)}
 _RAISE_EPOCH = (
     update(sessions)
     # An UPDATE may not bind a parameter named like one of its table's columns.
@@ -237,25 +295,13 @@ class SessionRepository:
 
     def matching(self, tenant_id: str, narrowing: MetadataNarrowing, limit: int) -> list[int]:
         """The keys of the tenant's sessions (not being erased) whose metadata holds every
-        pair of ``narrowing``, in key order, at most ``limit``. Reads the tenant's sessions
-        (no index on metadata), not their entries."""
-        statement = (
-            select(sessions.c.pk, sessions.c.meta)
-            .where(
-                sessions.c.tenant_id == tenant_id,
-                sessions.c.erased_at.is_(None),
-                *(sessions.c.meta[key].as_string() == value for key, value in narrowing.pairs),
-            )
-            .order_by(sessions.c.pk)
-        )
-        found: list[int] = []
-        for row in self._connection.execute(statement):
-            # PostgreSQL's ->> also gives a number's text: only a string value matches.
-            if isinstance(row.meta, dict) and narrowing.holds(row.meta):
-                found.append(int(row.pk))
-                if len(found) >= limit:
-                    break
-        return found
+        pair of ``narrowing``, in key order, at most ``limit``. Reads the index rows of the
+        narrowing's first pair, up to ``limit`` matches: not the tenant's other sessions."""
+        params: dict[str, Any] = {"tenant": tenant_id, "limit": limit}
+        for n, (key, value) in enumerate(narrowing.pairs):
+            params |= {f"k{n}": key, f"v{n}": value}
+        statement = _MATCHING[len(narrowing.pairs)]
+        return [int(pk) for pk in self._connection.execute(statement, params).scalars()]
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
@@ -292,9 +338,10 @@ class SessionRepository:
         workspace_id: str | None,
         now: datetime,
     ) -> None:
-        """Insert an empty session (no entries, epoch 0)."""
-        self._connection.execute(
-            _INSERT,
+        """Insert an empty session (no entries, epoch 0) and the metadata pairs a search can
+        be narrowed by."""
+        row = _INSERT.one(
+            self._connection,
             {
                 "tenant_id": tenant_id,
                 "id": session_id,
@@ -308,6 +355,11 @@ class SessionRepository:
                 "workspace_id": workspace_id,
             },
         )
+        pairs = narrowable_pairs(metadata)
+        rows = [
+            {"tenant_id": tenant_id, "key": k, "value": v, "session_pk": row.pk} for k, v in pairs
+        ]
+        _INSERT_PAIRS.insert_rows(self._connection, rows)
 
     def raise_epoch(self, tenant_id: str, session_id: str, *, now: datetime) -> int:
         """Raise the session's fencing epoch; the new epoch."""
