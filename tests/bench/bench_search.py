@@ -10,7 +10,9 @@ session size, and what the index costs an append.
   of the same store (goal: the ratio at most 3), wall-clock and in the searching thread's CPU
   time (what other processes on a shared machine move least).
 - **Tenant**: p99 of a tenant-wide search on a tenant of 1M entries (1,000 sessions of 1,000,
-  bulk-inserted through the same triggers) against a tenant of 1k entries in the same store.
+  bulk-inserted through the same triggers) against a tenant of 1k entries in the same store;
+  narrowed by metadata to one group's sessions against the whole tenant; and the same
+  narrowed search in a tenant of 100,000 sessions against one of 1,000.
 - **Append**: entries per second appended in batches of 100 with the index's triggers against
   the same database without them (the figure is the slowdown; goal at most 1.3), wall-clock
   and in the process's CPU time; and the same in batches of 4, an agent turn's messages.
@@ -43,6 +45,7 @@ from om_workers.store.schema import entries, sessions
 
 from .bench_history import _analyze, postgres_url
 from .bench_locomo import DATA
+from .bench_narrowing import MATCHING, SESSION_COUNTS, narrowed_tenant
 from .common import Section
 
 VOCABULARY = 5_000
@@ -183,6 +186,7 @@ def _latency_postgresql(section: Section) -> None:
             big, small_tenant = _tenant_p99s(store, tenants, seed=17)
             again, _ = _tenant_p99s(store, tenants, seed=17)
             narrowed = _narrowed_p99(store, tenants[0], seed=19)
+            few_sessions, many_sessions = _narrowing_p99s(store)
             cache = _server_cache(store)
         finally:
             store.close()
@@ -220,6 +224,13 @@ def _latency_postgresql(section: Section) -> None:
         "ms",
         "the whole tenant, after VACUUM",
         big.wall,
+    )
+    section.add(
+        f"PostgreSQL: tenant search p99, {_NARROWED}, {_MANY_SESSIONS}",
+        many_sessions.wall,
+        "ms",
+        _FEW_SESSIONS,
+        few_sessions.wall,
     )
     section.notes.append(f"PostgreSQL server: {cache}.")
 
@@ -301,6 +312,46 @@ def _narrowed_p99(store: SqlStore, tenant: str, seed: int) -> _P99:
         return store.search(tenant, q, limit=10, narrowing=group)
 
     return _timed_p99(search, random.Random(seed), QUERIES // 3)
+
+
+def _narrowing_p99s(store: SqlStore) -> tuple[_P99, _P99]:
+    """The p99 of a search narrowed to the same number of sessions (each of 20 messages) in
+    a tenant of 1,000 sessions and in one of 100,000 (:mod:`.bench_narrowing`)."""
+    rng = random.Random(29)
+    narrowed: list[tuple[str, MetadataNarrowing]] = []
+    for count in SESSION_COUNTS:
+        tenant, narrowing, matching = narrowed_tenant(store, count)
+        for session_id in matching:
+            store.append_entries(tenant, session_id, _messages(session_id, 20, rng))
+        narrowed.append((tenant, narrowing))
+    _analyze(store)
+
+    def p99(tenant: str, narrowing: MetadataNarrowing) -> _P99:
+        def search(q: str) -> object:
+            return store.search(tenant, q, limit=10, narrowing=narrowing)
+
+        return _timed_p99(search, random.Random(31), QUERIES // 3)
+
+    small, big = (p99(tenant, narrowing) for tenant, narrowing in narrowed)
+    return small, big
+
+
+_NARROWED = f"narrowed to {MATCHING} sessions by metadata"
+_MANY_SESSIONS = f"tenant of {SESSION_COUNTS[1]:,} sessions"
+_FEW_SESSIONS = f"tenant of {SESSION_COUNTS[0]:,} sessions"
+
+
+def _narrowing(section: Section, folder: str) -> None:
+    store, _ = _store(folder, "narrowing.db")
+    small, big = _narrowing_p99s(store)
+    section.add(
+        f"tenant search p99, {_NARROWED}, {_MANY_SESSIONS}",
+        big.wall,
+        "ms",
+        _FEW_SESSIONS,
+        small.wall,
+    )
+    store.close()
 
 
 def _load_tenants(store: SqlStore) -> tuple[str, str]:
@@ -487,6 +538,7 @@ def run() -> Section:
         _append(section, folder)
         _append(section, folder, TURN_BATCH)
         _tenant(section, folder)
+        _narrowing(section, folder)
     _latency_postgresql(section)
     section.notes += [
         "Retrieval: session search for the question's text (BM25 over the levelled terms of "
@@ -504,7 +556,9 @@ def run() -> Section:
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
         "against a 1-session tenant in the same file; and narrowed by metadata to the 10 "
         "sessions of one group (each searched in turn, pages merged by key) against the "
-        "whole tenant.",
+        "whole tenant. Narrowed by sessions: the same narrowed search (10 sessions of 20 "
+        "messages match) in a tenant of 100,000 sessions against one of 1,000, the sessions "
+        "inserted as rows with the metadata pairs a created session gets.",
         "PostgreSQL: the latency figures' sessions and the tenants on a fresh PostgreSQL "
         "schema (levelled terms in a GIN-indexed column, weighed by the table's statistics), "
         "ANALYZEd after each load, searched at once; wall-clock. The tenant figure is then "
