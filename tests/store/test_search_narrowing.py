@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from store_factories import message
+from store_factories import message, observations
 
 from om_core.errors import InvalidSearchQueryError
 from om_core.read.search import MAX_SEARCH_LIMIT, SearchHit
@@ -18,7 +18,7 @@ from om_core.read.search_narrowing import (
     MetadataNarrowing,
     narrowable_pairs,
 )
-from om_workers.store import AccountStore, SqlStore
+from om_workers.store import AccountStore, SqlStore, tombstone_scope
 from om_workers.store.repositories import search_levelled
 from om_workers.store.schema import session_metadata_pairs, sessions
 
@@ -165,6 +165,30 @@ def test_every_pair_a_narrowing_can_name_is_indexed_and_all_must_hold(
     assert found(k0="v0", k3="v3") == ["seven", "tagged"]
     assert found(long=longest) == ["tagged"]
     assert found(k0="v0", n="3") == []
+
+
+def test_a_tombstoned_message_of_a_matching_session_is_never_found(
+    customers: SqlStore, tenant: str
+) -> None:
+    acme = _narrowed(customer="acme")
+    before = customers.search(tenant, "invoice overdue", limit=100, narrowing=acme).hits
+    assert "bob-1-m2" in {hit.id for hit in before}
+    customers.add_tombstones(tenant, tombstone_scope("bob-1"), ["bob-1-m2"])
+    after = customers.search(tenant, "invoice overdue", limit=100, narrowing=acme).hits
+    assert _ranked(after) == [hit for hit in _ranked(before) if hit[1] != "bob-1-m2"]
+
+
+def test_memory_of_the_matching_sessions_only_is_found(customers: SqlStore, tenant: str) -> None:
+    memory: dict[str, str] = {}
+    for session in ("alice-1", "bob-1", "globex"):
+        entry, ids = observations(f"{session}-obs", [f"{session}-m3"], f"{session}-m3", session)
+        customers.append_memory(tenant, session, entry, customers.raise_epoch(tenant, session))
+        memory[session] = ids[0]
+    hits = customers.search(tenant, "fact", limit=100, narrowing=_narrowed(customer="acme")).hits
+    assert {(hit.session_id, hit.id) for hit in hits} == {
+        ("alice-1", memory["alice-1"]),
+        ("bob-1", memory["bob-1"]),
+    }
 
 
 def test_the_matching_sessions_are_capped_at_the_boundary(store: SqlStore, tenant: str) -> None:

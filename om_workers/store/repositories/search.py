@@ -109,31 +109,29 @@ class SearchRepository:
         the sessions' of ``session_pks``) messages and memory items matching any term,
         tombstoned entries left out.
 
-        Sessions are searched one by one and their keys merged: a key does not depend on the
-        scope its row was found in (stems are weighed by the whole index's counts, learnt
-        once for all of them, as the query's stems are), so the merge is the tenant's
-        ranking restricted to them. Only the merged page's rows are read."""
+        Where the index cannot take a set of sessions as one scope (SQLite's: FTS5 narrows
+        by one session's rowid range), the sessions are searched one by one and their keys
+        merged: a key does not depend on the scope its row was found in (stems are weighed
+        by the whole index's counts, learnt once for all of them, as the query's stems are),
+        so the merge is the tenant's ranking restricted to them. Only the page's rows are
+        read."""
         if session_pks is None:
-            return self._page(self._keys(tenant_id, query, None, after, limit, QueryFacts()))
+            scope = KeyQuery(tenant_id, None, after, limit)
+            return self._page(self._keys(scope, query, QueryFacts()))
+        if len(session_pks) > 1 and self._index_type().takes_sessions:
+            scope = KeyQuery(tenant_id, None, after, limit, session_pks=tuple(session_pks))
+            return self._page(self._keys(scope, query, QueryFacts()))
         facts = QueryFacts()
-        found = (self._keys(tenant_id, query, pk, after, limit, facts) for pk in session_pks)
+        found = (
+            self._keys(KeyQuery(tenant_id, pk, after, limit), query, facts) for pk in session_pks
+        )
         return self._page(heapq.nsmallest(limit, itertools.chain.from_iterable(found)))
 
-    def _keys(
-        self,
-        tenant_id: str,
-        query: SearchQuery,
-        session_pk: int | None,
-        after: SearchKey | None,
-        limit: int,
-        facts: QueryFacts,
-    ) -> list[SearchKey]:
-        key_query = KeyQuery(tenant_id, session_pk, after, limit)
-        index: LevelledIndex = (
-            SqliteIndex(self._connection, key_query)
-            if self._connection.dialect.name == "sqlite"
-            else PostgresIndex(self._connection, key_query)
-        )
+    def _index_type(self) -> type[SqliteIndex | PostgresIndex]:
+        return SqliteIndex if self._connection.dialect.name == "sqlite" else PostgresIndex
+
+    def _keys(self, key_query: KeyQuery, query: SearchQuery, facts: QueryFacts) -> list[SearchKey]:
+        index: LevelledIndex = self._index_type()(self._connection, key_query)
         return LevelledKeys(index, key_query, facts).best(query)
 
     def _page(self, keys: Sequence[SearchKey]) -> list[SearchRow]:

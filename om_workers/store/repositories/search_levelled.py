@@ -69,12 +69,14 @@ MEMORY = 1
 @dataclass(frozen=True)
 class KeyQuery:
     """One search's scope and page: the tenant, the session (``None``: every session of the
-    tenant), the cursor's key, and the number of keys wanted."""
+    tenant, or the sessions of ``session_pks`` where an index takes a set:
+    :attr:`LevelledIndex.takes_sessions`), the cursor's key, and the number of keys wanted."""
 
     tenant_id: str
     session_pk: int | None
     after: SearchKey | None
     limit: int
+    session_pks: tuple[int, ...] | None = None
 
     def params(self) -> dict[str, Any]:
         """The bind parameters every statement of this search takes."""
@@ -83,6 +85,8 @@ class KeyQuery:
             params["row_lo"] = self.session_pk * ROW_SHIFT
             params["row_hi"] = (self.session_pk + 1) * ROW_SHIFT - 1
             params["session_pk"] = self.session_pk
+        if self.session_pks is not None:
+            params["session_pks"] = list(self.session_pks)
         if self.after is not None:
             params["after_row"] = self.after.row
         return params
@@ -160,6 +164,9 @@ class LevelledIndex(Protocol):
     first_batch: int
     """Combinations this index asks in a search's first statement (at most
     :data:`FIRST_BATCH`): fewer where each costs more."""
+    takes_sessions: bool
+    """Whether a scope may be a set of sessions (:attr:`KeyQuery.session_pks`); an index that
+    narrows by one session only is searched a session at a time."""
 
     def stems(self, query: SearchQuery) -> list[str]:
         """The distinct stems of the query's words, in order, as this index stems them."""

@@ -51,6 +51,8 @@ class SqliteIndex:
     reads_sets = False
     """FTS5 answers a combination from its doclists in about the time a probe takes."""
     first_batch = 8
+    takes_sessions = False
+    """FTS5 narrows a match by one rowid range (a session's) only."""
 
     def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
         self._connection = connection
