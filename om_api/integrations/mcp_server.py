@@ -16,9 +16,8 @@ Needs the MCP SDK (``mcp``), which the ``server`` extra brings. See ``docs/mcp.m
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, Protocol
@@ -28,17 +27,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from om_api.client import (
-    AsyncOMClient,
-    Conflict,
-    InvalidRequest,
-    JobTimeout,
-    NotFound,
-    OMClientError,
-    PayloadTooLarge,
-    RateLimited,
-    Unauthorized,
-    Unavailable,
+from om_api.client import AsyncOMClient, Conflict, JobTimeout, NotFound, OMClientError
+from om_api.integrations.memory_text import (
+    describe_error,
+    entry_line,
+    recall_problem,
+    recall_text,
+    search_text,
 )
 from om_api.schemas import (
     ENTRY_ID_PATTERN,
@@ -47,13 +42,9 @@ from om_api.schemas import (
     MAX_SESSIONS_PAGE,
     MEMORY_ID_PATTERN,
     AppendEntriesResponse,
-    ContentOut,
     EntryIn,
-    EntryOut,
     JobOut,
-    MessageOut,
     MessageWire,
-    RecallOut,
     RequestModel,
     Role,
     StatusOut,
@@ -88,17 +79,6 @@ MemoryId = Annotated[
     ),
 ]
 
-# Ordered: a subclass (PayloadTooLarge) must come before its base (InvalidRequest).
-_LABELS: Final[Sequence[tuple[type[OMClientError], str]]] = (
-    (Unauthorized, "unauthorized (check the API key)"),
-    (RateLimited, "rate limited, wait and try again"),
-    (NotFound, "not found"),
-    (Conflict, "conflict"),
-    (PayloadTooLarge, "too large, send fewer or smaller messages"),
-    (InvalidRequest, "invalid request"),
-    (Unavailable, "the om API is unavailable, try again later"),
-)
-
 
 class MessageIn(RequestModel):
     """A chat message to record (unknown keys and unstorable text are refused)."""
@@ -113,59 +93,8 @@ class MessageIn(RequestModel):
     )
 
 
-def describe_error(exc: OMClientError, secrets: Iterable[str] = ()) -> str:
-    """One line for an API failure: what kind, the API's reason and its request id, with every
-    non-empty string of ``secrets`` (the API key) replaced by ``[redacted]``."""
-    label = next((text for kind, text in _LABELS if isinstance(exc, kind)), "om API error")
-    line = f"{label}: {exc.detail or exc}"
-    if exc.request_id:
-        line += f" (request id {exc.request_id})"
-    for secret in secrets:
-        if secret:
-            line = line.replace(secret, "[redacted]")
-    return " ".join(line.split())
-
-
-def _content_text(content: ContentOut) -> str:
-    if isinstance(content, str):
-        return content
-    return " ".join(part.text if part.text is not None else f"[{part.type}]" for part in content)
-
-
-def _message_line(message: MessageOut) -> str:
-    who = f"{message.role} {message.tool_name}" if message.tool_name else message.role
-    parts = [_content_text(message.content)]
-    parts += [f"[calls {c.name}({json.dumps(c.arguments)})]" for c in message.tool_calls]
-    return f"{who}: {' '.join(part for part in parts if part)}"
-
-
-def _entry_line(entry: EntryOut) -> str:
-    if entry.message is not None:
-        return f"[{entry.id}] {_message_line(entry.message)}"
-    if entry.summary is not None:
-        return f"[{entry.id}] {entry.kind}: {entry.summary}"
-    return f"[{entry.id}] {entry.kind}: {json.dumps(entry.data or {})}"
-
-
-def _recall_text(found: RecallOut) -> str:
-    prefix = "reflection:" if found.kind == "reflection" else "om:"
-    lines = [f"{found.kind} {prefix}{found.id}: {found.text}"]
-    if found.dropped:
-        lines.append("(dropped from active memory; its sources are still recorded)")
-    lines += ["", f"Source messages ({len(found.sources)}):"]
-    lines += [_entry_line(entry) for entry in found.sources]
-    if found.missing_source_entry_ids:
-        lines.append(f"Not on the current branch: {', '.join(found.missing_source_entry_ids)}")
-    if found.supporting_observations:
-        lines += ["", "Supporting observations:"]
-        lines += [f"- [om:{o.id}] {o.text}" for o in found.supporting_observations]
-    return "\n".join(lines)
-
-
 MAX_CURSOR_CHARS: Final = 512
 """Longer ``cursor`` values are refused before any API call (the API's cursors are short)."""
-
-_MEMORY_PREFIX: Final = {"observation": "om:", "reflection": "reflection:"}
 
 
 @dataclass(frozen=True)
@@ -251,11 +180,10 @@ class _Tools:
         detail before relying on it. Fails for an id the session does not have."""
         async with self._api(ctx) as client:
             found = await client.recall(session_id, memory_id)
-        if found.reason == "revoked":
-            raise ToolError(f"memory {memory_id} was revoked: its source messages were withdrawn")
-        if not found.found:
-            raise ToolError(f"no memory {memory_id} in session {session_id}")
-        return _recall_text(found)
+        problem = recall_problem(found, session_id, memory_id)
+        if problem is not None:
+            raise ToolError(problem)
+        return recall_text(found)
 
     async def search(
         self,
@@ -302,13 +230,7 @@ class _Tools:
             page = await client.search(
                 query, session_id=session_id, limit=limit, mode=mode, metadata=metadata
             )
-        if not page.hits:
-            return f"No hits for {query!r}."
-        lines: list[str] = []
-        for hit in page.hits:
-            ref = hit.id if hit.kind == "message" else f"{_MEMORY_PREFIX[hit.kind]}{hit.id}"
-            lines.append(f"[{ref}] {hit.kind} in session {hit.session_id}: {hit.snippet}")
-        return "\n".join(lines)
+        return search_text(query, page)
 
     async def sessions(
         self,
@@ -357,7 +279,7 @@ class _Tools:
         per entry, '[<entry id>] <role>: <text>', then the cursor for the next page."""
         async with self._api(ctx) as client:
             page = await client.entries(session_id, after=after, limit=limit)
-        lines = [_entry_line(entry) for entry in page.entries] or ["(no entries)"]
+        lines = [entry_line(entry) for entry in page.entries] or ["(no entries)"]
         if page.next_cursor is None:
             lines.append("(end of the history)")
         else:
