@@ -3,7 +3,9 @@
 Wiring::
 
     memory = ObservationalMemory(OMClient(url, api_key), session_id, max_tokens=8_000)
-    agent = create_react_agent(model, tools, pre_model_hook=memory.pre_model_hook)
+    agent = create_react_agent(
+        model, [*tools, *memory.tools()], pre_model_hook=memory.pre_model_hook
+    )
     state = agent.invoke({"messages": [("user", prompt)]}); memory.record(state["messages"])
 
 Before every model call the pre-model hook replaces the state's earlier turns with the
@@ -13,6 +15,9 @@ the current turn, from the last human message on, unchanged. It returns them as
 ``llm_input_messages``, so the graph's ``messages`` state is left as it was. After the run,
 :meth:`ObservationalMemory.record` appends the state's messages and requests a flush, so the
 next run, even a new thread with empty state, starts from memory.
+:meth:`ObservationalMemory.tools` gives the agent ``search_memory`` and ``recall_memory``
+(:mod:`~om_api.integrations.memory_tools`), to find a detail memory does not show and read the
+exact messages behind a memory id.
 
 ``create_react_agent`` (``langgraph.prebuilt``, installed here) documents ``pre_model_hook``
 for this; LangGraph 1.x marks it deprecated in favour of ``langchain.agents.create_agent``,
@@ -28,8 +33,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
 
 from om_api.client import OMClient
+from om_api.integrations.memory_tools import (
+    RECALL_DESCRIPTION,
+    RECALL_TOOL,
+    SEARCH_DESCRIPTION,
+    SEARCH_TOOL,
+    MemoryTools,
+)
 from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     EntryIn,
@@ -58,6 +71,20 @@ class ObservationalMemory(SessionMemory[OMClient]):
     out); from :meth:`record` it leaves the messages unrecorded or partly recorded, and calling
     ``record`` again with the same messages is safe.
     """
+
+    def tools(self) -> list[BaseTool]:
+        """``search_memory`` and ``recall_memory`` on this session, for the agent's tool list:
+        each answers in text, an API failure included (one line, so a missing detail never
+        ends the run)."""
+        tools = MemoryTools(self.client, self.session_id)
+        return [
+            StructuredTool.from_function(
+                func=tools.search, name=SEARCH_TOOL, description=SEARCH_DESCRIPTION
+            ),
+            StructuredTool.from_function(
+                func=tools.recall, name=RECALL_TOOL, description=RECALL_DESCRIPTION
+            ),
+        ]
 
     def pre_model_hook(self, state: Mapping[str, Any] | Any) -> dict[str, list[BaseMessage]]:
         """The model's input for this step: system messages of earlier turns (prompts the

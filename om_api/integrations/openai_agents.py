@@ -3,6 +3,7 @@
 package index)::
 
     session = OMSession(AsyncOMClient(url, key), "support-42")
+    agent = Agent(name="support", tools=[*tools, *session.tools()])
     result = await Runner.run(agent, "What port does staging use?", session=session)
 
 The history the SDK reads is the service's context: a leading ``system`` item holding the
@@ -10,6 +11,9 @@ memory block (observations and reflections with their ``[om:...]`` ids), then ev
 memory does not cover yet and the last few. Each SDK item is stored as one message entry:
 a role and text for the observer, plus the item itself in a data part, so the SDK gets back
 exactly what it stored (other clients' messages come back as plain text items).
+:meth:`OMSession.tools` gives the agent ``search_memory`` and ``recall_memory``
+(:mod:`~om_api.integrations.memory_tools`), to find a detail memory does not show and read the
+exact messages behind a memory id.
 
 Nothing is ever deleted. :meth:`OMSession.pop_item` and :meth:`OMSession.clear_session`
 fork the session's entry tree (an ``openai-agents.fork`` entry beside what they remove, so
@@ -25,9 +29,17 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
+from agents import FunctionTool, function_tool
 from agents.items import TResponseInputItem
 
 from om_api.client import AsyncOMClient, Conflict, NotFound, OMClientError
+from om_api.integrations.memory_tools import (
+    RECALL_DESCRIPTION,
+    RECALL_TOOL,
+    SEARCH_DESCRIPTION,
+    SEARCH_TOOL,
+    AsyncMemoryTools,
+)
 from om_api.schemas import (
     MAX_ENTRIES_PAGE,
     MAX_MESSAGES_PAGE,
@@ -80,6 +92,20 @@ class OMSession:
         self._client = client
         self._max_tokens = max_tokens
         self._started = False
+
+    def tools(self) -> list[FunctionTool]:
+        """``search_memory`` and ``recall_memory`` on this session, for ``Agent(tools=[...])``:
+        each answers in text, an API failure included (one line, so a missing detail never
+        ends the run)."""
+        tools = AsyncMemoryTools(self._client, self.session_id)
+        return [
+            function_tool(
+                tools.search, name_override=SEARCH_TOOL, description_override=SEARCH_DESCRIPTION
+            ),
+            function_tool(
+                tools.recall, name_override=RECALL_TOOL, description_override=RECALL_DESCRIPTION
+            ),
+        ]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The memory item (when memory is not empty), then the recent messages as items;

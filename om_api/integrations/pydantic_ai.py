@@ -3,7 +3,7 @@
 Wiring::
 
     memory = ObservationalMemory(AsyncOMClient(url, api_key), session_id, max_tokens=8_000)
-    agent = Agent(model, capabilities=[memory.capability()])
+    agent = Agent(model, capabilities=[memory.capability()], toolsets=[memory.toolset()])
     result = await agent.run(prompt); await memory.record(result.new_messages())
 
 Before every model request the history processor replaces the history that came from earlier
@@ -12,6 +12,9 @@ runs with the session's context: one request holding a ``CompactionPart`` with t
 memory does not cover yet. The current run's messages follow it unchanged. After the run,
 :meth:`ObservationalMemory.record` appends the run's messages and requests a flush, so the next
 run, even a new one with empty history, starts from memory.
+:meth:`ObservationalMemory.toolset` gives the agent ``search_memory`` and ``recall_memory``
+(:mod:`~om_api.integrations.memory_tools`), to find a detail memory does not show and read the
+exact messages behind a memory id.
 
 pydantic-ai 2 removed ``Agent(history_processors=...)``; its replacement is the
 ``ProcessHistory`` capability that :meth:`ObservationalMemory.capability` returns. The memory
@@ -27,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, Tool
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
@@ -49,8 +52,16 @@ from pydantic_ai.messages import (
     UserContent,
     UserPromptPart,
 )
+from pydantic_ai.toolsets import FunctionToolset
 
 from om_api.client import AsyncOMClient
+from om_api.integrations.memory_tools import (
+    RECALL_DESCRIPTION,
+    RECALL_TOOL,
+    SEARCH_DESCRIPTION,
+    SEARCH_TOOL,
+    AsyncMemoryTools,
+)
 from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     ContentPartWire,
@@ -79,6 +90,22 @@ class ObservationalMemory(SessionMemory[AsyncOMClient]):
     def capability(self) -> ProcessHistory[Any]:
         """The capability to pass as ``Agent(capabilities=[...])``."""
         return ProcessHistory(self.process_history)
+
+    def toolset(self) -> FunctionToolset[Any]:
+        """``search_memory`` and ``recall_memory`` on this session, to pass as
+        ``Agent(toolsets=[...])``: each answers in text, an API failure included (one line, so
+        a missing detail never ends the run)."""
+        tools = AsyncMemoryTools(self.client, self.session_id)
+        return FunctionToolset(
+            [
+                Tool(
+                    tools.search, takes_ctx=False, name=SEARCH_TOOL, description=SEARCH_DESCRIPTION
+                ),
+                Tool(
+                    tools.recall, takes_ctx=False, name=RECALL_TOOL, description=RECALL_DESCRIPTION
+                ),
+            ]
+        )
 
     async def process_history(
         self, ctx: RunContext[Any], messages: list[ModelMessage]

@@ -27,6 +27,7 @@ from langgraph.prebuilt import create_react_agent
 from om_api.cli.stack import StackInfo
 from om_api.client import OMClient
 from om_api.integrations.langgraph import MEMORY_PREAMBLE, ObservationalMemory
+from tests.integrations import memory_tool_model
 from tests.integrations.openai_server import ChatServer, last_user_text
 
 # create_react_agent is deprecated for langchain.agents.create_agent (not installed here).
@@ -221,3 +222,30 @@ def test_max_tokens_budgets_the_context_the_model_receives(
         assert "not in memory yet and not shown here" not in unbudgeted
         assert "not in memory yet and not shown here" in budgeted
         assert lines[-1] in budgeted and lines[0] not in budgeted
+
+
+def test_the_memory_tools_search_then_recall_the_exact_message(stack: StackInfo) -> None:
+    with (
+        ChatServer(memory_tool_model.reply) as tool_server,
+        OMClient(stack.api_url, stack.api_key) as om,
+    ):
+        session = om.create_session().id
+        fact = om.append(session, [{"role": "user", "content": FACT}]).appended_ids[0]
+        om.wait_for_job(om.flush(session).job_id, timeout_s=60)
+        memory = ObservationalMemory(om, session)
+        model = ChatOpenAI(
+            model=tool_server.model,
+            base_url=tool_server.base_url,
+            api_key="test",
+            use_responses_api=False,
+        )
+        agent = create_react_agent(model, memory.tools(), pre_model_hook=memory.pre_model_hook)
+        state = agent.invoke({"messages": [HumanMessage(QUESTION)]})
+        assert state["messages"][-1].text == "Port 6432."
+        offered = [t["function"]["name"] for t in tool_server.requests[-1].body["tools"]]
+        assert offered == ["search_memory", "recall_memory"]
+        results = memory_tool_model.tool_results(tool_server.requests[-1].body)
+        assert f"[{fact}] message in session {session}: " in results["call-search"]
+        unknown = f"no memory {memory_tool_model.UNKNOWN_ID} in session {session}"
+        assert results["call-unknown"] == unknown
+        assert f"[{fact}] user: {FACT}" in results["call-found"]

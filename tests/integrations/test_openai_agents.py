@@ -32,6 +32,7 @@ from openai import AsyncOpenAI
 from om_api.cli.stack import StackInfo
 from om_api.client import AsyncOMClient
 from om_api.integrations.openai_agents import OMSession, RewindError
+from tests.integrations import memory_tool_model
 from tests.integrations.openai_server import ChatServer, last_user_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,3 +272,30 @@ def test_a_session_begun_by_another_client_cannot_be_rewound_past_its_start(
             assert len(await message_entries(om, session_id)) == 1
 
     asyncio.run(scenario())
+
+
+def test_the_memory_tools_search_then_recall_the_exact_message(stack: StackInfo) -> None:
+    question = "Which port is our staging db on?"
+
+    async def scenario(server: ChatServer) -> None:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test")
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        async with AsyncOMClient(stack.api_url, stack.api_key) as om:
+            session = OMSession(om, new_id())
+            await session.add_items([say("user", FACT)])
+            (fact,) = await message_entries(om, session.session_id)
+            await flushed(om, session.session_id)
+            agent = Agent(name="ops", model=model, tools=session.tools())
+            result = await Runner.run(agent, question, session=session)
+            assert result.final_output == "Port 6432."
+            offered = [t["function"]["name"] for t in server.requests[-1].body["tools"]]
+            assert offered == ["search_memory", "recall_memory"]
+            results = memory_tool_model.tool_results(server.requests[-1].body)
+            searched = f"[{fact}] message in session {session.session_id}: "
+            assert searched in results["call-search"]
+            unknown = f"no memory {memory_tool_model.UNKNOWN_ID} in session {session.session_id}"
+            assert results["call-unknown"] == unknown
+            assert f"[{fact}] user: {FACT}" in results["call-found"]
+
+    with ChatServer(memory_tool_model.reply) as server:
+        asyncio.run(scenario(server))

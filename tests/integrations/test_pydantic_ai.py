@@ -242,3 +242,55 @@ def test_max_tokens_budgets_the_context_the_model_receives(stack: StackInfo) -> 
             assert lines[-1] in budgeted and lines[0] not in budgeted
 
     asyncio.run(scenario())
+
+
+class MemoryToolModel:
+    """A ``FunctionModel`` that searches memory for the question, recalls the memory of the
+    hit that names a port, and answers with the port in what the recall returned."""
+
+    def __init__(self) -> None:
+        self.returned: list[ToolReturnPart] = []
+        self.model = FunctionModel(self.answer)
+
+    def answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        assert {tool.name for tool in info.function_tools} >= {"search_memory", "recall_memory"}
+        last = messages[-1]
+        returned = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        if not returned:
+            return ModelResponse(parts=[ToolCallPart("search_memory", {"query": QUESTION})])
+        self.returned += returned
+        result = returned[0]
+        if result.tool_name == "search_memory":
+            memory = OBSERVATION.search(str(result.content))
+            assert memory is not None, result.content
+            # An unknown id first: the tool answers it in text, and the run goes on.
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("recall_memory", {"memory_id": "om:000000000000"}, "unknown"),
+                    ToolCallPart("recall_memory", {"memory_id": f"om:{memory.group(1)}"}, "found"),
+                ]
+            )
+        port = re.search(r"port (\d+)", " ".join(str(p.content) for p in returned))
+        return ModelResponse(parts=[TextPart(f"Port {port.group(1)}." if port else "unknown")])
+
+
+def test_the_memory_tools_search_then_recall_the_exact_message(stack: StackInfo) -> None:
+    async def scenario() -> None:
+        async with AsyncOMClient(stack.api_url, stack.api_key) as om:
+            session = (await om.create_session()).id
+            fact = (await om.append(session, [{"role": "user", "content": FACT}])).appended_ids[0]
+            await om.wait_for_job((await om.flush(session)).job_id, timeout_s=60)
+            memory = ObservationalMemory(om, session)
+            model = MemoryToolModel()
+            agent = Agent(
+                model.model, capabilities=[memory.capability()], toolsets=[memory.toolset()]
+            )
+            asked = await agent.run(QUESTION)
+            assert asked.output == "Port 6432."
+            searched, *recalled = model.returned
+            assert f"[{fact}] message in session {session}: " in str(searched.content)
+            unknown, found = sorted(recalled, key=lambda part: part.tool_call_id != "unknown")
+            assert unknown.content == f"no memory om:000000000000 in session {session}"
+            assert f"[{fact}] user: {FACT}" in str(found.content)
+
+    asyncio.run(scenario())
