@@ -119,11 +119,12 @@ class IndexCounts:
 @dataclass
 class QueryFacts:
     """What the searches of one query in several scopes share, learnt by the first of them
-    (neither depends on the scope): the query's stems as the index stems them, and each
-    source's counts of them."""
+    (none depends on the scope): the query's stems as the index stems them, each source's
+    counts of them, and the words each source's plan scores."""
 
     stems: list[str] | None = None
     counts: dict[int, IndexCounts] = field(default_factory=dict)
+    words: dict[int, _Words] = field(default_factory=dict)
 
 
 class MessageStatements(Protocol):
@@ -243,6 +244,12 @@ class LevelledKeys:
     # -- what the index knows of the query's stems
 
     def _words(self, source: int, found: Sequence[str]) -> _Words:
+        known = self._facts.words.get(source)
+        if known is None:
+            known = self._facts.words[source] = self._count_words(source, found)
+        return known
+
+    def _count_words(self, source: int, found: Sequence[str]) -> _Words:
         counts = self._facts.counts.get(source)
         if counts is None:
             counts = self._facts.counts[source] = self._index.counts(source, found)
