@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -184,23 +187,16 @@ def test_upgrade_to_0008_leaves_existing_sessions_unlinked(database_url: str) ->
 
 def test_search_terms_cover_what_was_stored_before_their_revision(database_url: str) -> None:
     upgrade(database_url)
-    store = SqlStore.from_url(database_url)
-    try:
+    with _opened(database_url) as store:
         tenant = AccountStore(store.engine).create_tenant("t").id
         store.create_session(tenant, "s")
         store.append_entries(tenant, "s", [message("m1", "s", "the heron waits by the lease")])
-    finally:
-        store.close()
     # Back to the expression indexes, then up again: PostgreSQL computes the stored lexemes
     # of the rows already there (SQLite's FTS5 tables are untouched by the revision).
-    command.downgrade(alembic_config(database_url), "0015")
-    upgrade(database_url)
-    store = SqlStore.from_url(database_url)
-    try:
+    _down_and_up(database_url, "0015")
+    with _opened(database_url) as store:
         assert [hit.id for hit in store.search(tenant, "lease", session_id="s").hits] == ["m1"]
         assert [hit.id for hit in store.search(tenant, "herons").hits] == ["m1"]
-    finally:
-        store.close()
 
 
 def test_metadata_pairs_of_stored_sessions_are_those_a_new_session_gets(
@@ -208,7 +204,6 @@ def test_metadata_pairs_of_stored_sessions_are_those_a_new_session_gets(
 ) -> None:
     """The revision's SQL chooses the pairs as the store does when it creates a session."""
     upgrade(database_url)
-    store = SqlStore.from_url(database_url)
     shapes: list[dict[str, object]] = [
         {},
         {"customer": "acme", "tier": 3, "tags": ["a"], "nested": {"k": "v"}, "on": True},
@@ -216,22 +211,16 @@ def test_metadata_pairs_of_stored_sessions_are_those_a_new_session_gets(
         {"k" * 128: "x", "k" * 129: "x", "a key": "x", "ключ": "x", "k:v": "x", "": "x"},
         {"v": "é" * 256, "w": "é" * 257, "subject": "alice"},
     ]
-    try:
+    with _opened(database_url) as store:
         tenant = AccountStore(store.engine).create_tenant("t").id
         for n, metadata in enumerate(shapes):
             store.create_session(tenant, f"s{n}", metadata=metadata)
         store.create_session(tenant, "gone", metadata={"customer": "acme"})
         store.erasure.erase_session(tenant, "gone", None)
         written = _metadata_pairs(store)
-    finally:
-        store.close()
-    command.downgrade(alembic_config(database_url), "0018")
-    upgrade(database_url)
-    store = SqlStore.from_url(database_url)
-    try:
+    _down_and_up(database_url, "0018")
+    with _opened(database_url) as store:
         assert _metadata_pairs(store) == written
-    finally:
-        store.close()
     expected = [
         (f"s{n}", *pair) for n, metadata in enumerate(shapes) for pair in narrowable_pairs(metadata)
     ]
@@ -246,3 +235,18 @@ def _metadata_pairs(store: SqlStore) -> list[tuple[str, str, str]]:
     )
     with store.engine.connect() as connection:
         return sorted((row.id, row.key, row.value) for row in connection.execute(statement))
+
+
+@contextmanager
+def _opened(database_url: str) -> Iterator[SqlStore]:
+    store = SqlStore.from_url(database_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _down_and_up(database_url: str, revision: str) -> None:
+    """Down to ``revision``, then up to the latest again."""
+    command.downgrade(alembic_config(database_url), revision)
+    upgrade(database_url)
