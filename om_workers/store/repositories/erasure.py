@@ -4,8 +4,9 @@ Hiding is what makes an erasure immediate: the session row is renamed to a name 
 take (:func:`hidden_name`: ids in paths never hold ``/``), so every lookup by ``(tenant, id)``
 misses it at once, whatever the route; ``erased_at`` keeps it out of listings and the
 reconciler's scans; its queued or running flush jobs are finished ``skipped``; sessions that
-used it as their workspace are unlinked; its tombstones (revocations) are deleted. The rows
-themselves are deleted later, by a worker (:mod:`om_workers.store.erasure`).
+used it as their workspace are unlinked; its tombstones (revocations) and its metadata pairs
+(:mod:`~om_workers.store.repositories.metadata_pairs`) are deleted. The rows themselves are
+deleted later, by a worker (:mod:`om_workers.store.erasure`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from sqlalchemy import Connection, Row, bindparam, delete, func, insert, literal
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
 from om_workers.store.records import FINAL_JOB_STATES, JobState, as_utc, as_utc_or_none
+from om_workers.store.repositories.metadata_pairs import drop_pairs
 from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.schema import (
     api_keys,
     erasure_jobs,
     erasure_targets,
     flush_jobs,
-    session_metadata_pairs,
     sessions,
     tenants,
     tombstones,
@@ -210,11 +211,6 @@ _HIDE = (
         epoch=sessions.c.epoch + 1,
     )
 )
-# The session's metadata pairs go at once: a narrowed search no longer finds it, and its
-# metadata is left only in the row a worker deletes.
-_DROP_PAIRS = delete(session_metadata_pairs).where(
-    session_metadata_pairs.c.session_pk == bindparam("session")
-)
 _UNLINK_CHILDREN = (
     update(sessions)
     .where(
@@ -306,7 +302,9 @@ class ErasureRepository:
         )
         params = {"session": session_pk, "hidden": hidden_name(session_pk), "now": now}
         connection.execute(_HIDE, params)
-        connection.execute(_DROP_PAIRS, {"session": session_pk})
+        # Its metadata pairs go at once: a narrowed search no longer finds it, and its
+        # metadata is left only in the row a worker deletes.
+        drop_pairs(connection, session_pk)
         connection.execute(_UNLINK_CHILDREN, {"tenant": tenant_id, "workspace": session_id})
         connection.execute(_CANCEL_FLUSHES, {"session": session_pk, "now": now})
         scope = {"tenant": tenant_id, "in_scope": tombstone_scope(session_id)}

@@ -11,28 +11,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Connection,
-    Select,
-    bindparam,
-    exists,
-    func,
-    insert,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import JSON, Connection, bindparam, func, insert, select, true, update
 
 from om_core.ledger.append_plan import AppendTarget
-from om_core.read.search_narrowing import MAX_NARROWING_PAIRS, MetadataNarrowing, narrowable_pairs
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.errors import SessionNotFoundError, TenantNotFoundError
 from om_workers.store.branch import Segment, segment_cte
 from om_workers.store.driver import FastStatement
 from om_workers.store.listing import listing_query
 from om_workers.store.memory_view import WITHHELD_IDS
 from om_workers.store.records import SessionInfo, SessionRef, session_info
-from om_workers.store.schema import session_metadata_pairs, sessions, snapshots, tenants
+from om_workers.store.repositories.metadata_pairs import matching_sessions, write_pairs
+from om_workers.store.schema import sessions, snapshots, tenants
 from om_workers.store.snapshot import SNAPSHOT_COLUMNS, Snapshot, joined_snapshot
 
 _THIS_SESSION = (
@@ -105,37 +95,6 @@ _INSERT = FastStatement(
     .values({name: bindparam(name) for name in _INSERTED_COLUMNS})
     .returning(sessions.c.pk)
 )
-_INSERT_PAIRS = FastStatement(insert(session_metadata_pairs))
-
-
-def _matching_query(count: int) -> Select[int]:
-    """The live sessions holding ``count`` pairs (``k0``/``v0`` ...), in key order: the rows of
-    the first pair, in the index's order, each kept when the other pairs are there too."""
-    pairs = session_metadata_pairs
-    first = pairs.alias("p0")
-
-    def held(alias: Any, n: int) -> tuple[Any, ...]:
-        return (
-            alias.c.tenant_id == bindparam("tenant"),
-            alias.c.key == bindparam(f"k{n}"),
-            alias.c.value == bindparam(f"v{n}"),
-        )
-
-    others = [pairs.alias(f"p{n}") for n in range(1, count)]
-    also = [
-        exists().where(*held(other, n), other.c.session_pk == first.c.session_pk)
-        for n, other in enumerate(others, start=1)
-    ]
-    return (
-        select(first.c.session_pk)
-        .select_from(first.join(sessions, sessions.c.pk == first.c.session_pk))
-        .where(*held(first, 0), *also, sessions.c.erased_at.is_(None))
-        .order_by(first.c.session_pk)
-        .limit(bindparam("limit"))
-    )
-
-
-_MATCHING = {count: _matching_query(count) for count in range(1, MAX_NARROWING_PAIRS + 1)}
 _RAISE_EPOCH = (
     update(sessions)
     # An UPDATE may not bind a parameter named like one of its table's columns.
@@ -297,11 +256,7 @@ class SessionRepository:
         """The keys of the tenant's sessions (not being erased) whose metadata holds every
         pair of ``narrowing``, in key order, at most ``limit``. Reads the index rows of the
         narrowing's first pair, up to ``limit`` matches: not the tenant's other sessions."""
-        params: dict[str, Any] = {"tenant": tenant_id, "limit": limit}
-        for n, (key, value) in enumerate(narrowing.pairs):
-            params |= {f"k{n}": key, f"v{n}": value}
-        statement = _MATCHING[len(narrowing.pairs)]
-        return [int(pk) for pk in self._connection.execute(statement, params).scalars()]
+        return matching_sessions(self._connection, tenant_id, narrowing, limit)
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
@@ -355,11 +310,7 @@ class SessionRepository:
                 "workspace_id": workspace_id,
             },
         )
-        pairs = narrowable_pairs(metadata)
-        rows = [
-            {"tenant_id": tenant_id, "key": k, "value": v, "session_pk": row.pk} for k, v in pairs
-        ]
-        _INSERT_PAIRS.insert_rows(self._connection, rows)
+        write_pairs(self._connection, tenant_id, int(row.pk), metadata)
 
     def raise_epoch(self, tenant_id: str, session_id: str, *, now: datetime) -> int:
         """Raise the session's fencing epoch; the new epoch."""
