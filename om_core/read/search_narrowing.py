@@ -6,9 +6,9 @@ the string ``value`` (a number, a list or another JSON value never matches, so b
 agree). The sessions are found first, at most :data:`MAX_NARROWED_SESSIONS` of them, through
 an index of each session's :func:`narrowable_pairs` (finding them costs what they are, not
 the tenant's sessions). A hit's key does not depend on the scope it was found in (terms are
-weighed by the whole index's counts), so merging the sessions' best keys gives the
-tenant-wide ranking restricted to those sessions, and cursors chain as they do without
-narrowing.
+weighed by the whole index's counts), so searching the sessions together, or each one and
+merging their best keys, gives the tenant-wide ranking restricted to those sessions, and
+cursors chain as they do without narrowing.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ so more would cost a search per session (a search without narrowing covers the w
 at once)."""
 
 _KEY = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NARROWING_KEY_CHARS}}}")
-"""A key: letters, digits, ``_``, ``.`` and ``-`` (it names a JSON member in the statement's
-path, so nothing there may quote or escape)."""
+"""A key: letters, digits, ``_``, ``.`` and ``-`` (revision 0019 indexes the stored sessions'
+keys by the same pattern, written in each store's SQL)."""
 
 
 @dataclass(frozen=True)

@@ -115,11 +115,9 @@ class SearchRepository:
         by the whole index's counts, learnt once for all of them, as the query's stems are),
         so the merge is the tenant's ranking restricted to them. Only the page's rows are
         read."""
-        if session_pks is None:
-            scope = KeyQuery(tenant_id, None, after, limit)
-            return self._page(self._keys(scope, query, QueryFacts()))
-        if len(session_pks) > 1 and self._index_type().takes_sessions:
-            scope = KeyQuery(tenant_id, None, after, limit, session_pks=tuple(session_pks))
+        if session_pks is None or (len(session_pks) > 1 and self._index_type().takes_sessions):
+            sessions = None if session_pks is None else tuple(session_pks)
+            scope = KeyQuery(tenant_id, None, after, limit, session_pks=sessions)
             return self._page(self._keys(scope, query, QueryFacts()))
         facts = QueryFacts()
         found = (

@@ -119,11 +119,10 @@ class IndexCounts:
 @dataclass
 class QueryFacts:
     """What the searches of one query in several scopes share, learnt by the first of them
-    (none depends on the scope): the query's stems as the index stems them, each source's
-    counts of them, and the words each source's plan scores."""
+    (neither depends on the scope): the query's stems as the index stems them, and the words
+    each source's plan scores (from the index's counts of those stems)."""
 
     stems: list[str] | None = None
-    counts: dict[int, IndexCounts] = field(default_factory=dict)
     words: dict[int, _Words] = field(default_factory=dict)
 
 
@@ -250,9 +249,7 @@ class LevelledKeys:
         return known
 
     def _count_words(self, source: int, found: Sequence[str]) -> _Words:
-        counts = self._facts.counts.get(source)
-        if counts is None:
-            counts = self._facts.counts[source] = self._index.counts(source, found)
+        counts = self._index.counts(source, found)
         counted = counts.stems
         held = [stem for stem in found if stem in counted and counted[stem].documents]
         # The rarest stems (highest IDF), kept in the query's order.
