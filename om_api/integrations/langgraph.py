@@ -36,13 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool, StructuredTool
 
 from om_api.client import OMClient
-from om_api.integrations.memory_tools import (
-    RECALL_DESCRIPTION,
-    RECALL_TOOL,
-    SEARCH_DESCRIPTION,
-    SEARCH_TOOL,
-    MemoryTools,
-)
+from om_api.integrations.memory_tools import MemoryTools
 from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     EntryIn,
@@ -76,14 +70,11 @@ class ObservationalMemory(SessionMemory[OMClient]):
         """``search_memory`` and ``recall_memory`` on this session, for the agent's tool list:
         each answers in text, an API failure included (one line, so a missing detail never
         ends the run)."""
-        tools = MemoryTools(self.client, self.session_id)
         return [
             StructuredTool.from_function(
-                func=tools.search, name=SEARCH_TOOL, description=SEARCH_DESCRIPTION
-            ),
-            StructuredTool.from_function(
-                func=tools.recall, name=RECALL_TOOL, description=RECALL_DESCRIPTION
-            ),
+                func=tool.function, name=tool.name, description=tool.description
+            )
+            for tool in MemoryTools(self.client, self.session_id).named()
         ]
 
     def pre_model_hook(self, state: Mapping[str, Any] | Any) -> dict[str, list[BaseMessage]]:

@@ -33,13 +33,7 @@ from agents import FunctionTool, function_tool
 from agents.items import TResponseInputItem
 
 from om_api.client import AsyncOMClient, Conflict, NotFound, OMClientError
-from om_api.integrations.memory_tools import (
-    RECALL_DESCRIPTION,
-    RECALL_TOOL,
-    SEARCH_DESCRIPTION,
-    SEARCH_TOOL,
-    AsyncMemoryTools,
-)
+from om_api.integrations.memory_tools import AsyncMemoryTools
 from om_api.schemas import (
     MAX_ENTRIES_PAGE,
     MAX_MESSAGES_PAGE,
@@ -97,14 +91,11 @@ class OMSession:
         """``search_memory`` and ``recall_memory`` on this session, for ``Agent(tools=[...])``:
         each answers in text, an API failure included (one line, so a missing detail never
         ends the run)."""
-        tools = AsyncMemoryTools(self._client, self.session_id)
         return [
             function_tool(
-                tools.search, name_override=SEARCH_TOOL, description_override=SEARCH_DESCRIPTION
-            ),
-            function_tool(
-                tools.recall, name_override=RECALL_TOOL, description_override=RECALL_DESCRIPTION
-            ),
+                tool.function, name_override=tool.name, description_override=tool.description
+            )
+            for tool in AsyncMemoryTools(self._client, self.session_id).named()
         ]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:

@@ -55,13 +55,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.toolsets import FunctionToolset
 
 from om_api.client import AsyncOMClient
-from om_api.integrations.memory_tools import (
-    RECALL_DESCRIPTION,
-    RECALL_TOOL,
-    SEARCH_DESCRIPTION,
-    SEARCH_TOOL,
-    AsyncMemoryTools,
-)
+from om_api.integrations.memory_tools import AsyncMemoryTools
 from om_api.integrations.recording import Recorded, SessionMemory
 from om_api.schemas import (
     ContentPartWire,
@@ -95,15 +89,11 @@ class ObservationalMemory(SessionMemory[AsyncOMClient]):
         """``search_memory`` and ``recall_memory`` on this session, to pass as
         ``Agent(toolsets=[...])``: each answers in text, an API failure included (one line, so
         a missing detail never ends the run)."""
-        tools = AsyncMemoryTools(self.client, self.session_id)
+        named = AsyncMemoryTools(self.client, self.session_id).named()
         return FunctionToolset(
             [
-                Tool(
-                    tools.search, takes_ctx=False, name=SEARCH_TOOL, description=SEARCH_DESCRIPTION
-                ),
-                Tool(
-                    tools.recall, takes_ctx=False, name=RECALL_TOOL, description=RECALL_DESCRIPTION
-                ),
+                Tool(t.function, takes_ctx=False, name=t.name, description=t.description)
+                for t in named
             ]
         )
 
