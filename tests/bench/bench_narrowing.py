@@ -2,8 +2,8 @@
 sessions and in one of 100,000, so that what finding the matching sessions costs shows as the
 ratio (it must not grow with the tenant's sessions).
 
-The sessions are inserted as rows, with the metadata pairs the store writes when it creates a
-session (:func:`~om_core.read.search_narrowing.narrowable_pairs`): creating 100,000 through
+The sessions are inserted as rows in bulk, and their metadata pairs by the store's own
+:func:`~om_workers.store.repositories.metadata_pairs.write_pairs`: creating 100,000 through
 the store would take minutes and measure nothing this section is about.
 """
 
@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import insert, select
 
-from om_core.read.search_narrowing import MetadataNarrowing, narrowable_pairs
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.store import AccountStore, SqlStore
-from om_workers.store.schema import session_metadata_pairs, sessions
+from om_workers.store.repositories.metadata_pairs import write_pairs
+from om_workers.store.schema import sessions
 
 SESSION_COUNTS = (1_000, 100_000)
 """The two tenants' sizes, in sessions."""
@@ -52,12 +53,7 @@ def narrowed_tenant(store: SqlStore, count: int) -> tuple[str, MetadataNarrowing
             select(sessions.c.id, sessions.c.pk).where(sessions.c.tenant_id == tenant)
         )
         keys = {row.id: row.pk for row in found}
-        pairs = [
-            {"tenant_id": tenant, "key": key, "value": value, "session_pk": keys[row["id"]]}
-            for row, meta in zip(rows, metas, strict=True)
-            for key, value in narrowable_pairs(meta)
-        ]
-        for at in range(0, len(pairs), _CHUNK):
-            connection.execute(insert(session_metadata_pairs), pairs[at : at + _CHUNK])
+        for row, meta in zip(rows, metas, strict=True):
+            write_pairs(connection, tenant, keys[row["id"]], meta)
     matching = [f"{tenant}-{n}" for n in range(7, count, groups)]
     return tenant, MetadataNarrowing((("group", "g7"),)), matching
