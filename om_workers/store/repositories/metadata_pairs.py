@@ -8,12 +8,13 @@ the lookup reads the matching rows and not the tenant's sessions.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, delete, exists, insert, select
 
-from om_core.read.search_narrowing import MAX_NARROWING_PAIRS, MetadataNarrowing, narrowable_pairs
+from om_core.read.search_narrowing import MetadataNarrowing, narrowable_pairs
 from om_workers.store.driver import FastStatement
 from om_workers.store.schema import session_metadata_pairs, sessions
 
@@ -23,9 +24,11 @@ _DROP = delete(session_metadata_pairs).where(
 )
 
 
+@functools.cache
 def _matching_query(count: int) -> Select[int]:
     """The live sessions holding ``count`` pairs (``k0``/``v0`` ...), in key order: the rows of
-    the first pair, in the index's order, each kept when the other pairs are there too."""
+    the first pair, in the index's order, each kept when the other pairs are there too. Built
+    at first use, once per count (all eight at import cost a process 10 ms of start-up)."""
     pairs = session_metadata_pairs
     first = pairs.alias("p0")
 
@@ -48,9 +51,6 @@ def _matching_query(count: int) -> Select[int]:
         .order_by(first.c.session_pk)
         .limit(bindparam("limit"))
     )
-
-
-_MATCHING = {count: _matching_query(count) for count in range(1, MAX_NARROWING_PAIRS + 1)}
 
 
 def write_pairs(
@@ -77,5 +77,5 @@ def matching_sessions(
     params: dict[str, Any] = {"tenant": tenant_id, "limit": limit}
     for n, (key, value) in enumerate(narrowing.pairs):
         params |= {f"k{n}": key, f"v{n}": value}
-    statement = _MATCHING[len(narrowing.pairs)]
+    statement = _matching_query(len(narrowing.pairs))
     return [int(pk) for pk in connection.execute(statement, params).scalars()]
