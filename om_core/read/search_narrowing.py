@@ -54,9 +54,17 @@ def narrowable_pairs(metadata: Mapping[str, object]) -> list[tuple[str, str]]:
         if isinstance(key, str)
         and _KEY.fullmatch(key) is not None
         and isinstance(value, str)
-        and len(value) <= MAX_NARROWING_VALUE_CHARS
-        and char_problem(value) is None
+        and _value_problem(value) is None
     )
+
+
+def _value_problem(value: str) -> str | None:
+    """Why no narrowing can give ``value`` (it names no character of it), ``None`` if one can."""
+    if char_problem(value) is not None:
+        return "a value holds NUL or a lone surrogate, which no session's metadata can"
+    if len(value) > MAX_NARROWING_VALUE_CHARS:
+        return f"a value is at most {MAX_NARROWING_VALUE_CHARS} characters"
+    return None
 
 
 def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
@@ -85,15 +93,9 @@ def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
                 f"metadata pair {number}: a key is 1-{MAX_NARROWING_KEY_CHARS} letters, "
                 "digits, '_', '.' or '-'"
             )
-        if char_problem(value) is not None:
-            raise InvalidSearchQueryError(
-                f"metadata pair {number}: a value holds NUL or a lone surrogate, which no "
-                "session's metadata can"
-            )
-        if len(value) > MAX_NARROWING_VALUE_CHARS:
-            raise InvalidSearchQueryError(
-                f"metadata pair {number}: a value is at most {MAX_NARROWING_VALUE_CHARS} characters"
-            )
+        problem = _value_problem(value)
+        if problem is not None:
+            raise InvalidSearchQueryError(f"metadata pair {number}: {problem}")
         if key in pairs:
             raise InvalidSearchQueryError(f"metadata pair {number} names a key given before")
         pairs[key] = value
