@@ -111,6 +111,11 @@ class InvalidLinkError(StoreError, InvalidInputError):
     """A funnel link that can never hold: a session linked to itself."""
 
 
+class InvalidSubjectError(StoreError, InvalidInputError):
+    """A subject no session's metadata can be erased by: over 256 characters, or holding NUL
+    or a lone surrogate."""
+
+
 class LinkConflictError(StoreError, ConflictError):
     """A funnel link the current links forbid: the workspace is itself linked to another
     workspace, or the session is the workspace of others (funnels do not chain)."""

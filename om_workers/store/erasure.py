@@ -31,10 +31,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from om_core.ledger.erasure import entries_to_blank, erased_placeholder
-from om_workers.errors import SessionNotFoundError
+from om_core.read.search_narrowing import narrowable_pairs
+from om_workers.errors import InvalidSubjectError, SessionNotFoundError
 from om_workers.store.audit import AuditEvent, audit_page
 from om_workers.store.records import JobState
 from om_workers.store.repositories.erasure import (
+    SUBJECT_KEY,
     ErasureJob,
     ErasureKind,
     ErasureTarget,
@@ -113,7 +115,15 @@ class ErasureService(Service):
 
     def erase_subject(self, tenant_id: str, subject: str, key_id: str | None) -> ErasureJob:
         """Hide every session of the tenant whose metadata names ``subject`` and open one
-        erasure job for them (with none, the job has nothing to do and succeeds)."""
+        erasure job for them (with none, the job has nothing to do and succeeds). Finds them
+        in the index of the sessions' metadata pairs, whatever the tenant's size.
+
+        Raises :class:`~om_workers.errors.InvalidSubjectError` for a subject that index cannot
+        hold (over 256 characters, NUL, a lone surrogate), before anything is written."""
+        if not narrowable_pairs({SUBJECT_KEY: subject}):
+            raise InvalidSubjectError(
+                "a subject is at most 256 characters, without NUL or a lone surrogate"
+            )
         with self._units.write() as uow:
             uow.sessions.require_tenant(tenant_id)
             found = uow.erasure.live_sessions(tenant_id, subject=subject)

@@ -32,6 +32,7 @@ from om_workers.reads import session_context
 from om_workers.store import AccountStore, SqlStore, upgrade
 
 from .bench_history import _analyze, postgres_url
+from .bench_narrowing import SESSION_COUNTS, narrowed_tenant
 from .common import Section, percentile
 
 ENTRIES = 100_000
@@ -42,6 +43,8 @@ ROUNDS = 3
 LEAD_S = 0.3
 """The reader runs alone this long after the worker is told to go, before the erasure begins."""
 GOAL = 1.5
+SUBJECT_ERASURES = 60
+"""Subjects erased in each tenant of :func:`measure_subjects`, one session each."""
 
 
 def _messages(session_id: str, count: int, start: int = 0) -> list[SessionEntry]:
@@ -193,6 +196,40 @@ def measure(section: Section, backend: str, url: str, redis_url: str) -> None:
     )
 
 
+def _subject_p99(store: SqlStore, tenant: str, count: int) -> float:
+    """p99 seconds of the store call behind ``DELETE /v1/subjects/{subject}`` (finding the
+    subject's sessions, hiding them, opening the job), over subjects of one session each."""
+    times = []
+    for n in range(SUBJECT_ERASURES):
+        subject = f"user-{(n * 7919) % count}"
+        start = time.perf_counter()
+        store.erasure.erase_subject(tenant, subject, None)
+        times.append(time.perf_counter() - start)
+    return percentile(times, 0.99)
+
+
+def measure_subjects(section: Section, backend: str, url: str) -> None:
+    """Erasing one end user's data must cost what their sessions cost, not the tenant's: the
+    same erasure in a tenant of 1,000 sessions and of 100,000."""
+    upgrade(url)
+    store = SqlStore.from_url(url)
+    try:
+        small, large = (narrowed_tenant(store, count)[0] for count in SESSION_COUNTS)
+        _analyze(store)
+        large_s = _subject_p99(store, large, SESSION_COUNTS[1])
+        small_s = _subject_p99(store, small, SESSION_COUNTS[0])
+    finally:
+        store.close()
+    section.add(
+        f"{backend}: erase a subject (one session) in a tenant of {SESSION_COUNTS[1]:,} "
+        "sessions, p99",
+        large_s * 1000,
+        "ms",
+        f"in a tenant of {SESSION_COUNTS[0]:,} sessions",
+        small_s * 1000,
+    )
+
+
 def run() -> Section:
     section = Section("11. Erasure of a 100,000-entry session")
     section.notes.append(
@@ -201,9 +238,11 @@ def run() -> Section:
     )
     with EmbeddedRedis() as redis_server, tempfile.TemporaryDirectory() as tmp:
         measure(section, "sqlite", f"sqlite:///{Path(tmp) / 'om.db'}", redis_server.url)
+        measure_subjects(section, "sqlite", f"sqlite:///{Path(tmp) / 'subjects.db'}")
         with postgres_url() as pg:
             if pg is None:
                 section.notes.append("- PostgreSQL: not reachable, skipped.")
             else:
                 measure(section, "postgresql", pg, redis_server.url)
+                measure_subjects(section, "postgresql", pg)
     return section

@@ -17,6 +17,7 @@ from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntr
 from om_core.portability import dump_line
 from om_workers.errors import (
     ErasureJobNotFoundError,
+    InvalidSubjectError,
     FlushJobNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
@@ -149,6 +150,57 @@ def test_another_tenant_cannot_erase_or_read_the_job(
     job = store.erasure.erase_session(tenant, "child", None)
     with pytest.raises(ErasureJobNotFoundError):
         store.erasure.get_job("rival", job.id)
+
+
+def _live(store: SqlStore, tenant: str, session_ids: list[str]) -> list[str]:
+    live = []
+    for session_id in session_ids:
+        try:
+            store.get_session(tenant, session_id)
+        except SessionNotFoundError:
+            continue
+        live.append(session_id)
+    return live
+
+
+def test_erasing_a_subject_hides_every_live_session_naming_it_and_no_other(
+    store: SqlStore, tenant: str, accounts: AccountStore
+) -> None:
+    rival = accounts.create_tenant("rival").id
+    named = {
+        "a1": {"subject": "u@example.com"},
+        "a2": {"subject": "u@example.com", "plan": "pro"},
+        "a3": {"subject": "v"},
+        "a4": {"subject": 5},
+        "a5": {"owner": "u@example.com"},
+        "a6": {"subject": "w" * 256},
+    }
+    for session_id, meta in named.items():
+        store.create_session(tenant, session_id, metadata=meta)
+    store.create_session(rival, "r1", metadata={"subject": "u@example.com"})
+    _erase(store, tenant, "a1")
+
+    job = store.erasure.erase_subject(tenant, "u@example.com", None)
+    assert (job.kind, job.target) == ("subject", "u@example.com")
+    assert _live(store, tenant, list(named)) == ["a3", "a4", "a5", "a6"]
+    assert _live(store, rival, ["r1"]) == ["r1"]
+    # Only a string names a subject, on both stores.
+    store.erasure.erase_subject(tenant, "5", None)
+    store.erasure.erase_subject(tenant, "nobody", None)
+    assert _live(store, tenant, list(named)) == ["a3", "a4", "a5", "a6"]
+    store.erasure.erase_subject(tenant, "w" * 256, None)
+    assert _live(store, tenant, list(named)) == ["a3", "a4", "a5"]
+
+
+@pytest.mark.parametrize("subject", ["w" * 257, "nul\x00", "lone\ud800"])
+def test_a_subject_no_session_can_be_erased_by_is_refused_before_anything_is_written(
+    store: SqlStore, tenant: str, subject: str
+) -> None:
+    store.create_session(tenant, "s", metadata={"subject": "w" * 257})
+    with pytest.raises(InvalidSubjectError, match="at most 256 characters"):
+        store.erasure.erase_subject(tenant, subject, None)
+    assert _live(store, tenant, ["s"]) == ["s"]
+    assert store.erasure.audit_events(tenant, 10) == []
 
 
 def test_erasing_a_workspace_unlinks_its_children(

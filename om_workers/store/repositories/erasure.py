@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, func, insert, literal
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
 from om_workers.store.records import FINAL_JOB_STATES, JobState, as_utc, as_utc_or_none
-from om_workers.store.repositories.metadata_pairs import drop_pairs
+from om_workers.store.repositories.metadata_pairs import drop_pairs, sessions_holding
 from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.schema import (
     api_keys,
@@ -159,11 +159,6 @@ _LIVE = (sessions.c.tenant_id == bindparam("tenant"), sessions.c.erased_at.is_(N
 SUBJECT_KEY = "subject"
 """The session metadata key that names the end user a session is about (``DELETE
 /v1/subjects/{subject}`` erases every session whose ``metadata.subject`` is that string)."""
-_OF_SUBJECT = (
-    select(sessions.c.pk, sessions.c.id)
-    .where(*_LIVE, sessions.c.meta[SUBJECT_KEY].as_string() == bindparam("subject"))
-    .order_by(sessions.c.pk)
-)
 _OF_TENANT = select(sessions.c.pk, sessions.c.id).where(*_LIVE).order_by(sessions.c.pk)
 _IDLE = (
     select(sessions.c.pk, sessions.c.id)
@@ -369,11 +364,11 @@ class ErasureRepository:
 
     def live_sessions(self, tenant_id: str, *, subject: str | None = None) -> list[tuple[int, str]]:
         """``(key, id)`` of the tenant's sessions not erased: all of them, or those whose
-        metadata names ``subject`` (:data:`SUBJECT_KEY`)."""
-        if subject is None:
-            rows = self._connection.execute(_OF_TENANT, {"tenant": tenant_id})
-        else:
-            rows = self._connection.execute(_OF_SUBJECT, {"tenant": tenant_id, "subject": subject})
+        metadata names ``subject`` (:data:`SUBJECT_KEY`; read from the pairs index, which
+        holds only a subject :func:`~om_core.read.search_narrowing.narrowable_pairs` gives)."""
+        if subject is not None:
+            return sessions_holding(self._connection, tenant_id, SUBJECT_KEY, subject)
+        rows = self._connection.execute(_OF_TENANT, {"tenant": tenant_id})
         return [(int(row.pk), row.id) for row in rows]
 
     def idle_sessions(self, tenant_id: str, before: datetime, limit: int) -> list[tuple[int, str]]:

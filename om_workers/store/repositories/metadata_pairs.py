@@ -1,5 +1,5 @@
 """The index of the sessions' metadata pairs (``session_metadata_pairs``): what a tenant-wide
-search narrowed by metadata reads to find its sessions.
+search narrowed by metadata, and an erasure by subject, read to find their sessions.
 
 One row per pair a narrowing can name (:func:`~om_core.read.search_narrowing.narrowable_pairs`),
 written with the session (its metadata never changes) and deleted when an erasure hides it, so
@@ -53,6 +53,21 @@ def _matching_query(count: int) -> Select[int]:
     )
 
 
+_HOLDING = (
+    select(sessions.c.pk, sessions.c.id)
+    .select_from(
+        session_metadata_pairs.join(sessions, sessions.c.pk == session_metadata_pairs.c.session_pk)
+    )
+    .where(
+        session_metadata_pairs.c.tenant_id == bindparam("tenant"),
+        session_metadata_pairs.c.key == bindparam("key"),
+        session_metadata_pairs.c.value == bindparam("value"),
+        sessions.c.erased_at.is_(None),
+    )
+    .order_by(session_metadata_pairs.c.session_pk)
+)
+
+
 def write_pairs(
     connection: Connection, tenant_id: str, session_pk: int, metadata: Mapping[str, Any]
 ) -> None:
@@ -79,3 +94,14 @@ def matching_sessions(
         params |= {f"k{n}": key, f"v{n}": value}
     statement = _matching_query(len(narrowing.pairs))
     return [int(pk) for pk in connection.execute(statement, params).scalars()]
+
+
+def sessions_holding(
+    connection: Connection, tenant_id: str, key: str, value: str
+) -> list[tuple[int, str]]:
+    """``(key, id)`` of every live session of the tenant whose metadata holds ``key`` with the
+    string ``value``, in key order, read from the pair's rows alone. A pair
+    :func:`~om_core.read.search_narrowing.narrowable_pairs` does not give is never indexed,
+    and finds none."""
+    params = {"tenant": tenant_id, "key": key, "value": value}
+    return [(int(row.pk), row.id) for row in connection.execute(_HOLDING, params)]
