@@ -17,8 +17,8 @@ from om_core.ledger.models import Observation, ObservationsRecorded, SessionEntr
 from om_core.portability import dump_line
 from om_workers.errors import (
     ErasureJobNotFoundError,
-    InvalidSubjectError,
     FlushJobNotFoundError,
+    InvalidSubjectError,
     SessionExistsError,
     SessionNotFoundError,
     StaleEpochError,
