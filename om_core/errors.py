@@ -27,6 +27,7 @@ the client, ``om_api.client``; ``[a]``: elsewhere in ``om_api``; ``A: B``: B sub
     │   ├── ImportLineError               a line of an import refused (its number, why)
     │   ├── InvalidScopeInputError, ReservedScopeError, UnknownMemoryRefError (LookupError)
     │   ├── InvalidCursorError [w], InvalidLinkError [w], LocomoFormatError [a]
+    │   ├── InvalidSubjectError [w]       a subject no session can be erased by
     │   ├── EmbeddingsOffError [w]        a hybrid search while embeddings are off
     │   ├── ProxyInputError [a], FormRefused [a] (a console form without its token)
     │   └── InvalidRequest [c]            400/422, or refused before sending
