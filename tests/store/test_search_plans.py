@@ -32,44 +32,51 @@ VOCABULARY = 400
 MESSAGES = 1_500
 PAGE = 7
 _SETS = "mixed, sets of rare words read where PostgreSQL's are, probed where SQLite's are"
-PLANS: dict[str, dict[str, int]] = {
+_BY_SHARE = "row by row within half the index's rows, else mixed"
+PLANS: dict[str, dict[str, float]] = {
     "row by row": {"SMALL_SCOPE": 10**9},
-    "by combination": {"SMALL_SCOPE": -1, "READ_ROWS": -1},
-    "mixed": {"SMALL_SCOPE": -1, "READ_ROWS": 300},
+    "by combination": {"SMALL_SCOPE": -1, "small_share": 0, "READ_ROWS": -1},
+    "mixed": {"SMALL_SCOPE": -1, "small_share": 0, "READ_ROWS": 300},
     _SETS: {
         "SMALL_SCOPE": -1,
+        "small_share": 0,
         "READ_ROWS": 300,
         "SET_ROWS": 40,
         "reads_sets": -1,
     },
     "mixed, counts kept, batches of one": {
         "SMALL_SCOPE": -1,
+        "small_share": 0,
         "READ_ROWS": 300,
         "KEPT_ROWS": 100,
         "FIRST_BATCH": 1,
         "MAX_BATCH": 2,
     },
+    _BY_SHARE: {"SMALL_SCOPE": -1, "small_share": 0.5, "READ_ROWS": 300},
 }
-POSTGRESQL_PLANS = ("by combination", _SETS, "mixed, counts kept, batches of one")
+POSTGRESQL_PLANS = ("by combination", _SETS, "mixed, counts kept, batches of one", _BY_SHARE)
 """The plans PostgreSQL pages every query through. Its statements cost milliseconds, so the
 scopes read row by row and "mixed" (the last plan without its batches of one) are left to
 tests/store/test_search.py, whose every rule PostgreSQL checks as planned."""
 SESSIONS = {"z": MESSAGES // 20, "a": MESSAGES, "b": MESSAGES // 3, "c": MESSAGES // 5}
 
 
-def _patch(patched: pytest.MonkeyPatch, settings: dict[str, int]) -> None:
+def _patch(patched: pytest.MonkeyPatch, settings: dict[str, float]) -> None:
     """Apply a plan's settings (``reads_sets``: each store reads sets where the other probes
-    them)."""
+    them; ``small_share``: both stores' share of the index scored row by row)."""
     for setting, value in settings.items():
         if setting == "reads_sets":
             patched.setattr(SqliteIndex, "reads_sets", True)
             patched.setattr(PostgresIndex, "reads_sets", False)
+        elif setting == "small_share":
+            patched.setattr(SqliteIndex, "small_share", value)
+            patched.setattr(PostgresIndex, "small_share", value)
         else:
             module = search_counts if setting == "KEPT_ROWS" else search_levelled
             patched.setattr(module, setting, value)
 
 
-def _plans(store: SqlStore) -> list[tuple[str, dict[str, int]]]:
+def _plans(store: SqlStore) -> list[tuple[str, dict[str, float]]]:
     """The plans every query is paged through on ``store``."""
     if store.engine.dialect.name == "sqlite":
         return list(PLANS.items())
@@ -312,6 +319,26 @@ def test_combinations_beyond_reach_are_never_asked(
     monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
     store.search(big, "w1 w3", session_id="a", limit=3)
     assert len(asked) == 1
+
+
+@pytest.mark.parametrize("share", [0.0, 0.9])
+def test_a_scope_within_the_index_share_is_scored_row_by_row(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    share: float,
+) -> None:
+    # Session a holds 1,500 of the index's 2,375 messages: beyond any SMALL_SCOPE here, but
+    # within 90 % of the index, so its rows are read and scored one by one, no combination
+    # asked; with no share, everything is taken by combination. The hits are the same.
+    store, big, _, texts = corpus
+    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
+    monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
+    monkeypatch.setattr(SqliteIndex, "small_share", share)
+    monkeypatch.setattr(PostgresIndex, "small_share", share)
+    asked = _combinations_asked(monkeypatch)
+    hits = store.search(big, "w1 w3 w9", session_id="a", limit=PAGE).hits
+    assert [(h.id, h.score) for h in hits] == _expected(texts, "w1 w3 w9", ["a"])[:PAGE]
+    assert (asked == []) is (share > 0)
 
 
 def test_levels_the_scope_lacks_are_never_combined(

@@ -51,7 +51,8 @@ READ_ROWS = 3_000
 """Rows of the index a search reads and scores one by one: those of its rarest terms (a rare
 stem, a common one's rare levels), as many as fit; the rest are taken by combination."""
 SMALL_SCOPE = 4_000
-"""A scope (a session, or a tenant) of at most this many messages is scored row by row."""
+"""A scope (a session, or a tenant) of at most this many messages is scored row by row (and
+a larger one, within an index's :attr:`LevelledIndex.small_share` of its rows)."""
 FIRST_BATCH = 8
 """Combinations asked in the first statement at most (an index may ask fewer:
 :attr:`LevelledIndex.first_batch`); each next statement asks twice as many, up to
@@ -167,6 +168,10 @@ class LevelledIndex(Protocol):
     takes_sessions: bool
     """Whether a scope may be a set of sessions (:attr:`KeyQuery.session_pks`); an index that
     narrows by one session only is searched a session at a time."""
+    small_share: float
+    """A scope of at most this share of the index's rows is also scored row by row, beyond
+    :data:`SMALL_SCOPE`: for an index whose combinations cost by the index's rows of their
+    terms, not the scope's (0: combinations cost by the scope's rows)."""
 
     def stems(self, query: SearchQuery) -> list[str]:
         """The distinct stems of the query's words, in order, as this index stems them."""
@@ -274,7 +279,8 @@ class LevelledKeys:
         scope = self._index.scope_rows()
         messages = self._index.messages(tenant_term=scope < plan.rows / 2)
         counts = [c.levels for c in plan.counted]
-        read_at = read_places(plan.words, counts, math.inf if scope <= SMALL_SCOPE else READ_ROWS)
+        small = scope <= max(SMALL_SCOPE, self._index.small_share * plan.rows)
+        read_at = read_places(plan.words, counts, math.inf if small else READ_ROWS)
         read = set(read_at)
         dense = self._in_scope(
             messages,

@@ -53,6 +53,8 @@ class SqliteIndex:
     first_batch = 8
     takes_sessions = False
     """FTS5 narrows a match by one rowid range (a session's) only."""
+    small_share = 0.0
+    """FTS5 reads a combination's rows within the scope's rowids: it costs by the scope."""
 
     def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
         self._connection = connection
