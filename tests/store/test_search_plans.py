@@ -331,10 +331,7 @@ def test_a_scope_within_the_index_share_is_scored_row_by_row(
     # within 90 % of the index, so its rows are read and scored one by one, no combination
     # asked; with no share, everything is taken by combination. The hits are the same.
     store, big, _, texts = corpus
-    monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
-    monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
-    monkeypatch.setattr(SqliteIndex, "small_share", share)
-    monkeypatch.setattr(PostgresIndex, "small_share", share)
+    _patch(monkeypatch, {"SMALL_SCOPE": -1, "READ_ROWS": -1, "small_share": share})
     asked = _combinations_asked(monkeypatch)
     hits = store.search(big, "w1 w3 w9", session_id="a", limit=PAGE).hits
     assert [(h.id, h.score) for h in hits] == _expected(texts, "w1 w3 w9", ["a"])[:PAGE]
