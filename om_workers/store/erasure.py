@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from om_core.ledger.erasure import entries_to_blank, erased_placeholder
-from om_core.read.search_narrowing import narrowable_pairs
+from om_core.read.search_narrowing import MAX_NARROWING_VALUE_CHARS, narrowable_pairs
 from om_workers.errors import InvalidSubjectError, SessionNotFoundError
 from om_workers.store.audit import AuditEvent, audit_page
 from om_workers.store.records import JobState
@@ -122,7 +122,8 @@ class ErasureService(Service):
         hold (over 256 characters, NUL, a lone surrogate), before anything is written."""
         if not narrowable_pairs({SUBJECT_KEY: subject}):
             raise InvalidSubjectError(
-                "a subject is at most 256 characters, without NUL or a lone surrogate"
+                f"a subject is at most {MAX_NARROWING_VALUE_CHARS} characters, without NUL or "
+                "a lone surrogate"
             )
         with self._units.write() as uow:
             uow.sessions.require_tenant(tenant_id)
