@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Row, bindparam, delete, func, insert, literal, select, update
 
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
 from om_workers.store.records import FINAL_JOB_STATES, JobState, as_utc, as_utc_or_none
-from om_workers.store.repositories.metadata_pairs import drop_pairs, sessions_holding
+from om_workers.store.repositories.metadata_pairs import drop_pairs, matching_sessions
 from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.schema import (
     api_keys,
@@ -367,7 +368,8 @@ class ErasureRepository:
         metadata names ``subject`` (:data:`SUBJECT_KEY`; read from the pairs index, which
         holds only a subject :func:`~om_core.read.search_narrowing.narrowable_pairs` gives)."""
         if subject is not None:
-            return sessions_holding(self._connection, tenant_id, SUBJECT_KEY, subject)
+            narrowing = MetadataNarrowing(((SUBJECT_KEY, subject),))
+            return matching_sessions(self._connection, tenant_id, narrowing, None)
         rows = self._connection.execute(_OF_TENANT, {"tenant": tenant_id})
         return [(int(row.pk), row.id) for row in rows]
 

@@ -25,10 +25,11 @@ _DROP = delete(session_metadata_pairs).where(
 
 
 @functools.cache
-def _matching_query(count: int) -> Select[int]:
-    """The live sessions holding ``count`` pairs (``k0``/``v0`` ...), in key order: the rows of
-    the first pair, in the index's order, each kept when the other pairs are there too. Built
-    at first use, once per count (all eight at import cost a process 10 ms of start-up)."""
+def _matching_query(count: int, *, limited: bool) -> Select[int, str]:
+    """The ``(key, id)`` of the live sessions holding ``count`` pairs (``k0``/``v0`` ...), in
+    key order, up to ``:limit`` when ``limited``: the rows of the first pair, in the index's
+    order, each kept when the other pairs are there too. Built at first use, once per shape
+    (all of them at import cost a process 10 ms of start-up)."""
     pairs = session_metadata_pairs
     first = pairs.alias("p0")
 
@@ -44,28 +45,13 @@ def _matching_query(count: int) -> Select[int]:
         exists().where(*held(other, n), other.c.session_pk == first.c.session_pk)
         for n, other in enumerate(others, start=1)
     ]
-    return (
-        select(first.c.session_pk)
+    query = (
+        select(first.c.session_pk, sessions.c.id)
         .select_from(first.join(sessions, sessions.c.pk == first.c.session_pk))
         .where(*held(first, 0), *also, sessions.c.erased_at.is_(None))
         .order_by(first.c.session_pk)
-        .limit(bindparam("limit"))
     )
-
-
-_HOLDING = (
-    select(sessions.c.pk, sessions.c.id)
-    .select_from(
-        session_metadata_pairs.join(sessions, sessions.c.pk == session_metadata_pairs.c.session_pk)
-    )
-    .where(
-        session_metadata_pairs.c.tenant_id == bindparam("tenant"),
-        session_metadata_pairs.c.key == bindparam("key"),
-        session_metadata_pairs.c.value == bindparam("value"),
-        sessions.c.erased_at.is_(None),
-    )
-    .order_by(session_metadata_pairs.c.session_pk)
-)
+    return query.limit(bindparam("limit")) if limited else query
 
 
 def write_pairs(
@@ -85,23 +71,15 @@ def drop_pairs(connection: Connection, session_pk: int) -> None:
 
 
 def matching_sessions(
-    connection: Connection, tenant_id: str, narrowing: MetadataNarrowing, limit: int
-) -> list[int]:
-    """The keys of the tenant's live sessions whose metadata holds every pair of
-    ``narrowing``, in key order, at most ``limit``."""
-    params: dict[str, Any] = {"tenant": tenant_id, "limit": limit}
-    for n, (key, value) in enumerate(narrowing.pairs):
-        params |= {f"k{n}": key, f"v{n}": value}
-    statement = _matching_query(len(narrowing.pairs))
-    return [int(pk) for pk in connection.execute(statement, params).scalars()]
-
-
-def sessions_holding(
-    connection: Connection, tenant_id: str, key: str, value: str
+    connection: Connection, tenant_id: str, narrowing: MetadataNarrowing, limit: int | None
 ) -> list[tuple[int, str]]:
-    """``(key, id)`` of every live session of the tenant whose metadata holds ``key`` with the
-    string ``value``, in key order, read from the pair's rows alone. A pair
+    """``(key, id)`` of the tenant's live sessions whose metadata holds every pair of
+    ``narrowing``, in key order, at most ``limit`` (``None``: all of them). Reads the index
+    rows of the narrowing's first pair, not the tenant's other sessions; a pair
     :func:`~om_core.read.search_narrowing.narrowable_pairs` does not give is never indexed,
     and finds none."""
-    params = {"tenant": tenant_id, "key": key, "value": value}
-    return [(int(row.pk), row.id) for row in connection.execute(_HOLDING, params)]
+    params: dict[str, Any] = {"tenant": tenant_id} | ({} if limit is None else {"limit": limit})
+    for n, (key, value) in enumerate(narrowing.pairs):
+        params |= {f"k{n}": key, f"v{n}": value}
+    statement = _matching_query(len(narrowing.pairs), limited=limit is not None)
+    return [(int(pk), session_id) for pk, session_id in connection.execute(statement, params)]

@@ -256,7 +256,7 @@ class SessionRepository:
         """The keys of the tenant's sessions (not being erased) whose metadata holds every
         pair of ``narrowing``, in key order, at most ``limit``. Reads the index rows of the
         narrowing's first pair, up to ``limit`` matches: not the tenant's other sessions."""
-        return matching_sessions(self._connection, tenant_id, narrowing, limit)
+        return [pk for pk, _ in matching_sessions(self._connection, tenant_id, narrowing, limit)]
 
     def exists(self, tenant_id: str, session_id: str) -> bool:
         """Whether the tenant has this session."""
