@@ -54,12 +54,13 @@ def narrowable_pairs(metadata: Mapping[str, object]) -> list[tuple[str, str]]:
         if isinstance(key, str)
         and _KEY.fullmatch(key) is not None
         and isinstance(value, str)
-        and _value_problem(value) is None
+        and value_problem(value) is None
     )
 
 
-def _value_problem(value: str) -> str | None:
-    """Why no narrowing can give ``value`` (it names no character of it), ``None`` if one can."""
+def value_problem(value: str) -> str | None:
+    """Why no narrowing can give ``value``, so that no metadata pair holding it is indexed
+    (the reason names no character of it); ``None`` if one can."""
     if char_problem(value) is not None:
         return "a value holds NUL or a lone surrogate, which no session's metadata can"
     if len(value) > MAX_NARROWING_VALUE_CHARS:
@@ -93,7 +94,7 @@ def parse_narrowing(values: Sequence[str] | None) -> MetadataNarrowing | None:
                 f"metadata pair {number}: a key is 1-{MAX_NARROWING_KEY_CHARS} letters, "
                 "digits, '_', '.' or '-'"
             )
-        problem = _value_problem(value)
+        problem = value_problem(value)
         if problem is not None:
             raise InvalidSearchQueryError(f"metadata pair {number}: {problem}")
         if key in pairs:

@@ -31,12 +31,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from om_core.ledger.erasure import entries_to_blank, erased_placeholder
-from om_core.read.search_narrowing import MAX_NARROWING_VALUE_CHARS, narrowable_pairs
+from om_core.read.search_narrowing import value_problem
 from om_workers.errors import InvalidSubjectError, SessionNotFoundError
 from om_workers.store.audit import AuditEvent, audit_page
 from om_workers.store.records import JobState
 from om_workers.store.repositories.erasure import (
-    SUBJECT_KEY,
     ErasureJob,
     ErasureKind,
     ErasureTarget,
@@ -120,11 +119,9 @@ class ErasureService(Service):
 
         Raises :class:`~om_workers.errors.InvalidSubjectError` for a subject that index cannot
         hold (over 256 characters, NUL, a lone surrogate), before anything is written."""
-        if not narrowable_pairs({SUBJECT_KEY: subject}):
-            raise InvalidSubjectError(
-                f"a subject is at most {MAX_NARROWING_VALUE_CHARS} characters, without NUL or "
-                "a lone surrogate"
-            )
+        problem = value_problem(subject)
+        if problem is not None:
+            raise InvalidSubjectError(f"no session's subject can be this one: {problem}")
         with self._units.write() as uow:
             uow.sessions.require_tenant(tenant_id)
             found = uow.erasure.live_sessions(tenant_id, subject=subject)
