@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Row, bindparam, delete, func, insert, literal, select, update
 
+from om_core.policy.subjects import SUBJECT_KEY
 from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.errors import ErasureJobNotFoundError
 from om_workers.store.audit import insert_audit
@@ -157,9 +158,6 @@ _UNFINISHED_BEFORE = (
     .limit(bindparam("limit"))
 )
 _LIVE = (sessions.c.tenant_id == bindparam("tenant"), sessions.c.erased_at.is_(None))
-SUBJECT_KEY = "subject"
-"""The session metadata key that names the end user a session is about (``DELETE
-/v1/subjects/{subject}`` erases every session whose ``metadata.subject`` is that string)."""
 _OF_TENANT = select(sessions.c.pk, sessions.c.id).where(*_LIVE).order_by(sessions.c.pk)
 _IDLE = (
     select(sessions.c.pk, sessions.c.id)
