@@ -27,9 +27,10 @@ MAX_NARROWING_KEY_CHARS = 128
 MAX_NARROWING_VALUE_CHARS = 256
 """Longest value of a pair, in characters."""
 MAX_NARROWED_SESSIONS = 100
-"""Most sessions a narrowed search may match: SQLite's index searches them one after another,
-so more would cost a search per session (a search without narrowing covers the whole tenant
-at once)."""
+"""Most sessions a narrowed search may match: their keys are written into every statement of
+the search (and SQLite, in an index far larger than the set, searches each session alone), so
+more would cost more than the narrowing saves (a search without narrowing covers the whole
+tenant at once)."""
 
 _KEY = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_NARROWING_KEY_CHARS}}}")
 """A key: letters, digits, ``_``, ``.`` and ``-`` (revision 0019 indexes the stored sessions'

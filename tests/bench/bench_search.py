@@ -555,11 +555,10 @@ def run() -> Section:
         f"Tenant: {TENANT_SESSIONS:,} sessions of {SESSION_ENTRIES:,} synthetic messages "
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
         "against a 1-session tenant in the same file; and narrowed by metadata to the 10 "
-        "sessions of one group (one scope on PostgreSQL; on SQLite each searched in turn, "
-        "keys merged) against the "
-        "whole tenant. Narrowed by sessions: the same narrowed search (10 sessions of 20 "
-        "messages match) in a tenant of 100,000 sessions against one of 1,000, the sessions "
-        "inserted as rows with the metadata pairs a created session gets.",
+        "sessions of one group (one scope on both stores) against the whole tenant. "
+        "Narrowed by sessions: the same narrowed search (10 sessions of 20 messages match) "
+        "in a tenant of 100,000 sessions against one of 1,000, the sessions inserted as rows "
+        "with the metadata pairs a created session gets.",
         "PostgreSQL: the latency figures' sessions and the tenants on a fresh PostgreSQL "
         "schema (levelled terms in a GIN-indexed column, weighed by the table's statistics), "
         "ANALYZEd after each load, searched at once; wall-clock. The tenant figure is then "

@@ -19,7 +19,7 @@ from om_core.read.search_narrowing import (
     narrowable_pairs,
 )
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
-from om_workers.store.repositories import search_levelled
+from om_workers.store.repositories import search_levelled, search_sqlite
 from om_workers.store.schema import session_metadata_pairs, sessions
 
 _SESSIONS: dict[str, dict[str, Any]] = {
@@ -31,12 +31,16 @@ _SESSIONS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(autouse=True, params=["as-planned", "exhaustive"])
+@pytest.fixture(autouse=True, params=["as-planned", "exhaustive", "session by session"])
 def search_plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each search planned as usual, and with every message taken by combination of levels."""
+    """Each search planned as usual (the matching sessions as one scope), with every message
+    taken by combination of levels, and (SQLite) with each session searched alone, as in an
+    index far larger than the set."""
     if request.param == "exhaustive":
         monkeypatch.setattr(search_levelled, "SMALL_SCOPE", -1)
         monkeypatch.setattr(search_levelled, "READ_ROWS", -1)
+    if request.param == "session by session":
+        monkeypatch.setattr(search_sqlite, "SET_ROWS_PER_SESSION", -1)
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ from sqlalchemy import text as sql
 from store_factories import message
 
 from om_core.read.search import SearchHit
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_core.read.search_plan import MAX_SCORED_STEMS, PlanWord, score
 from om_core.read.search_terms import idf, level_of, query_stems, stems
 from om_workers.store import AccountStore, SqlStore, upgrade
-from om_workers.store.repositories import search_counts, search_levelled
+from om_workers.store.repositories import search_counts, search_levelled, search_sqlite
 from om_workers.store.repositories.search_counts import KEPT_COUNTS
 from om_workers.store.repositories.search_levelled import LevelledKeys
 from om_workers.store.repositories.search_postgresql import PostgresIndex, statistics
@@ -59,6 +60,8 @@ POSTGRESQL_PLANS = ("by combination", _SETS, "mixed, counts kept, batches of one
 scopes read row by row and "mixed" (the last plan without its batches of one) are left to
 tests/store/test_search.py, whose every rule PostgreSQL checks as planned."""
 SESSIONS = {"z": MESSAGES // 20, "a": MESSAGES, "b": MESSAGES // 3, "c": MESSAGES // 5}
+IN_SET = ("z", "b")
+"""The sessions of the big tenant a narrowing by ``set:zb`` finds."""
 
 
 def _patch(patched: pytest.MonkeyPatch, settings: dict[str, float]) -> None:
@@ -117,7 +120,7 @@ def _filled(
     texts: dict[str, list[str]] = {}
     for session, count in SESSIONS.items():
         tenant = small if session == "c" else big
-        store.create_session(tenant, session)
+        store.create_session(tenant, session, metadata={"set": "zb"} if session in IN_SET else {})
         texts[session] = [
             " ".join(_word(rng) for _ in range(rng.randint(4, 30))) for _ in range(count)
         ]
@@ -163,11 +166,19 @@ def _expected(
     return [(entry_id, -rank) for rank, _, entry_id in sorted(ranked)]
 
 
-def _pages(store: SqlStore, tenant: str, q: str, session: str | None) -> list[SearchHit]:
+def _pages(
+    store: SqlStore,
+    tenant: str,
+    q: str,
+    session: str | None,
+    narrowing: MetadataNarrowing | None = None,
+) -> list[SearchHit]:
     hits: list[SearchHit] = []
     cursor: str | None = None
     for _ in range(3):
-        page = store.search(tenant, q, session_id=session, limit=PAGE, cursor=cursor)
+        page = store.search(
+            tenant, q, session_id=session, limit=PAGE, cursor=cursor, narrowing=narrowing
+        )
         hits += page.hits
         if (cursor := page.next_cursor) is None:
             break
@@ -201,6 +212,28 @@ def test_every_plan_pages_the_defined_ranking(
                 for _ in range(2 if store.engine.dialect.name == "sqlite" else 1):
                     found = [(h.id, h.score) for h in _pages(store, tenant, q, session)]
                     assert found == expected, name
+            KEPT_COUNTS.clear()
+
+
+@pytest.mark.parametrize("q", _queries())
+def test_every_plan_pages_the_defined_ranking_of_a_set_of_sessions(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    q: str,
+) -> None:
+    # SQLite searches a set both ways: as one scope, and a session at a time (keys merged).
+    store, big, _, texts = corpus
+    narrowing = MetadataNarrowing((("set", "zb"),))
+    expected = _expected(texts, q, list(IN_SET))[: 3 * PAGE]
+    readings = (10**9, -1) if store.engine.dialect.name == "sqlite" else (None,)
+    for name, settings in _plans(store):
+        for rows_per_session in readings:
+            with monkeypatch.context() as patched:
+                _patch(patched, settings)
+                if rows_per_session is not None:
+                    patched.setattr(search_sqlite, "SET_ROWS_PER_SESSION", rows_per_session)
+                found = [(h.id, h.score) for h in _pages(store, big, q, None, narrowing)]
+                assert found == expected, (name, rows_per_session)
             KEPT_COUNTS.clear()
 
 

@@ -109,13 +109,16 @@ class SearchRepository:
         the sessions' of ``session_pks``) messages and memory items matching any term,
         tombstoned entries left out.
 
-        Where the index cannot take a set of sessions as one scope (SQLite's: FTS5 narrows
-        by one session's rowid range), the sessions are searched one by one and their keys
+        Where the index does not take a set of sessions as one scope (SQLite's, in an index
+        far larger than the set), the sessions are searched one by one and their keys
         merged: a key does not depend on the scope its row was found in (stems are weighed
         by the whole index's counts, learnt once for all of them, as the query's stems are),
         so the merge is the tenant's ranking restricted to them. Only the page's rows are
         read."""
-        if session_pks is None or (len(session_pks) > 1 and self._index_type().takes_sessions):
+        index_type = self._index_type()
+        if session_pks is None or (
+            len(session_pks) > 1 and index_type.takes_sessions(self._connection, len(session_pks))
+        ):
             sessions = None if session_pks is None else tuple(session_pks)
             scope = KeyQuery(tenant_id, None, after, limit, session_pks=sessions)
             return self._page(self._keys(scope, query, QueryFacts()))

@@ -70,8 +70,10 @@ MEMORY = 1
 @dataclass(frozen=True)
 class KeyQuery:
     """One search's scope and page: the tenant, the session (``None``: every session of the
-    tenant, or the sessions of ``session_pks`` where an index takes a set:
-    :attr:`LevelledIndex.takes_sessions`), the cursor's key, and the number of keys wanted."""
+    tenant, or the sessions of ``session_pks`` where the index takes the set: ``takes_sessions``
+    of :class:`~om_workers.store.repositories.search_sqlite.SqliteIndex` and of
+    :class:`~om_workers.store.repositories.search_postgresql.PostgresIndex`), the cursor's key,
+    and the number of keys wanted."""
 
     tenant_id: str
     session_pk: int | None
@@ -165,9 +167,6 @@ class LevelledIndex(Protocol):
     first_batch: int
     """Combinations this index asks in a search's first statement (at most
     :data:`FIRST_BATCH`): fewer where each costs more."""
-    takes_sessions: bool
-    """Whether a scope may be a set of sessions (:attr:`KeyQuery.session_pks`); an index that
-    narrows by one session only is searched a session at a time."""
     small_share: float
     """A scope of at most this share of the index's rows is also scored row by row, beyond
     :data:`SMALL_SCOPE`: for an index whose combinations cost by the index's rows of their

@@ -155,9 +155,6 @@ class PostgresIndex:
     first_batch = 4
     """Half SQLite's: a first statement of eight combinations often asked four it did not
     need (the million-entry tenant's p99 72-75 ms, 51-56 ms with four)."""
-    takes_sessions = True
-    """A set of sessions is read by the key's ``session_pk`` as one session is: a narrowed
-    search of 100 sessions costs a few statements, not a few for each."""
     small_share = 0.01
     """A combination's statement builds the GIN bitmap of its terms' rows index-wide, however
     small the scope, while reading a scope by its key costs about 3 µs a row. On a million
@@ -168,6 +165,12 @@ class PostgresIndex:
     def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
         self._connection = connection
         self._query = key_query
+
+    @classmethod
+    def takes_sessions(cls, connection: Connection, count: int) -> bool:
+        """Always: a set of sessions is read by the key's ``session_pk`` as one session is,
+        so a narrowed search of 100 sessions costs a few statements, not a few for each."""
+        return True
 
     def stems(self, query: SearchQuery) -> list[str]:
         found = self._connection.execute(_STEMS, {"terms": list(query.terms)}).scalars()

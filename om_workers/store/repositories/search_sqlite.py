@@ -34,7 +34,11 @@ _SESSION_ROWS = (
     "SELECT coalesce(max(id) - :row_lo + 1, 0) FROM entries_fts_docsize "
     "WHERE id BETWEEN :row_lo AND :row_hi"
 )
+_SESSIONS_ROWS = "SELECT coalesce(sum(entry_count), 0) FROM sessions WHERE pk IN ({pks})"
 _TABLES = {MESSAGES: "entries_fts", MEMORY: "memory_fts"}
+SET_ROWS_PER_SESSION = 2_000
+"""A set of sessions is searched as one scope while the messages' index holds at most this
+many rows a session of the set (see :meth:`SqliteIndex.takes_sessions`)."""
 _MEMORY_SELECT = (
     "SELECT * FROM (SELECT {n} AS n, m.session_pk * "
     f"{ROW_SHIFT} + m.ord AS row FROM memory_fts AS f "
@@ -51,14 +55,22 @@ class SqliteIndex:
     reads_sets = False
     """FTS5 answers a combination from its doclists in about the time a probe takes."""
     first_batch = 8
-    takes_sessions = False
-    """FTS5 narrows a match by one rowid range (a session's) only."""
     small_share = 0.0
     """FTS5 reads a combination's rows within the scope's rowids: it costs by the scope."""
 
     def __init__(self, connection: Connection, key_query: KeyQuery) -> None:
         self._connection = connection
         self._query = key_query
+
+    @classmethod
+    def takes_sessions(cls, connection: Connection, count: int) -> bool:
+        """Whether a set of ``count`` sessions is one scope, whose statements keep each
+        matching row by its session: while the index holds at most
+        :data:`SET_ROWS_PER_SESSION` rows a session, so a term's rows index-wide are few
+        beside the set. Else each session is searched alone: FTS5 narrows a match by one
+        rowid range only, and an ``OR`` of ranges, or a table of them joined to the match,
+        cost more than a search a session (measured: docs/search.md)."""
+        return index_rows(connection, _TABLES[MESSAGES]) <= SET_ROWS_PER_SESSION * count
 
     def stems(self, query: SearchQuery) -> list[str]:
         return query_stems(query.terms)
@@ -74,6 +86,10 @@ class SqliteIndex:
             # work, once for every session of a narrowed search.
             ((rows,),) = sqlite_rows(self._connection, _SESSION_ROWS, self._query.params())
             return int(rows or 0)
+        if self._query.session_pks is not None:
+            sql = _SESSIONS_ROWS.format(pks=_listed(self._query.session_pks))
+            ((rows,),) = sqlite_rows(self._connection, sql, {})
+            return int(rows)
         return tenant_rows(self._connection, self._query.tenant_id)
 
     def messages(self, *, tenant_term: bool) -> _MessageStatements:
@@ -103,9 +119,13 @@ class SqliteIndex:
         return rows_held(self.rows(statements.selects(len(matches)), params), asked)
 
     def memory_selects(self, count: int) -> str:
-        session = self._query.session_pk is not None
-        tenant = "" if session else OF_TENANT.format(pk="m.session_pk")
-        where = "AND m.session_pk = :session_pk" if session else ""
+        pks = self._query.session_pks
+        if self._query.session_pk is not None:
+            tenant, where = "", "AND m.session_pk = :session_pk"
+        elif pks is not None:
+            tenant, where = "", f"AND m.session_pk IN ({_listed(pks)})"
+        else:
+            tenant, where = OF_TENANT.format(pk="m.session_pk"), ""
         return " UNION ALL ".join(
             _MEMORY_SELECT.format(n=n, tenant=tenant, session=where) for n in range(count)
         )
@@ -114,17 +134,25 @@ class SqliteIndex:
         return sqlite_rows(self._connection, sql, params)
 
 
+def _listed(pks: Sequence[int]) -> str:
+    """Session keys written into a statement: integers the store read, never a caller's text
+    (the driver binds no lists)."""
+    return ", ".join(str(int(pk)) for pk in pks)
+
+
 @dataclass(frozen=True)
 class _MessageStatements:
     """The statements reading ``entries_fts`` in one search's scope: its session's rowid
-    range, or its tenant's sessions (and, for a tenant far smaller than the index, the
-    tenant's term in the match), tombstoned entries left out."""
+    range, a set of sessions (each row of a match kept by its session), or its tenant's
+    sessions (and, for a tenant far smaller than the index, the tenant's term in the
+    match), tombstoned entries left out."""
 
     query: KeyQuery
     tenant_token: bool
 
     def match(self, expression: str) -> str:
-        if self.query.session_pk is None and self.tenant_token:
+        tenant_wide = self.query.session_pk is None and self.query.session_pks is None
+        if tenant_wide and self.tenant_token:
             return FTS5.all_of([FTS5.quote(tenant_term(self.query.tenant_id)), expression])
         return expression
 
@@ -142,9 +170,7 @@ class _MessageStatements:
         resumed: Sequence[bool] = (),
         probe: bool = False,
     ) -> str:
-        session = self.query.session_pk is not None
-        scope = "AND f.rowid BETWEEN :row_lo AND :row_hi" if session else ""
-        join = "" if session else OF_TENANT.format(pk=f"f.rowid / {ROW_SHIFT}")
+        join, scope = self._scope()
         parts = []
         for n in range(count):
             resume = "AND f.rowid > :after_row" if n < len(resumed) and resumed[n] else ""
@@ -157,3 +183,11 @@ class _MessageStatements:
             )
         joined = " UNION ALL ".join(parts)
         return joined if probe else f"WITH withheld(row) AS MATERIALIZED ({WITHHELD_ROWS}) {joined}"
+
+    def _scope(self) -> tuple[str, str]:
+        """The join and the condition keeping a select's rows to the scope."""
+        if self.query.session_pk is not None:
+            return "", "AND f.rowid BETWEEN :row_lo AND :row_hi"
+        if self.query.session_pks is not None:
+            return "", f"AND f.rowid / {ROW_SHIFT} IN ({_listed(self.query.session_pks)})"
+        return OF_TENANT.format(pk=f"f.rowid / {ROW_SHIFT}"), ""
