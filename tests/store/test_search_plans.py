@@ -237,6 +237,25 @@ def test_every_plan_pages_the_defined_ranking_of_a_set_of_sessions(
             KEPT_COUNTS.clear()
 
 
+@pytest.mark.parametrize(("per_session", "one_scope"), [(475, True), (474, False)])
+def test_sqlite_takes_a_set_as_one_scope_up_to_its_rows_per_session(
+    corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    per_session: int,
+    one_scope: bool,
+) -> None:
+    # The index holds 2,375 messages: five sessions take it as one scope at exactly 475 rows
+    # a session, not at 474. PostgreSQL always takes a set.
+    store, _, _, texts = corpus
+    assert sum(map(len, texts.values())) == 2_375
+    monkeypatch.setattr(search_sqlite, "SET_ROWS_PER_SESSION", per_session)
+    with store.engine.connect() as connection:
+        if store.engine.dialect.name == "sqlite":
+            assert SqliteIndex.takes_sessions(connection, 5) is one_scope
+        else:
+            assert PostgresIndex.takes_sessions(connection, 5)
+
+
 @pytest.mark.parametrize("kept_rows", [1, 10**9])
 def test_a_tenants_kept_estimate_plans_but_never_changes_the_hits(
     corpus: tuple[SqlStore, str, str, dict[str, list[str]]],
