@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
+from om_api.server.metrics import ApiMetrics
 from om_workers.coordination.connection import connect
 from om_workers.coordination.embedded import EmbeddedRedis
 from tests.api.conftest import make_settings
@@ -45,3 +48,37 @@ def test_metrics_absent_without_a_configured_token(
             assert anonymous.get("/healthz").status_code == 200
     finally:
         client.close()
+
+
+def test_each_request_counts_in_its_own_series() -> None:
+    metrics = ApiMetrics()
+    for method, route, status, seconds in (
+        ("GET", "/v1/a", 200, 0.01),
+        ("GET", "/v1/a", 200, 0.02),
+        ("GET", "/v1/a", 404, 0.03),
+        ("POST", "/v1/a", 200, 0.04),
+        ("GET", "/v1/b", 200, 0.05),
+    ):
+        metrics.observe_request(method, route, status, seconds)
+    families = {
+        family.name: family for family in text_string_to_metric_families(metrics.render().decode())
+    }
+    requests = {
+        (s.labels["method"], s.labels["route"], s.labels["status"]): s.value
+        for s in families["om_api_requests"].samples
+        if s.name == "om_api_requests_total"
+    }
+    assert requests == {
+        ("GET", "/v1/a", "200"): 2.0,
+        ("GET", "/v1/a", "404"): 1.0,
+        ("POST", "/v1/a", "200"): 1.0,
+        ("GET", "/v1/b", "200"): 1.0,
+    }
+    latency = {
+        (s.labels["method"], s.labels["route"]): s.value
+        for s in families["om_api_request_duration_seconds"].samples
+        if s.name == "om_api_request_duration_seconds_sum"
+    }
+    assert latency == pytest.approx(
+        {("GET", "/v1/a"): 0.06, ("POST", "/v1/a"): 0.04, ("GET", "/v1/b"): 0.05}
+    )
