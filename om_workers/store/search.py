@@ -9,7 +9,6 @@ reflection resting on a withheld observation), and snippets are cut from redacte
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -35,7 +34,7 @@ from om_workers.store.repositories.tombstones import tombstone_scope
 from om_workers.store.service import Service
 from om_workers.store.snapshot import OBSERVATION
 from om_workers.store.unit_of_work import SqlReadUnitOfWork
-from om_workers.store.vectors import top_by_cosine
+from om_workers.store.vectors import SCAN_CHUNK, top_by_cosine
 
 
 def _entry_text(payload: dict[str, object] | None) -> str:
@@ -149,12 +148,7 @@ def _fused(
     lexical = uow.search.candidates(
         tenant_id, query, session_pks=pks, after=None, limit=FUSION_DEPTH
     )
-    model = semantic.model
-    scanned = (
-        uow.vectors.scan(tenant_id, model, None)
-        if pks is None
-        else itertools.chain.from_iterable(uow.vectors.scan(tenant_id, model, pk) for pk in pks)
-    )
+    scanned = uow.vectors.scan(tenant_id, semantic.model, pks, SCAN_CHUNK)
     nearest = uow.vectors.rows(top_by_cosine(scanned, semantic.vector, FUSION_DEPTH))
     withheld = _Withheld(uow, tenant_id)
     nearest = [r for r in nearest if r.key.source != 0 or not withheld.entry(r)]

@@ -16,7 +16,7 @@ says which one a database could use.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from om_core.read.search import SearchKey
 from om_workers.embeddings.port import Embedder, EmbeddingError
 from om_workers.errors import ConfigError
 from om_workers.store.common_directions import CommonDirections, estimate
-from om_workers.store.repositories.vectors import MEMORY, MESSAGE, Pending, StoredVector, pack
+from om_workers.store.repositories.vectors import MEMORY, MESSAGE, Pending, VectorChunk, pack
 from om_workers.store.service import Service
 
 SCAN_CHUNK = 8192
@@ -119,7 +119,10 @@ class VectorService(Service):
         session or the tenant, best first, their rank the negated cosine. Raises
         :class:`ConfigError` when numpy (the embeddings extra) is missing."""
         with self._units.read() as uow:
-            return top_by_cosine(uow.vectors.scan(tenant_id, model, session_pk), query, depth)
+            scope = None if session_pk is None else (session_pk,)
+            return top_by_cosine(
+                uow.vectors.scan(tenant_id, model, scope, SCAN_CHUNK), query, depth
+            )
 
 
 def _numpy() -> Any:
@@ -130,44 +133,36 @@ def _numpy() -> Any:
     return numpy
 
 
-def _chunks(vectors: Iterator[StoredVector], size: int) -> Iterator[list[StoredVector]]:
-    chunk: list[StoredVector] = []
-    for vector in vectors:
-        chunk.append(vector)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def top_by_cosine(
-    vectors: Iterator[StoredVector], query: Sequence[float], depth: int
+    chunks: Iterable[VectorChunk], query: Sequence[float], depth: int
 ) -> list[SearchKey]:
-    """The ``depth`` best of ``vectors`` by cosine with ``query`` (both unit length), best
-    first, once the scope's common directions are removed from both (see
-    :mod:`~om_workers.store.common_directions`; estimated from the first vectors of the scan,
-    a scope too small for that is scored by the plain dot product); vectors of another
-    dimension are skipped."""
+    """The ``depth`` best of the vectors of ``chunks`` by cosine with ``query`` (both unit
+    length), best first, once the scope's common directions are removed from both (see
+    :mod:`~om_workers.store.common_directions`; estimated from the first chunk, a scope too
+    small for that is scored by the plain dot product); vectors of another dimension are
+    skipped."""
     np = _numpy()
     q = np.asarray(query, dtype="<f4")
     width = len(query) * 4
     best: list[tuple[float, int, int]] = []
     common: CommonDirections | None = None
     sampled = False
-    for chunk in _chunks(vectors, SCAN_CHUNK):
-        same = [v for v in chunk if len(v.vector) == width]
+    for chunk in chunks:
+        same = [n for n, vector in enumerate(chunk.vectors) if len(vector) == width]
         if not same:
             continue
-        matrix = np.frombuffer(b"".join(v.vector for v in same), dtype="<f4")
-        matrix = matrix.reshape(len(same), len(query))
+        blobs = (
+            chunk.vectors if len(same) == len(chunk.vectors) else [chunk.vectors[n] for n in same]
+        )
+        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(same), len(query))
         if not sampled:
             sampled, common = True, estimate(matrix)
             q = common.apply(q.reshape(1, -1))[0] if common is not None else q
         scores = common.scores(matrix, q) if common is not None else matrix @ q
         keep = min(depth, len(same))
         for n in np.argpartition(-scores, keep - 1)[:keep]:
-            item = (float(scores[n]), -same[n].source, -same[n].row)
+            at = same[n]
+            item = (float(scores[n]), -chunk.sources[at], -chunk.rows[at])
             if len(best) < depth:
                 heapq.heappush(best, item)
             else:

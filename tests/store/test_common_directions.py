@@ -15,7 +15,7 @@ from om_workers.store.common_directions import (
     components_for,
     estimate,
 )
-from om_workers.store.repositories.vectors import MESSAGE, StoredVector, pack
+from om_workers.store.repositories.vectors import MESSAGE, VectorChunk, pack
 from om_workers.store.vectors import top_by_cosine
 
 np = pytest.importorskip("numpy")
@@ -42,8 +42,9 @@ def _chat(rng: Any, size: int) -> list[Any]:
     return found
 
 
-def _stored(vectors: list[Any]) -> Iterator[StoredVector]:
-    return iter(StoredVector(MESSAGE, row, pack(v.tolist())) for row, v in enumerate(vectors))
+def _stored(vectors: list[Any]) -> Iterator[VectorChunk]:
+    packed = [pack(v.tolist()) for v in vectors]
+    return iter([VectorChunk([MESSAGE] * len(vectors), list(range(len(vectors))), packed)])
 
 
 def _query() -> tuple[float, ...]:

