@@ -151,10 +151,8 @@ def top_by_cosine(
         same = [n for n, vector in enumerate(chunk.vectors) if len(vector) == width]
         if not same:
             continue
-        blobs = (
-            chunk.vectors if len(same) == len(chunk.vectors) else [chunk.vectors[n] for n in same]
-        )
-        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(same), len(query))
+        blobs = b"".join(chunk.vectors[n] for n in same)
+        matrix = np.frombuffer(blobs, dtype="<f4").reshape(len(same), len(query))
         if not sampled:
             sampled, common = True, estimate(matrix)
             q = common.apply(q.reshape(1, -1))[0] if common is not None else q

@@ -86,6 +86,18 @@ def _plans(store: SqlStore) -> list[tuple[str, dict[str, float]]]:
     return [(name, PLANS[name]) for name in POSTGRESQL_PLANS]
 
 
+def _each_plan(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, pytest.MonkeyPatch]]:
+    """Each plan of ``store`` in turn: its name and the patcher holding its settings, undone
+    (and the counts the search kept dropped) before the next."""
+    for name, settings in _plans(store):
+        with monkeypatch.context() as patched:
+            _patch(patched, settings)
+            yield name, patched
+        KEPT_COUNTS.clear()
+
+
 def _word(rng: random.Random) -> str:
     return f"w{int(VOCABULARY ** rng.random())}"
 
@@ -205,14 +217,11 @@ def test_every_plan_pages_the_defined_ranking(
         session = scope if tenant == big else ("c" if scope else None)
         own = ["z", "a", "b"] if tenant == big else ["c"]
         expected = _expected(texts, q, [session] if session else own)[: 3 * PAGE]
-        for name, settings in _plans(store):
-            with monkeypatch.context() as patched:
-                _patch(patched, settings)
-                # SQLite a second time, with the counts it keeps (PostgreSQL keeps none).
-                for _ in range(2 if store.engine.dialect.name == "sqlite" else 1):
-                    found = [(h.id, h.score) for h in _pages(store, tenant, q, session)]
-                    assert found == expected, name
-            KEPT_COUNTS.clear()
+        for name, _ in _each_plan(store, monkeypatch):
+            # SQLite a second time, with the counts it keeps (PostgreSQL keeps none).
+            for _ in range(2 if store.engine.dialect.name == "sqlite" else 1):
+                found = [(h.id, h.score) for h in _pages(store, tenant, q, session)]
+                assert found == expected, name
 
 
 @pytest.mark.parametrize("q", _queries())
@@ -226,15 +235,12 @@ def test_every_plan_pages_the_defined_ranking_of_a_set_of_sessions(
     narrowing = MetadataNarrowing((("set", "zb"),))
     expected = _expected(texts, q, list(IN_SET))[: 3 * PAGE]
     readings = (10**9, -1) if store.engine.dialect.name == "sqlite" else (None,)
-    for name, settings in _plans(store):
+    for name, patched in _each_plan(store, monkeypatch):
         for rows_per_session in readings:
-            with monkeypatch.context() as patched:
-                _patch(patched, settings)
-                if rows_per_session is not None:
-                    patched.setattr(search_sqlite, "SET_ROWS_PER_SESSION", rows_per_session)
-                found = [(h.id, h.score) for h in _pages(store, big, q, None, narrowing)]
-                assert found == expected, (name, rows_per_session)
-            KEPT_COUNTS.clear()
+            if rows_per_session is not None:
+                patched.setattr(search_sqlite, "SET_ROWS_PER_SESSION", rows_per_session)
+            found = [(h.id, h.score) for h in _pages(store, big, q, None, narrowing)]
+            assert found == expected, (name, rows_per_session)
 
 
 @pytest.mark.parametrize(("per_session", "one_scope"), [(475, True), (474, False)])
