@@ -67,7 +67,9 @@ class ReindexProgress:
 Progress = Callable[[ReindexProgress], None]
 
 
-def _sqlite(connection: Connection, progress: Progress) -> None:
+def refill_sqlite(connection: Connection, progress: Progress = lambda _: None) -> None:
+    """Empty SQLite's two FTS5 tables and index every stored message and memory item again,
+    a batch of sessions a statement, in the caller's transaction."""
     top = connection.execute(text("SELECT coalesce(max(pk), 0) FROM sessions")).scalar_one()
     batches = max(1, -(-int(top) // _BATCH_SESSIONS))
     connection.execute(text("INSERT INTO entries_fts(entries_fts) VALUES ('delete-all')"))
@@ -100,7 +102,7 @@ def reindex(engine: Engine, progress: Progress = lambda _: None) -> None:
     ``REINDEX`` per index on PostgreSQL)."""
     if engine.dialect.name == "sqlite":
         with writer_connection(engine) as connection, connection.begin():
-            _sqlite(connection, progress)
+            refill_sqlite(connection, progress)
         return
     for done, name in enumerate(_PG_INDEXES, start=1):
         with engine.begin() as connection:

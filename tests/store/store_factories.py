@@ -35,7 +35,8 @@ def message(
     )
 
 
-def _custom(entry_id: str, session_id: str, data: dict[str, Any]) -> SessionEntry:
+def custom(entry_id: str, session_id: str, data: dict[str, Any]) -> SessionEntry:
+    """A ``custom`` entry carrying ``data``."""
     return SessionEntry(id=entry_id, session_id=session_id, kind="custom", data=data)
 
 
@@ -51,7 +52,7 @@ def observations(
         covers_up_to_id=covers,
     )
     return (
-        _custom(entry_id, session_id, recorded.to_json_dict()),
+        custom(entry_id, session_id, recorded.to_json_dict()),
         [o.id for o in recorded.observations],
     )
 
@@ -67,12 +68,12 @@ def reflections(
         ),
         covers_up_to_id=covers,
     )
-    return _custom(entry_id, session_id, recorded.to_json_dict())
+    return custom(entry_id, session_id, recorded.to_json_dict())
 
 
 def dropped(entry_id: str, observation_ids: list[str], session_id: str = "s1") -> SessionEntry:
     record = ObservationsDropped(observation_ids=tuple(observation_ids))
-    return _custom(entry_id, session_id, record.to_json_dict())
+    return custom(entry_id, session_id, record.to_json_dict())
 
 
 def assistant(entry_id: str, session_id: str = "s1", text: str = "ok") -> SessionEntry:

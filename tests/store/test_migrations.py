@@ -199,6 +199,27 @@ def test_search_terms_cover_what_was_stored_before_their_revision(database_url: 
         assert [hit.id for hit in store.search(tenant, "herons").hits] == ["m1"]
 
 
+def test_sqlite_index_drops_its_column_sizes_and_keeps_what_was_stored(database_url: str) -> None:
+    """Revision 0020 recreates SQLite's FTS5 tables without their column sizes and indexes the
+    stored rows again: what was found before it is found after, down and up."""
+    upgrade(database_url)
+    with _opened(database_url) as store:
+        tenant = AccountStore(store.engine).create_tenant("t").id
+        store.create_session(tenant, "s")
+        store.append_entries(tenant, "s", [message("m1", "s", "the heron waits by the lease")])
+    both = {"entries_fts_docsize", "memory_fts_docsize"}
+    for revision, sizes in (("0019", both), (None, set())):
+        if revision is None:
+            upgrade(database_url)
+        else:
+            command.downgrade(alembic_config(database_url), revision)
+        with _opened(database_url) as store:
+            assert [hit.id for hit in store.search(tenant, "herons", session_id="s").hits] == ["m1"]
+            assert [hit.id for hit in store.search(tenant, "lease").hits] == ["m1"]
+            if store.engine.dialect.name == "sqlite":
+                assert both & set(inspect(store.engine).get_table_names()) == sizes
+
+
 def test_metadata_pairs_of_stored_sessions_are_those_a_new_session_gets(
     database_url: str,
 ) -> None:

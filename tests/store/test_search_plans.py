@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text as sql
-from store_factories import message
+from store_factories import custom, message
 
 from om_core.read.search import SearchHit
 from om_core.read.search_narrowing import MetadataNarrowing
@@ -23,7 +23,7 @@ from om_core.read.search_terms import idf, level_of, query_stems, stems
 from om_workers.store import AccountStore, SqlStore, upgrade
 from om_workers.store.repositories import search_counts, search_levelled, search_sqlite
 from om_workers.store.repositories.search_counts import KEPT_COUNTS
-from om_workers.store.repositories.search_levelled import LevelledKeys
+from om_workers.store.repositories.search_levelled import KeyQuery, LevelledKeys
 from om_workers.store.repositories.search_postgresql import PostgresIndex, statistics
 from om_workers.store.repositories.search_sqlite import SqliteIndex
 from tests.conftest import BACKENDS, fresh_database, needs_postgres
@@ -260,6 +260,34 @@ def test_sqlite_takes_a_set_as_one_scope_up_to_its_rows_per_session(
             assert SqliteIndex.takes_sessions(connection, 5) is one_scope
         else:
             assert PostgresIndex.takes_sessions(connection, 5)
+
+
+def test_sqlite_sizes_a_scope_by_its_last_message(tmp_path: Path) -> None:
+    # A session's size for the plan is its last message's seq, plus one: the entries after
+    # it (a memory record) do not count, nor does a session without messages. The tenant's
+    # is its sessions' sum.
+    with fresh_database("sqlite", tmp_path) as url:
+        upgrade(url)
+        store = SqlStore.from_url(url)
+        try:
+            tenant = AccountStore(store.engine).create_tenant("t").id
+            store.create_session(tenant, "s")
+            words = [message(f"m{n}", "s", f"w{n} lease") for n in range(3)]
+            store.append_entries(tenant, "s", [*words, custom("c", "s", {"type": "note"})])
+            store.create_session(tenant, "empty")
+            store.append_entries(tenant, "empty", [custom("e", "empty", {"type": "note"})])
+            with store.engine.connect() as connection:
+                pks = dict(connection.execute(sql("SELECT id, pk FROM sessions")).all())
+                sizes = {
+                    session: SqliteIndex(connection, KeyQuery(tenant, pk, None, 5)).scope_rows()
+                    for session, pk in pks.items()
+                }
+                KEPT_COUNTS.clear()
+                tenant_size = SqliteIndex(connection, KeyQuery(tenant, None, None, 5)).scope_rows()
+        finally:
+            store.close()
+    assert sizes == {"s": 4, "empty": 0}
+    assert tenant_size == 4
 
 
 @pytest.mark.parametrize("kept_rows", [1, 10**9])

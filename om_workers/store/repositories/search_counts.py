@@ -20,7 +20,6 @@ from sqlalchemy import Connection, Engine, text
 
 from om_core.read.search_terms import term_range
 from om_workers.store.repositories.search_levelled import Counted
-from om_workers.store.repositories.search_sql import ROW_SHIFT
 
 KEPT_ROWS = 5_000
 """A stem (or a tenant) in at least this many rows keeps its counts for :data:`STATS_TTL_S`."""
@@ -28,15 +27,15 @@ STATS_TTL_S = 60.0
 """How long a common stem's counts are kept, in seconds."""
 SAMPLED_SESSIONS = 2_000
 """Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
-# A tenant's sessions' largest indexed seqs (the oldest SAMPLED_SESSIONS, scaled to all of
+# A tenant's sessions' last messages' seqs (the oldest SAMPLED_SESSIONS, scaled to all of
 # them): about the number of rows its search may name, for the choice of a plan only.
-_TENANT_ROWS = text(f"""
+_TENANT_ROWS = text("""
     WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
     sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
     SELECT (SELECT count(*) FROM own) AS sessions, (SELECT count(*) FROM sample) AS sampled,
         (SELECT coalesce(sum((
-            SELECT max(d.id) - s.pk * {ROW_SHIFT} + 1 FROM entries_fts_docsize AS d
-            WHERE d.id BETWEEN s.pk * {ROW_SHIFT} AND s.pk * {ROW_SHIFT} + {ROW_SHIFT - 1})), 0)
+            SELECT e.seq + 1 FROM entries AS e WHERE e.session_pk = s.pk AND e.kind = 'message'
+            ORDER BY e.seq DESC LIMIT 1)), 0)
         FROM sample AS s) AS rows
 """)
 

@@ -30,9 +30,10 @@ from om_workers.store.repositories.search_levelled import (
 )
 from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
+# The last message's seq, found walking the session's seqs back from the end.
 _SESSION_ROWS = (
-    "SELECT coalesce(max(id) - :row_lo + 1, 0) FROM entries_fts_docsize "
-    "WHERE id BETWEEN :row_lo AND :row_hi"
+    "SELECT coalesce((SELECT seq FROM entries WHERE session_pk = :session_pk "
+    "AND kind = 'message' ORDER BY seq DESC LIMIT 1) + 1, 0)"
 )
 _SESSIONS_ROWS = "SELECT coalesce(sum(entry_count), 0) FROM sessions WHERE pk IN ({pks})"
 _TABLES = {MESSAGES: "entries_fts", MEMORY: "memory_fts"}

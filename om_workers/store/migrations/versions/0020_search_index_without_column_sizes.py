@@ -1,0 +1,44 @@
+"""SQLite: the FTS5 tables keep no column sizes (``columnsize=0``).
+
+FTS5 writes each row's token count into a ``<table>_docsize`` table of its own, one B-tree
+insert beside every indexed message and memory item, read only by ranking functions such as
+``bm25()``. The search scores its levelled terms itself (revision ``0017``) and never asks
+for them, so the index stops writing them: appends with the index cost about a tenth less
+(docs/search.md). A session's message count for the choice of a search plan, which the search
+took from that table's last rowid in the session, is read from ``entries`` instead.
+
+The upgrade recreates both FTS5 tables and indexes the stored rows again in its transaction
+(about 20 s for a million messages here; writers wait meanwhile). PostgreSQL is unchanged.
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from om_workers.store.search_index import refill_sqlite
+
+revision: str = "0020"
+down_revision: str | None = "0019"
+
+_OPTIONS = "content='', detail=none, tokenize=\"ascii tokenchars '_'\""
+
+
+def _recreate(options: str) -> None:
+    """Both FTS5 tables (and their vocabularies) created again with ``options``, refilled.
+    The triggers that keep them are on ``entries`` and ``memory_items``, and stay."""
+    for table in ("entries_fts", "memory_fts"):
+        op.execute(f"DROP TABLE {table}_vocab")
+        op.execute(f"DROP TABLE {table}")
+        op.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(terms, {options})")
+        op.execute(f"CREATE VIRTUAL TABLE {table}_vocab USING fts5vocab({table}, 'row')")
+    refill_sqlite(op.get_bind())
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        _recreate(f"{_OPTIONS}, columnsize=0")
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        _recreate(_OPTIONS)
