@@ -262,32 +262,32 @@ def test_sqlite_takes_a_set_as_one_scope_up_to_its_rows_per_session(
             assert PostgresIndex.takes_sessions(connection, 5)
 
 
-def test_sqlite_sizes_a_scope_by_its_last_message(tmp_path: Path) -> None:
-    # A session's size for the plan is its last message's seq, plus one: the entries after
-    # it (a memory record) do not count, nor does a session without messages. The tenant's
-    # is its sessions' sum.
+def test_sqlite_sizes_a_scope_by_its_sessions_entries(tmp_path: Path) -> None:
+    # A session's size for the plan is its entry count, as PostgreSQL's; a tenant's is its
+    # live sessions' sum (an erased session's entries are not searched).
     with fresh_database("sqlite", tmp_path) as url:
         upgrade(url)
         store = SqlStore.from_url(url)
         try:
             tenant = AccountStore(store.engine).create_tenant("t").id
-            store.create_session(tenant, "s")
-            words = [message(f"m{n}", "s", f"w{n} lease") for n in range(3)]
-            store.append_entries(tenant, "s", [*words, custom("c", "s", {"type": "note"})])
-            store.create_session(tenant, "empty")
-            store.append_entries(tenant, "empty", [custom("e", "empty", {"type": "note"})])
+            for session, count in (("s", 3), ("one", 1), ("gone", 2)):
+                store.create_session(tenant, session)
+                words = [message(f"{session}{n}", session, f"w{n} lease") for n in range(count)]
+                store.append_entries(tenant, session, words)
+            store.append_entries(tenant, "s", [custom("c", "s", {"type": "note"})])
+            store.erasure.erase_session(tenant, "gone", None)
             with store.engine.connect() as connection:
-                pks = dict(connection.execute(sql("SELECT id, pk FROM sessions")).all())
+                live = sql("SELECT id, pk FROM sessions WHERE erased_at IS NULL")
                 sizes = {
                     session: SqliteIndex(connection, KeyQuery(tenant, pk, None, 5)).scope_rows()
-                    for session, pk in pks.items()
+                    for session, pk in connection.execute(live)
                 }
                 KEPT_COUNTS.clear()
                 tenant_size = SqliteIndex(connection, KeyQuery(tenant, None, None, 5)).scope_rows()
         finally:
             store.close()
-    assert sizes == {"s": 4, "empty": 0}
-    assert tenant_size == 4
+    assert sizes == {"s": 4, "one": 1}
+    assert tenant_size == 5
 
 
 @pytest.mark.parametrize("kept_rows", [1, 10**9])

@@ -26,17 +26,14 @@ KEPT_ROWS = 5_000
 STATS_TTL_S = 60.0
 """How long a common stem's counts are kept, in seconds."""
 SAMPLED_SESSIONS = 2_000
-"""Sessions of a tenant whose rows are looked up to estimate the tenant's (one lookup each)."""
-# A tenant's sessions' last messages' seqs (the oldest SAMPLED_SESSIONS, scaled to all of
-# them): about the number of rows its search may name, for the choice of a plan only.
+"""Sessions of a tenant whose entries are counted to estimate the tenant's rows."""
+# A tenant's sessions' entries (the oldest SAMPLED_SESSIONS, scaled to all of them): about
+# the number of rows its search may name, for the choice of a plan only.
 _TENANT_ROWS = text("""
     WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
     sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
     SELECT (SELECT count(*) FROM own) AS sessions, (SELECT count(*) FROM sample) AS sampled,
-        (SELECT coalesce(sum((
-            SELECT e.seq + 1 FROM entries AS e WHERE e.session_pk = s.pk AND e.kind = 'message'
-            ORDER BY e.seq DESC LIMIT 1)), 0)
-        FROM sample AS s) AS rows
+        (SELECT coalesce(sum(s.entry_count), 0) FROM sample JOIN sessions AS s USING (pk)) AS rows
 """)
 
 

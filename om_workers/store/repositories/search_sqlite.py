@@ -30,11 +30,7 @@ from om_workers.store.repositories.search_levelled import (
 )
 from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
-# The last message's seq, found walking the session's seqs back from the end.
-_SESSION_ROWS = (
-    "SELECT coalesce((SELECT seq FROM entries WHERE session_pk = :session_pk "
-    "AND kind = 'message' ORDER BY seq DESC LIMIT 1) + 1, 0)"
-)
+_SESSION_ROWS = "SELECT entry_count FROM sessions WHERE pk = :session_pk"
 _SESSIONS_ROWS = "SELECT coalesce(sum(entry_count), 0) FROM sessions WHERE pk IN ({pks})"
 _TABLES = {MESSAGES: "entries_fts", MEMORY: "memory_fts"}
 SET_ROWS_PER_SESSION = 2_000
