@@ -8,8 +8,8 @@ less, docs/search.md). The size of a search's scope, for the choice of its plan,
 took from that table's last rowid in each session, is the sessions' entry count instead.
 
 The upgrade recreates both FTS5 tables and indexes the stored rows again in its transaction
-(3.8 s for 200,000 messages here, about 20 s a million; writers wait meanwhile). PostgreSQL
-is unchanged.
+(4.8 s for 200,000 messages here, the process's start included; writers wait meanwhile).
+PostgreSQL is unchanged.
 """
 
 from __future__ import annotations
