@@ -64,6 +64,8 @@ APPEND_BATCH = 100
 TURN_BATCH = 4
 """Messages an agent turn appends at once (the agent-turns load's shape): FTS5 writes a
 segment per statement, so its cost per message is larger in small appends."""
+SPREAD_SESSIONS = 500
+"""Sessions an agent server's appends go to in turn, in the append figure that spreads them."""
 
 
 @dataclass(frozen=True)
@@ -405,34 +407,44 @@ def _tenant(section: Section, folder: str) -> None:
     store.close()
 
 
-def _append_rate(store: SqlStore, tenant: str, batch: int) -> tuple[float, float]:
-    """Seconds to append the messages ``batch`` at a time: wall-clock, and the process's CPU
-    time (every thread: the store's writers' queue hands work between them)."""
+def _append_rate(
+    store: SqlStore, tenant: str, batch: int, sessions: int = 1
+) -> tuple[float, float]:
+    """Seconds to append the messages ``batch`` at a time to ``sessions`` sessions in turn:
+    wall-clock, and the process's CPU time (every thread: the store's writers' queue hands
+    work between them)."""
     rng = random.Random(3)
-    store.create_session(tenant, "a")
-    rows = _messages("a", APPEND_ENTRIES, rng)
+    names = [f"a{n}" for n in range(sessions)]
+    rows = {}
+    for name in names:
+        store.create_session(tenant, name)
+        rows[name] = _messages(name, APPEND_ENTRIES // sessions, rng)
     start, cpu = time.perf_counter(), time.process_time()
-    for at in range(0, APPEND_ENTRIES, batch):
-        store.append_entries(tenant, "a", rows[at : at + batch])
+    for at in range(0, APPEND_ENTRIES // sessions, batch):
+        for name in names:
+            store.append_entries(tenant, name, rows[name][at : at + batch])
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def _append(section: Section, folder: str, batch: int = APPEND_BATCH) -> None:
+def _append(section: Section, folder: str, batch: int = APPEND_BATCH, sessions: int = 1) -> None:
     # Best of 3 of each, alternating, each on a fresh database: the first appends of a process
     # pay its warm-up, which would otherwise fall on whichever side went first.
     timings: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for run in range(3):
         for indexed in (False, True):
-            store, tenant = _store(folder, f"append-{batch}-{run}-{int(indexed)}.db")
+            store, tenant = _store(folder, f"append-{batch}-{sessions}-{run}-{int(indexed)}.db")
             if not indexed:
                 with store.engine.begin() as connection:
                     for trigger in ("insert", "delete", "update"):
                         connection.exec_driver_sql(f"DROP TRIGGER entries_fts_{trigger}")
-            timings[indexed].append(_append_rate(store, tenant, batch))
+            timings[indexed].append(_append_rate(store, tenant, batch, sessions))
             store.close()
-    name = f"append {APPEND_ENTRIES:,} messages, with the index"
+    name = f"append {APPEND_ENTRIES:,} messages"
     if batch != APPEND_BATCH:
-        name = f"append {APPEND_ENTRIES:,} messages {batch} at a time, with the index"
+        name += f" {batch} at a time"
+    if sessions > 1:
+        name += f" to {sessions} sessions in turn"
+    name += ", with the index"
     section.add(
         name,
         min(wall for wall, _ in timings[True]),
@@ -538,6 +550,7 @@ def run() -> Section:
         _latency(section, folder)
         _append(section, folder)
         _append(section, folder, TURN_BATCH)
+        _append(section, folder, TURN_BATCH, SPREAD_SESSIONS)
         _tenant(section, folder)
         _narrowing(section, folder)
     _latency_postgresql(section)
@@ -550,9 +563,11 @@ def run() -> Section:
         f"words, {WORDS_PER_MESSAGE} words a message), limit 10; goal 100k/1k at most 3. "
         "Thread CPU: the same searches' CPU time on the searching thread, where SQLite runs.",
         f"Append: {APPEND_ENTRIES:,} messages in batches of {APPEND_BATCH} (and of "
-        f"{TURN_BATCH}, an agent turn's), with the FTS5 triggers (each computing the row's "
-        "levelled terms in Python) against the same schema without them, best of 3 each, "
-        "alternating; goal at most 1.3. Process CPU: the same runs' CPU time, every thread.",
+        f"{TURN_BATCH}, an agent turn's, to one session, and to {SPREAD_SESSIONS} sessions "
+        "in turn, as an agent server's appends come), with the FTS5 triggers (each computing "
+        "the row's levelled terms in Python) against the same schema without them, best of 3 "
+        "each, alternating; goal at most 1.3. Process CPU: the same runs' CPU time, every "
+        "thread.",
         f"Tenant: {TENANT_SESSIONS:,} sessions of {SESSION_ENTRIES:,} synthetic messages "
         "inserted as rows (triggers included), tenant-wide searches of three words, limit 10, "
         "against a 1-session tenant in the same file; and narrowed by metadata to the 10 "
