@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import redis
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from om_workers.store.engine import create_store_engine
 
@@ -27,7 +27,10 @@ def tables_holding(database_url: str, needle: str) -> list[str]:
     found = []
     try:
         with engine.connect() as connection:
+            unscannable = _fts5_tables(connection)
             for table in inspect(connection).get_table_names():
+                if table in unscannable:
+                    continue
                 if connection.dialect.name == "postgresql":
                     query = text(f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE :pattern')
                     hits = connection.execute(query, {"pattern": f"%{needle}%"}).scalar()
@@ -39,6 +42,16 @@ def tables_holding(database_url: str, needle: str) -> list[str]:
     finally:
         engine.dispose()
     return found
+
+
+def _fts5_tables(connection: Connection) -> set[str]:
+    """SQLite's FTS5 tables: with no content and no column sizes they have no rows to scan
+    (FTS5 refuses), and their index lies in their shadow tables (``_data``, ``_idx``), which
+    are scanned as tables."""
+    if connection.dialect.name != "sqlite":
+        return set()
+    query = "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE % USING fts5(%'"
+    return set(connection.execute(text(query)).scalars())
 
 
 def redis_holding(client: redis.Redis, needle: str) -> list[str]:
