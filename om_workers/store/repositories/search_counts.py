@@ -25,16 +25,12 @@ KEPT_ROWS = 5_000
 """A stem (or a tenant) in at least this many rows keeps its counts for :data:`STATS_TTL_S`."""
 STATS_TTL_S = 60.0
 """How long a common stem's counts are kept, in seconds."""
-SAMPLED_SESSIONS = 2_000
-"""Sessions of a tenant whose entries are counted to estimate the tenant's rows."""
-# A tenant's sessions' entries (the oldest SAMPLED_SESSIONS, scaled to all of them): about
-# the number of rows its search may name, for the choice of a plan only.
-_TENANT_ROWS = text("""
-    WITH own AS (SELECT pk FROM sessions WHERE tenant_id = :tenant_id AND erased_at IS NULL),
-    sample AS (SELECT pk FROM own ORDER BY pk LIMIT :sampled)
-    SELECT (SELECT count(*) FROM own) AS sessions, (SELECT count(*) FROM sample) AS sampled,
-        (SELECT coalesce(sum(s.entry_count), 0) FROM sample JOIN sessions AS s USING (pk)) AS rows
-""")
+SESSION_ROWS = "SELECT entry_count FROM sessions WHERE pk = :session_pk"
+"""About the rows a session's search may name (its entries), for the choice of a plan only."""
+_TENANT_ROWS = text(
+    "SELECT coalesce(sum(entry_count), 0) FROM sessions "
+    "WHERE tenant_id = :tenant_id AND erased_at IS NULL"
+)
 
 
 class KeptCounts:
@@ -151,9 +147,7 @@ def tenant_rows(connection: Connection, tenant_id: str) -> int:
     kept = KEPT_COUNTS.tenant_rows(engine, tenant_id)
     if kept is not None:
         return kept
-    params = {"tenant_id": tenant_id, "sampled": SAMPLED_SESSIONS}
-    found = connection.execute(_TENANT_ROWS, params).one()
-    rows = int(found.rows) * int(found.sessions) // max(int(found.sampled), 1)
+    rows = int(connection.execute(_TENANT_ROWS, {"tenant_id": tenant_id}).scalar_one())
     if rows >= KEPT_ROWS:
         KEPT_COUNTS.keep_tenant_rows(engine, tenant_id, rows)
     return rows

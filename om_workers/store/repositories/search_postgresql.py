@@ -66,13 +66,9 @@ _EXACT = """
     GROUP BY u.lexeme
 """
 _ROWS = "SELECT count(*) FROM {table} WHERE {indexed} AND search_levels IS NOT NULL"
-_SESSION_ROWS = text("SELECT entry_count FROM sessions WHERE pk = :session_pk")
+_SESSION_ROWS = text(search_counts.SESSION_ROWS)
 _SESSIONS_ROWS = text(
     "SELECT coalesce(sum(entry_count), 0) FROM sessions WHERE pk = ANY(:session_pks)"
-)
-_TENANT_ROWS = text(
-    "SELECT coalesce(sum(entry_count), 0) FROM sessions "
-    "WHERE tenant_id = :tenant_id AND erased_at IS NULL"
 )
 _ROW = f"e.session_pk * {ROW_SHIFT} + e.seq"
 _NOT_HIDDEN = """e.session_pk NOT IN (
@@ -188,14 +184,7 @@ class PostgresIndex:
             return int(self._connection.execute(_SESSION_ROWS, params).scalar() or 0)
         if self._query.session_pks is not None:
             return int(self._connection.execute(_SESSIONS_ROWS, params).scalar() or 0)
-        engine, tenant = self._connection.engine, self._query.tenant_id
-        kept = KEPT_COUNTS.tenant_rows(engine, tenant)
-        if kept is not None:
-            return kept
-        rows = int(self._connection.execute(_TENANT_ROWS, params).scalar() or 0)
-        if rows >= search_counts.KEPT_ROWS:
-            KEPT_COUNTS.keep_tenant_rows(engine, tenant, rows)
-        return rows
+        return search_counts.tenant_rows(self._connection, self._query.tenant_id)
 
     def messages(self, *, tenant_term: bool) -> _MessageStatements:
         return _MessageStatements(self._query)

@@ -20,7 +20,12 @@ from om_core.read.search import SearchQuery
 from om_core.read.search_plan import FTS5, Combination, rows_held
 from om_core.read.search_terms import query_stems, tenant_term
 from om_workers.store.driver import sqlite_rows
-from om_workers.store.repositories.search_counts import count_levels, index_rows, tenant_rows
+from om_workers.store.repositories.search_counts import (
+    SESSION_ROWS,
+    count_levels,
+    index_rows,
+    tenant_rows,
+)
 from om_workers.store.repositories.search_levelled import (
     MEMORY,
     MESSAGES,
@@ -30,7 +35,6 @@ from om_workers.store.repositories.search_levelled import (
 )
 from om_workers.store.repositories.search_sql import OF_TENANT, ROW_SHIFT, WITHHELD_ROWS
 
-_SESSION_ROWS = "SELECT entry_count FROM sessions WHERE pk = :session_pk"
 _SESSIONS_ROWS = "SELECT coalesce(sum(entry_count), 0) FROM sessions WHERE pk IN ({pks})"
 _TABLES = {MESSAGES: "entries_fts", MEMORY: "memory_fts"}
 SET_ROWS_PER_SESSION = 2_000
@@ -81,7 +85,7 @@ class SqliteIndex:
         if self._query.session_pk is not None:
             # On the driver: through SQLAlchemy this one-row read cost several times SQLite's
             # work, once for every session of a narrowed search.
-            ((rows,),) = sqlite_rows(self._connection, _SESSION_ROWS, self._query.params())
+            ((rows,),) = sqlite_rows(self._connection, SESSION_ROWS, self._query.params())
             return int(rows or 0)
         if self._query.session_pks is not None:
             sql = _SESSIONS_ROWS.format(pks=_listed(self._query.session_pks))
