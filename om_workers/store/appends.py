@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 
 from om_core.ledger.append_plan import append_lookup, plan_append
 from om_core.ledger.models import SessionEntry
@@ -39,6 +40,11 @@ def append_locked(
     if plan.rows:
         assert plan.leaf_id is not None  # rows were planned
         uow.entries.insert(session, plan.rows, now=now)
+        if target.leaf_id is not None:
+            # An agent reads its context right after appending its run: that read then finds
+            # these rows in the process's tail cache rather than reading them back.
+            continued = partial(uow.entries.cache_continued, session.pk, target.leaf_id, plan.rows)
+            uow.after_commit(continued)
         recounted: int | None = None
         if not plan.straight:
             recounted = uow.memory.refresh(session.pk, plan.leaf_id, now=now)

@@ -12,6 +12,10 @@ Whether the branch continues the cached one is decided from the branch's segment
 caller's transaction: the new segments clipped at the cached leaf's seq must equal the cached
 segments. A branch that forked off, or a tail longer than what is cached, is read from the
 store as before. So a read never answers from a stale branch, on any number of API processes.
+
+An append that continues a cached tail's leaf extends it once committed
+(:meth:`TailCache.continued`): an agent reads its context right after appending its run, and
+that read then finds the new entries here instead of reading them back.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
+from om_core.ledger.append_plan import PlannedRow
 from om_core.ledger.models import SessionEntry
 from om_workers.store.branch import Segment, read_branch_payloads, to_entries
 
@@ -126,6 +131,41 @@ class TailCache:
             seqs=cached.seqs + tuple(int(r.seq) for r in rows),
             entries=cached.entries + added,
         )
+
+    def continued(self, session_pk: int, leaf_id: str, rows: Sequence[PlannedRow]) -> None:
+        """Extend the session's cached tail by ``rows``, committed after ``leaf_id``, when the
+        cached tail ends at that leaf and each row is the child of the one before (the first
+        of ``leaf_id``); else leave the cache as it is (a read then reads what it lacks).
+
+        Entries are parsed from the rows' stored payloads, as a read would parse them. The
+        segments are extended as the rows' ``segment_start`` say, so a later read compares
+        them with the branch it reads exactly as for a tail it read itself."""
+        with self._lock:
+            cached = self._items.get(session_pk)
+        if not rows or cached is None or not cached.seqs or not cached.segments:
+            return
+        last = cached.seqs[-1]
+        if cached.entries[-1].id != leaf_id or cached.segments[-1][1] != last:
+            return
+        segments, parent = list(cached.segments), leaf_id
+        for row in rows:
+            if row.parent_id != parent:
+                return  # a fork inside the batch: the branch holds only part of it
+            parent = row.id
+            if row.segment_start == row.seq:
+                segments.append((row.seq, row.seq))
+            elif row.segment_start == segments[-1][0] and row.seq == segments[-1][1] + 1:
+                segments[-1] = (row.segment_start, row.seq)
+            else:
+                return  # not a continuation of this tail's branch
+        added = tuple(SessionEntry.model_validate(row.payload) for row in rows)
+        grown = replace(
+            cached,
+            segments=tuple(segments),
+            seqs=cached.seqs + tuple(row.seq for row in rows),
+            entries=cached.entries + added,
+        )
+        self._keep(session_pk, grown)
 
     def _keep(self, session_pk: int, tail: _Tail) -> None:
         if len(tail.entries) > MAX_PER_SESSION:

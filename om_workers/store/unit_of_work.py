@@ -244,6 +244,23 @@ class SqlUnitOfWork(SqlReadUnitOfWork):
 
     _SPAN = "db transaction write"
 
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        snapshots: SnapshotCache | None = None,
+        tails: TailCache | None = None,
+    ) -> None:
+        super().__init__(engine, clock=clock, snapshots=snapshots, tails=tails)
+        self._committed: list[Callable[[], None]] = []
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once :meth:`commit` has committed, never if the block rolls back:
+        for what this process may only believe of committed rows (its caches). ``action``
+        must not raise."""
+        self._committed.append(action)
+
     def _connect(self, stack: ExitStack) -> Connection:
         return stack.enter_context(writer_connection(self._engine))
 
@@ -259,6 +276,9 @@ class SqlUnitOfWork(SqlReadUnitOfWork):
             raise RuntimeError("commit() outside the unit of work's block")
         with translate_errors():
             self._transaction.commit()
+        actions, self._committed = self._committed, []
+        for action in actions:
+            action()
 
     def rollback(self) -> None:
         """Roll back what the block wrote so far (leaving the block does it anyway)."""

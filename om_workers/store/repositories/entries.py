@@ -191,6 +191,11 @@ class EntryRepository:
         was rewritten since (``rewritten_at``, the session row's)."""
         return self._tails.tail(self._connection, session_pk, segments, limit, rewritten_at)
 
+    def cache_continued(self, session_pk: int, leaf_id: str, rows: Sequence[PlannedRow]) -> None:
+        """Tell the tail cache that ``rows`` were committed after the leaf ``leaf_id`` (see
+        :meth:`~om_workers.store.tail_cache.TailCache.continued`)."""
+        self._tails.continued(session_pk, leaf_id, rows)
+
     def tail_and_seqs(
         self,
         session_pk: int,
