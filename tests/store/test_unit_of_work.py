@@ -40,6 +40,26 @@ def test_a_commit_keeps_the_block_and_leaving_without_one_rolls_it_back(
         store.get_session(tenant, "dropped")
 
 
+def test_actions_after_commit_run_once_committed_and_never_after_a_rollback(
+    store: SqlStore, tenant: str
+) -> None:
+    ran: list[str] = []
+    with SqlUnitOfWork(store.engine) as uow:
+        _insert(uow, tenant, "kept")
+        uow.after_commit(lambda: ran.append("kept"))
+        assert ran == []
+        uow.commit()
+        assert ran == ["kept"]
+    with SqlUnitOfWork(store.engine) as uow:
+        _insert(uow, tenant, "dropped")
+        uow.after_commit(lambda: ran.append("dropped"))
+    with SqlUnitOfWork(store.engine) as uow:
+        _insert(uow, tenant, "rolled back")
+        uow.after_commit(lambda: ran.append("rolled back"))
+        uow.rollback()
+    assert ran == ["kept"]
+
+
 def test_an_error_in_the_block_rolls_back_and_passes_through_unchanged(
     store: SqlStore, tenant: str
 ) -> None:
