@@ -244,16 +244,11 @@ class SqlUnitOfWork(SqlReadUnitOfWork):
 
     _SPAN = "db transaction write"
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        clock: Callable[[], datetime] = utc_now,
-        snapshots: SnapshotCache | None = None,
-        tails: TailCache | None = None,
-    ) -> None:
-        super().__init__(engine, clock=clock, snapshots=snapshots, tails=tails)
-        self._committed: list[Callable[[], None]] = []
+    _committed: list[Callable[[], None]]
+
+    def __enter__(self) -> Self:
+        self._committed = []
+        return super().__enter__()
 
     def after_commit(self, action: Callable[[], None]) -> None:
         """Run ``action`` once :meth:`commit` has committed, never if the block rolls back:
