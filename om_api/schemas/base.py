@@ -4,7 +4,10 @@ unstorable text) and :class:`ErrorBody`."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar, Final, Literal, Self
 
@@ -127,6 +130,59 @@ def find_unstorable(value: Any, max_depth: int = MAX_JSON_DEPTH) -> tuple[JsonPa
 
 _STORABLE_CHECKED: ContextVar[bool] = ContextVar("om_storable_checked", default=False)
 """Set while the models nested in a checked value are validated."""
+
+
+class _NotPlain(Exception):
+    """A float or constant :func:`find_unstorable` would have to look at."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotPlain
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotPlain
+
+
+def parse_json_body(body: bytes) -> tuple[Any, bool]:
+    """``body`` parsed as JSON, and whether it is *plainly storable*: its text alone shows
+    that nothing in it is refused by :func:`find_unstorable` (UTF-8 with no ``\\u`` escape
+    and no encoded surrogate, so no U+0000 or lone surrogate; no ``NaN``, ``Infinity`` or
+    number too large for a float; fewer brackets than :data:`MAX_JSON_DEPTH`), so a model
+    validated under :func:`storable_vouched` need not walk it. Raises what
+    :func:`json.loads` raises for text that is not JSON."""
+    # No zero byte: the text is UTF-8 (json.loads would read UTF-16 and UTF-32 too). No 0xED:
+    # json.loads takes UTF-8-encoded surrogates as they are (and Hangul's rarer half falls
+    # back to the walk, harmlessly).
+    plain = (
+        b"\\u" not in body
+        and b"\x00" not in body
+        and b"\xed" not in body
+        and body.count(b"[") + body.count(b"{") < MAX_JSON_DEPTH
+    )
+    if plain:
+        try:
+            return json.loads(body, parse_float=_finite_float, parse_constant=_no_constant), True
+        except _NotPlain:
+            pass
+    return json.loads(body), False
+
+
+@contextmanager
+def storable_vouched(vouched: bool) -> Iterator[None]:
+    """With ``vouched`` (see :func:`parse_json_body`), request models validated inside the
+    block skip their walk for unstorable values; without it, nothing changes."""
+    if not vouched:
+        yield
+        return
+    token = _STORABLE_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _STORABLE_CHECKED.reset(token)
 
 
 class RequestModel(BaseModel):

@@ -22,7 +22,6 @@ that the requests behind it find it cached, not a thread each).
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, get_args
@@ -42,6 +41,7 @@ from om_api.schemas import (
     AppendEntriesRequest,
     FlushRequest,
 )
+from om_api.schemas.base import parse_json_body, storable_vouched
 from om_api.server.auth import MAX_KEY_CHARS, admit_key, bearer_token
 from om_api.server.limits import request_class
 from om_api.server.logging import bind_log_context
@@ -124,16 +124,17 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-def _json_body(scope: Scope, body: bytes) -> Any:
-    """The body as JSON, ``None`` for an empty one; :class:`_NotHot` for another content type
+def _json_body(scope: Scope, body: bytes) -> tuple[Any, bool]:
+    """The body as JSON (``None`` for an empty one) and whether it is plainly storable
+    (:func:`~om_api.schemas.base.parse_json_body`); :class:`_NotHot` for another content type
     or text that is not JSON (the framework answers those with its own 422)."""
     if not body:
-        return None
+        return None, True
     media = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
     if media != "application/json":
         raise _NotHot
     try:
-        return json.loads(body)
+        return parse_json_body(body)
     except (ValueError, RecursionError):  # the framework's 422 (not JSON) or 400 (too deep)
         raise _NotHot from None
 
@@ -213,11 +214,12 @@ class HotRoutes:
     def _arguments(self, call: HotCall, scope: Scope, body: bytes) -> dict[str, Any]:
         if call == "context":
             return _context_query(scope.get("query_string", b""))
-        payload = _json_body(scope, body)
+        payload, plain = _json_body(scope, body)
         try:
-            if call == "entries":
-                return {"body": AppendEntriesRequest.model_validate(payload)}
-            return {"body": None if payload is None else FlushRequest.model_validate(payload)}
+            with storable_vouched(plain):
+                if call == "entries":
+                    return {"body": AppendEntriesRequest.model_validate(payload)}
+                return {"body": None if payload is None else FlushRequest.model_validate(payload)}
         except pydantic.ValidationError:
             raise _NotHot from None
 

@@ -29,6 +29,7 @@ from om_api.schemas import (
     PageItemOut,
     find_unstorable,
 )
+from om_api.schemas.base import parse_json_body
 from om_api.server.errors import REFUSED_BY_DATABASE, classify, refused_by_database
 from om_api.server.state import State
 from om_workers.coordination.connection import connect
@@ -499,3 +500,34 @@ def test_a_database_refusal_is_a_422_without_the_value(
     assert answer.json()["error"] == "invalid_input"
     assert answer.json()["detail"] == REFUSED_BY_DATABASE
     assert "secret-ish" not in answer.text and "0x00" not in answer.text
+
+
+PLAINLY_STORABLE_CASES = [
+    ("plain object", b'{"entries": [{"kind": "note", "summary": "ok", "n": 1.5}]}', True),
+    ("an escaped NUL", b'{"summary": "a\\u0000b"}', False),
+    ("an escaped lone surrogate", b'{"summary": "\\ud800"}', False),
+    ("any escape at all", b'{"summary": "caf\\u00e9"}', False),
+    ("a UTF-8-encoded surrogate", b'{"summary": "\xed\xa0\x80"}', False),
+    ("Hangul, storable, still walked", '{"summary": "\ud55c"}'.encode(), False),
+    ("a float too large", b'{"x": 1e400}', False),
+    ("NaN", b'{"x": NaN}', False),
+    ("minus Infinity", b'{"x": -Infinity}', False),
+    ("as many brackets as the depth cap", b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH, False),
+    ("one bracket fewer", b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1), True),
+    ("UTF-16", '{"summary": "ok"}'.encode("utf-16-le"), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "plain"),
+    [c[1:] for c in PLAINLY_STORABLE_CASES],
+    ids=[c[0] for c in PLAINLY_STORABLE_CASES],
+)
+def test_a_body_is_vouched_for_only_when_its_text_shows_nothing_unstorable(
+    body: bytes, plain: bool
+) -> None:
+    value, vouched = parse_json_body(body)
+    assert json.dumps(value) == json.dumps(json.loads(body))  # the same value as before
+    assert vouched is plain
+    if vouched:
+        assert find_unstorable(value) is None
