@@ -163,8 +163,9 @@ def parse_json_body(body: bytes) -> tuple[Any, bool]:
 
 @contextmanager
 def storable_vouched(vouched: bool) -> Iterator[None]:
-    """With ``vouched`` (see :func:`parse_json_body`), request models validated inside the
-    block skip their walk for unstorable values; without it, nothing changes."""
+    """With ``vouched`` (the value was walked, or :func:`parse_json_body` vouched for its
+    text), request models validated inside the block skip their walk for unstorable values;
+    without it, nothing changes."""
     if not vouched:
         yield
         return
@@ -197,11 +198,8 @@ class RequestModel(BaseModel):
             # ``input`` is a placeholder: the value itself may not even be encodable as UTF-8.
             detail = InitErrorDetails(type=error, loc=path, input="<refused>")
             raise ValidationError.from_exception_data(cls.__name__, [detail])
-        checked = _STORABLE_CHECKED.set(True)
-        try:
+        with storable_vouched(True):
             return handler(data)
-        finally:
-            _STORABLE_CHECKED.reset(checked)
 
 
 # Errors ------------------------------------------------------------------------------------
